@@ -1,0 +1,94 @@
+"""Content-addressed artifacts: large strings leave trace lines and live in ``artifacts/sha256-<hex>.txt``.
+
+Keeping every trace line small keeps replay fast and bounded; an artifact is written (and fsync'd) before the line
+that names it, so a committed line never points at a missing file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from piw.errors import StoreError
+from piw.wire import sha256_hex
+
+ARTIFACT_THRESHOLD_BYTES = 4096
+_SENTINELS = ("$artifact", "$escaped")
+
+
+def is_artifact_ref(value: Any) -> bool:
+    """True for a ``{"$artifact": {...}}`` sentinel (the key must be the object's only key)."""
+    return isinstance(value, dict) and len(value) == 1 and "$artifact" in value
+
+
+def externalize(value: Any, store: Callable[[str], dict[str, Any]]) -> Any:
+    """Replace string leaves over 4096 UTF-8 bytes by artifact refs and escape user objects using sentinel keys."""
+    if isinstance(value, str):
+        encoded = value.encode("utf-8")
+        if len(encoded) > ARTIFACT_THRESHOLD_BYTES:
+            return {"$artifact": store(value)}
+        return value
+    if isinstance(value, dict):
+        converted = {key: externalize(item, store) for key, item in value.items()}
+        if any(key in value for key in _SENTINELS):
+            return {"$escaped": converted}
+        return converted
+    if isinstance(value, list | tuple):
+        return [externalize(item, store) for item in value]
+    return value
+
+
+def resolve(value: Any, load: Callable[[dict[str, Any]], str]) -> Any:
+    """Inverse of :func:`externalize`: load artifact refs and unwrap one level of ``$escaped``."""
+    if isinstance(value, dict):
+        if len(value) == 1 and "$artifact" in value:
+            return load(value["$artifact"])
+        if len(value) == 1 and "$escaped" in value and isinstance(value["$escaped"], dict):
+            return {key: resolve(item, load) for key, item in value["$escaped"].items()}
+        return {key: resolve(item, load) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve(item, load) for item in value]
+    return value
+
+
+class ArtifactStore:
+    """Writes and reads the artifacts of one bundle, refusing any path that leaves the bundle."""
+
+    def __init__(self, bundle_dir: Path, fsync: Callable[[int], None] = os.fsync) -> None:
+        self.bundle_dir = bundle_dir
+        self.directory = bundle_dir / "artifacts"
+        self._fsync = fsync
+
+    def write(self, text: str) -> dict[str, Any]:
+        """Store ``text`` (deduplicated) and return its ref body."""
+        data = text.encode("utf-8")
+        hex_digest = sha256_hex(data)
+        name = f"sha256-{hex_digest}.txt"
+        target = self.directory / name
+        if not target.exists():
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            try:
+                os.write(fd, data)
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, target)
+        return {"path": f"artifacts/{name}", "mediaType": "text/plain", "bytes": len(data), "sha256": hex_digest}
+
+    def read(self, ref: dict[str, Any]) -> str:
+        """Load an artifact named by a ref, after checking that its resolved path stays inside the bundle."""
+        path = safe_bundle_path(self.bundle_dir, str(ref.get("path", "")))
+        return path.read_text(encoding="utf-8")
+
+
+def safe_bundle_path(bundle_dir: Path, relative: str) -> Path:
+    """Resolve a bundle-relative path, rejecting anything (symlinks included) that escapes the bundle."""
+    root = bundle_dir.resolve()
+    candidate = (root / relative).resolve()
+    if not candidate.is_relative_to(root) or candidate == root:
+        raise StoreError(f"Refusing path {relative!r}: it resolves outside the run bundle.")
+    return candidate

@@ -1,0 +1,55 @@
+"""The ``piw`` command line: thin commands over library calls; errors become one ``Error: …`` line here only."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+import click
+import typer
+
+from piw.errors import PiwError
+
+app = typer.Typer(
+    name="piw",
+    help="Run durable LLM-agent workflows and read their runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _register() -> None:
+    from piw.cli import runs, views  # noqa: F401  (modules register their commands on import)
+
+    try:
+        from piw.cli import providers  # noqa: F401
+    except ImportError:  # pragma: no cover - provider layer is optional until configured
+        pass
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``piw`` console script."""
+    _register()
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except PiwError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        print("Error: aborted.", file=sys.stderr)
+        sys.exit(130)
+    except click.ClickException as exc:
+        print(f"Error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("Error: interrupted.", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)

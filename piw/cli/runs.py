@@ -1,0 +1,165 @@
+"""Commands that start, resume, list and check workflows and runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from piw.cli import app
+from piw.console import make_console
+from piw.errors import PiwError, UsageError
+from piw.history import run_summaries
+from piw.live import StepLog
+from piw.loader import discover, import_definition, load_workflow, parse_input_option, source_identity
+from piw.replay import RunState
+from piw.runner import ForegroundOptions, resume_run, start_run
+from piw.store import piw_home
+from piw.terminal import safe_text, single_line
+
+EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
+
+
+def _finish(state: RunState, as_json: bool) -> int:
+    if as_json:
+        payload = {"runId": state.run_id, "status": state.status, "finalOutput": state.final_output,
+                   "error": state.error}  # fmt: skip
+        sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+    return EXIT_BY_STATUS.get(state.status, 1)
+
+
+def _foreground(as_json: bool, verbose: bool = False) -> ForegroundOptions:
+    console = make_console(sys.stderr if as_json else sys.stdout)
+    options = ForegroundOptions(listeners=[StepLog(console)])
+    try:
+        from piw.agent.setup import agent_executor_factory
+    except ImportError:
+        return options
+    options.agent_executor_factory = agent_executor_factory(console=console, verbose=verbose)
+    return options
+
+
+@app.command()
+def run(
+    workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
+    input: Annotated[str | None, typer.Option("--input", help="Run input: JSON text, or @file.")] = None,
+    title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")] = None,
+    script: Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Expand step cards.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")] = False,
+) -> int:
+    """Start a run and follow it until it ends, waits, or is interrupted."""
+    raw_input = parse_input_option(input)
+    home = piw_home()
+    options = _foreground(as_json, verbose)
+    _select_provider(options, provider, model, script, workflow)
+    state = start_run(workflow, home, raw_input, title, options)
+    return _finish(state, as_json)
+
+
+def _select_provider(
+    options: ForegroundOptions, provider: str | None, model: str | None, script: str | None, workflow: str
+) -> None:
+    """Record the provider choice for the agent executor factory (validated when an agent step needs it)."""
+    import os
+
+    if provider:
+        os.environ["PIW_PROVIDER"] = provider
+    if model:
+        os.environ["PIW_MODEL"] = model
+    if script:
+        os.environ["PIW_SCRIPT"] = script
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")] = False,
+) -> int:
+    """Continue an interrupted run from its trace; completed steps are not run again."""
+    home = piw_home()
+    state = resume_run(run_id, home, _foreground(as_json))
+    return _finish(state, as_json)
+
+
+@app.command()
+def runs(
+    status: Annotated[str | None, typer.Option("--status", help="Only runs with this status.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many runs.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> int:
+    """List runs, newest first."""
+    statuses = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
+    if status is not None and status not in statuses:
+        raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(statuses)}.")
+    if limit is not None and limit < 1:
+        raise UsageError("--limit must be at least 1.")
+    rows = list(run_summaries(piw_home(), status, limit))
+    if as_json:
+        sys.stdout.write(json.dumps([row.to_json() for row in rows], ensure_ascii=False) + "\n")
+        return 0
+    console = make_console()
+    if not rows:
+        console.print("No runs yet. Start one with 'piw run WORKFLOW'.")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("run id", "status", "title", "started", "current node"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(
+            row.run_id,
+            row.status,
+            safe_text(single_line(row.run_title or row.workflow_name)),
+            row.started_at or "",
+            safe_text(row.current_node or ""),
+        )
+    console.print(table)
+    return 0
+
+
+@app.command("list")
+def list_workflows(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False) -> int:
+    """List built-in workflows and discovered workflow files."""
+    home = piw_home()
+    rows: list[dict[str, Any]] = []
+    for label, path in discover(home):
+        try:
+            definition = import_definition(path)
+            source = source_identity(definition, path)
+            rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": definition.revision,
+                         "contractId": definition.contract_id, "description": definition.description,
+                         "source": source, "_origin": label})  # fmt: skip
+        except PiwError as exc:
+            rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": None, "contractId": None,
+                         "description": f"(cannot load: {exc})", "source": {"kind": "file", "path": str(path)},
+                         "_origin": label})  # fmt: skip
+    if as_json:
+        public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
+        sys.stdout.write(json.dumps(public, ensure_ascii=False) + "\n")
+        return 0
+    console = make_console()
+    table = Table(box=None, pad_edge=False)
+    for column in ("id", "kind", "revision", "description"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        revision = "" if row["revision"] is None else str(row["revision"])
+        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["description"] or "")))
+    console.print(table)
+    return 0
+
+
+@app.command()
+def validate(file: Annotated[str, typer.Argument(help="The workflow file to check.")]) -> int:
+    """Check a workflow definition with both validation passes, without starting a run."""
+    home = piw_home()
+    loaded = load_workflow(file, home)
+    make_console().print(
+        f"OK {loaded.definition.name}: {len(loaded.graph.nodes)} nodes, start {loaded.graph.start_at}, "
+        f"digest {loaded.digest[:19]}…"
+    )
+    return 0

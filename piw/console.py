@@ -1,0 +1,26 @@
+"""Console construction: rich on a terminal, plain text with no escape sequences otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+from rich.console import Console
+
+
+def make_console(stream: TextIO | None = None, *, width: int | None = None) -> Console:
+    """A console that emits colour only on a terminal and never when ``NO_COLOR`` is set."""
+    stream = stream or sys.stdout
+    is_tty = stream.isatty()
+    plain = not is_tty or bool(os.environ.get("NO_COLOR"))
+    return Console(
+        file=stream,
+        width=width or (None if is_tty else int(os.environ.get("COLUMNS", "100"))),
+        color_system=None if plain else "auto",
+        force_terminal=False if plain else None,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=False,
+    )

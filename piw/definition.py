@@ -1,0 +1,463 @@
+"""The definition DSL: node helpers, edges and ``define_workflow``, with load-time validation.
+
+A workflow file calls these helpers; they return frozen values and check their arguments at once, so a mistake is
+reported when the file loads, naming the node and the reason. Graph-level checks (reachability, edge targets,
+include cycles) run at run start in ``piw.graph``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from pydantic import BaseModel
+
+from piw.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from piw.context import ActionContext, NodeContext
+    from piw.shell_lines import ShellLine
+
+NODE_ID_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+PromptArg = str | Callable[["NodeContext"], str]
+Validator = Callable[[Any, "NodeContext"], Any]
+TimeoutArg = float | int | None | Callable[["NodeContext"], float | None]
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    """Selects assistant completion: the step's output is the model's visible reply."""
+
+    max_chars: int | None = None
+    kind: Literal["assistant-message"] = "assistant-message"
+
+
+def assistant_message(max_chars: int | None = None) -> AssistantMessage:
+    """Complete an agent step with a normal assistant reply, optionally capped at ``max_chars`` characters."""
+    if max_chars is not None and (type(max_chars) is not int or max_chars < 1):
+        raise DefinitionError(f"assistant_message(max_chars=...) must be an int >= 1, got {max_chars!r}")
+    return AssistantMessage(max_chars=max_chars)
+
+
+@dataclass(frozen=True)
+class AgentNode:
+    """Ask a language model for the step's output (submit or assistant completion)."""
+
+    prompt: PromptArg
+    expected_output: str | type[BaseModel] | AssistantMessage | None = None
+    validate: Validator | None = None
+    timeout_s: TimeoutArg = 900.0
+    status_detail: str | None = None
+    tools: tuple[str, ...] = ()
+    node_type: Literal["agent"] = "agent"
+
+    @property
+    def completion(self) -> Literal["submit", "assistant"]:
+        return "assistant" if isinstance(self.expected_output, AssistantMessage) else "submit"
+
+
+@dataclass(frozen=True)
+class ComputeNode:
+    """A pure function of the context: no side effects, no updates."""
+
+    run: Callable[[NodeContext], Any] | Any
+    status_detail: str | None = None
+    node_type: Literal["compute"] = "compute"
+
+
+@dataclass(frozen=True)
+class ShellCommand:
+    """What a shell node runs: an argument list, never a shell string unless ``shell=True`` is explicit."""
+
+    command: str
+    args: Sequence[str] = ()
+    cwd: str | None = None
+    env: Mapping[str, str] | None = None
+    stdin: str | None = None
+    shell: bool = False
+    allow_nonzero_exit: bool = False
+    timeout_s: float | None = None
+    max_output_chars: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class ShellUpdates:
+    """Turn a running command's output lines into durable updates (``updates-progress.md`` §3.3)."""
+
+    parse_line: Callable[[ShellLine, NodeContext], Any]
+    streams: tuple[Literal["stdout", "stderr"], ...] = ("stdout",)
+
+    def __post_init__(self) -> None:
+        if not self.streams or any(stream not in ("stdout", "stderr") for stream in self.streams):
+            raise DefinitionError("ShellUpdates.streams must be a non-empty subset of ('stdout', 'stderr')")
+        if len(set(self.streams)) != len(self.streams):
+            raise DefinitionError("ShellUpdates.streams must not repeat a stream")
+        if not callable(self.parse_line):
+            raise DefinitionError("ShellUpdates.parse_line must be a function")
+
+
+@dataclass(frozen=True)
+class ShellSpec:
+    """The command form of an action node."""
+
+    exec: Callable[[NodeContext], Any] | Any
+    parse: Callable[[dict[str, Any], NodeContext], Any] | None = None
+    updates: ShellUpdates | None = None
+
+
+@dataclass(frozen=True)
+class ActionNode:
+    """A function (or command) with side effects; its context can publish updates."""
+
+    run: Callable[[ActionContext], Any] | None
+    effect: str | None = None
+    timeout_s: TimeoutArg = None
+    shell: ShellSpec | None = None
+    status_detail: str | None = None
+    node_type: Literal["action"] = "action"
+
+
+@dataclass(frozen=True)
+class NotifyNode:
+    """A durable message to the origin session; never starts a model turn."""
+
+    message: Callable[[NodeContext], str] | str
+    kind: Literal["progress", "final"] = "progress"
+    node_type: Literal["notify"] = "notify"
+
+
+@dataclass(frozen=True)
+class HumanDecision:
+    """The protected form of a checkpoint: only a person or the timeout policy answers."""
+
+    audience: str
+    choices: tuple[str, ...]
+    request: Callable[[NodeContext], str] | str
+    on_timeout: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointNode:
+    """The run ends ``waiting`` for an answer; the answer starts a continuation run."""
+
+    summary: Callable[[NodeContext], Any] | Any = None
+    human_decision: HumanDecision | None = None
+    node_type: Literal["checkpoint"] = "checkpoint"
+
+
+Node = AgentNode | ComputeNode | ActionNode | NotifyNode | CheckpointNode
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Unconditional transition ``source → target``."""
+
+    source: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Switch:
+    """Route on a path of the finished node: ``$.x``/``$output.x`` (output), ``$result.outcome``, ``$exit``."""
+
+    source: str
+    on: str
+    cases: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Include:
+    """Mount a child workflow; its nodes join the parent graph under the mount path."""
+
+    child: WorkflowDefinition
+    input: Callable[[NodeContext], Any] | Any = None
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    """A validated workflow definition as written by its author (before includes are flattened)."""
+
+    name: str
+    start_at: str
+    nodes: Mapping[str, Node]
+    edges: tuple[Edge | Switch, ...] = ()
+    includes: Mapping[str, Include] = field(default_factory=dict)
+    exits: Mapping[str, str] = field(default_factory=dict)
+    input: type[BaseModel] | Callable[[Any], Any] | None = None
+    title: str | Callable[[Any, str], str] | None = None
+    description: str | None = None
+    contract_id: str | None = None
+    revision: int | str | None = None
+    max_steps: int = 100
+    source_file: str | None = None
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def _check_callable_or(value: Any, kinds: tuple[type, ...], what: str) -> None:
+    if not (callable(value) or isinstance(value, kinds)):
+        names = " or ".join(kind.__name__ for kind in kinds)
+        raise DefinitionError(f"{what} must be a {names} or a function of the node context")
+
+
+def _check_timeout(timeout_s: Any) -> None:
+    if timeout_s is None or callable(timeout_s):
+        return
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise DefinitionError(f"timeout_s must be a number of seconds, None or a function, got {timeout_s!r}")
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise DefinitionError(f"timeout_s must be finite and > 0, got {timeout_s!r}")
+
+
+def _check_status_detail(status_detail: Any) -> None:
+    if status_detail is not None and not isinstance(status_detail, str):
+        raise DefinitionError("status_detail must be a string")
+
+
+@overload
+def agent(
+    *,
+    prompt: PromptArg,
+    expected_output: AssistantMessage,
+    timeout_s: TimeoutArg = 900.0,
+    status_detail: str | None = None,
+    tools: Sequence[str] = (),
+) -> AgentNode: ...
+@overload
+def agent(
+    *,
+    prompt: PromptArg,
+    expected_output: str | type[BaseModel] | None = None,
+    validate: Validator | None = None,
+    timeout_s: TimeoutArg = 900.0,
+    status_detail: str | None = None,
+    tools: Sequence[str] = (),
+) -> AgentNode: ...
+def agent(
+    *,
+    prompt: PromptArg,
+    expected_output: str | type[BaseModel] | AssistantMessage | None = None,
+    validate: Validator | None = None,
+    timeout_s: TimeoutArg = 900.0,
+    status_detail: str | None = None,
+    tools: Sequence[str] = (),
+) -> AgentNode:
+    """An agent step: the model submits JSON through the ``workflow`` tool, or replies (``assistant_message``)."""
+    _check_callable_or(prompt, (str,), "prompt")
+    is_model = isinstance(expected_output, type) and issubclass(expected_output, BaseModel)
+    if not (expected_output is None or isinstance(expected_output, str | AssistantMessage) or is_model):
+        raise DefinitionError(
+            "expected_output must be None, a description string, a pydantic model class or assistant_message()"
+        )
+    if isinstance(expected_output, AssistantMessage) and validate is not None:
+        raise DefinitionError("validate cannot be combined with assistant_message(): the reply is the output")
+    if validate is not None and not callable(validate):
+        raise DefinitionError("validate must be a function (value, ctx) -> value")
+    _check_timeout(timeout_s)
+    _check_status_detail(status_detail)
+    if isinstance(tools, str) or not all(isinstance(name, str) for name in tools):
+        raise DefinitionError("tools must be a sequence of tool names")
+    if "workflow" in tools:
+        raise DefinitionError("tools must not list 'workflow': it is reserved and offered by piw itself")
+    return AgentNode(prompt, expected_output, validate, timeout_s, status_detail, tuple(tools))
+
+
+def decision(question: PromptArg, choices: Sequence[str], field: str = "route") -> AgentNode:
+    """Sugar for an agent that picks one of ``choices`` into ``output[field]`` (route on ``$.<field>``)."""
+    options = tuple(choices)
+    if not options or not all(isinstance(choice, str) and choice for choice in options):
+        raise DefinitionError("decision choices must be a non-empty list of strings")
+
+    def check(value: Any, ctx: NodeContext) -> Any:
+        if not isinstance(value, dict) or value.get(field) not in options:
+            raise ValueError(f"output.{field} must be one of: {', '.join(options)}")
+        return value
+
+    hint = f'a JSON object {{"{field}": one of {list(options)}, "reason": "<why>"}}'
+    return agent(prompt=question, expected_output=hint, validate=check)
+
+
+def compute(run: Callable[[NodeContext], Any] | Any, *, status_detail: str | None = None) -> ComputeNode:
+    """A pure step computed from the context (its return value is the output)."""
+    _check_status_detail(status_detail)
+    return ComputeNode(run, status_detail)
+
+
+def action(
+    run: Callable[[ActionContext], Any],
+    effect: str | None = None,
+    timeout_s: TimeoutArg = None,
+    *,
+    status_detail: str | None = None,
+) -> ActionNode:
+    """A side-effecting function; ``effect="idempotent"`` labels one that is safe to repeat."""
+    if not callable(run):
+        raise DefinitionError("action run must be a function of the action context")
+    if effect is not None and not isinstance(effect, str):
+        raise DefinitionError("effect must be a string label such as 'idempotent'")
+    _check_timeout(timeout_s)
+    _check_status_detail(status_detail)
+    return ActionNode(run, effect, timeout_s, None, status_detail)
+
+
+def shell(
+    exec: Callable[[NodeContext], Any] | ShellCommand | Mapping[str, Any],
+    parse: Callable[[dict[str, Any], NodeContext], Any] | None = None,
+    updates: ShellUpdates | None = None,
+    timeout_s: TimeoutArg = 600.0,
+    *,
+    status_detail: str | None = None,
+) -> ActionNode:
+    """Run a command (argument list) as an action; output is the command result unless ``parse`` maps it."""
+    if not (callable(exec) or isinstance(exec, ShellCommand | Mapping)):
+        raise DefinitionError("shell exec must be a ShellCommand, a mapping or a function returning one")
+    if parse is not None and not callable(parse):
+        raise DefinitionError("shell parse must be a function (result, ctx) -> output")
+    if updates is not None and not isinstance(updates, ShellUpdates):
+        raise DefinitionError("shell updates must be a ShellUpdates(...)")
+    _check_timeout(timeout_s)
+    _check_status_detail(status_detail)
+    return ActionNode(None, None, timeout_s, ShellSpec(exec, parse, updates), status_detail)
+
+
+def notify(message: Callable[[NodeContext], str] | str, kind: Literal["progress", "final"] = "progress") -> NotifyNode:
+    """Send a durable message to the origin session, exactly once per node execution."""
+    _check_callable_or(message, (str,), "notify message")
+    if kind not in ("progress", "final"):
+        raise DefinitionError("notify kind must be 'progress' or 'final'")
+    return NotifyNode(message, kind)
+
+
+def checkpoint(summary: Callable[[NodeContext], Any] | Any = None) -> CheckpointNode:
+    """Stop the run in ``waiting`` until someone answers (``piw answer``)."""
+    return CheckpointNode(summary)
+
+
+def human_decision(
+    audience: str,
+    choices: Sequence[str],
+    request: Callable[[NodeContext], str] | str,
+    on_timeout: Mapping[str, Any] | None = None,
+) -> CheckpointNode:
+    """A protected gate that only a person (or the declared timeout policy) can answer, never a model."""
+    if not isinstance(audience, str) or not audience.strip():
+        raise DefinitionError("human_decision audience must be a non-empty string")
+    options = tuple(choices)
+    if not options or not all(isinstance(choice, str) and choice for choice in options):
+        raise DefinitionError("human_decision choices must be a non-empty list of strings")
+    _check_callable_or(request, (str,), "human_decision request")
+    if on_timeout is not None and not isinstance(on_timeout, Mapping):
+        raise DefinitionError("human_decision on_timeout must be a mapping such as {'after_s': 3600, 'choice': 'no'}")
+    return CheckpointNode(None, HumanDecision(audience, options, request, on_timeout))
+
+
+def include(child: WorkflowDefinition, input: Callable[[NodeContext], Any] | Any = None) -> Include:
+    """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``."""
+    if not isinstance(child, WorkflowDefinition):
+        raise DefinitionError("include child must be a workflow created by define_workflow(...)")
+    return Include(child, input)
+
+
+def edge(source: str, target: str) -> Edge:
+    """An unconditional edge."""
+    if not isinstance(source, str) or not isinstance(target, str):
+        raise DefinitionError("edge(source, target) takes two node ids")
+    return Edge(source, target)
+
+
+_PATH_PATTERN = re.compile(r"\$(?:output)?\.[A-Za-z0-9_\-.]+|\$result\.outcome|\$exit")
+
+
+def switch(source: str, *, on: str, cases: Mapping[str, str]) -> Switch:
+    """Route on a value of the finished node: ``$.field``, ``$output.field``, ``$result.outcome`` or ``$exit``."""
+    if not isinstance(source, str):
+        raise DefinitionError("switch source must be a node id")
+    if not isinstance(on, str) or not _PATH_PATTERN.fullmatch(on):
+        raise DefinitionError(f"switch on={on!r} must be '$.field', '$output.field', '$result.outcome' or '$exit'")
+    if not isinstance(cases, Mapping) or not cases:
+        raise DefinitionError("switch cases must be a non-empty mapping value -> node id")
+    if not all(isinstance(key, str) and isinstance(target, str) for key, target in cases.items()):
+        raise DefinitionError("switch cases map string values to node ids")
+    return Switch(source, on, dict(cases))
+
+
+def _caller_file() -> str | None:
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_back if frame and frame.f_back else None
+    return caller.f_globals.get("__file__") if caller else None
+
+
+def define_workflow(
+    *,
+    name: str,
+    start_at: str,
+    nodes: Mapping[str, Node],
+    edges: Sequence[Edge | Switch] = (),
+    includes: Mapping[str, Include] | None = None,
+    exits: Mapping[str, Mapping[str, str]] | None = None,
+    input: type[BaseModel] | Callable[[Any], Any] | None = None,
+    title: str | Callable[[Any, str], str] | None = None,
+    description: str | None = None,
+    contract_id: str | None = None,
+    revision: int | str | None = None,
+    max_steps: int = 100,
+) -> WorkflowDefinition:
+    """Declare a workflow: nodes, edges, includes and limits. Shape errors are raised here, at load time."""
+    if not isinstance(name, str) or not name.strip():
+        raise DefinitionError("define_workflow name must be a non-empty string")
+    if not isinstance(nodes, Mapping) or not nodes:
+        raise DefinitionError(f"workflow {name!r}: nodes must be a non-empty mapping of node id -> node")
+    mounts = dict(includes or {})
+    for node_id, node in [*nodes.items(), *mounts.items()]:
+        if not isinstance(node_id, str) or not NODE_ID_PATTERN.fullmatch(node_id):
+            raise DefinitionError(f"workflow {name!r}: node id {node_id!r} must match [A-Za-z_][A-Za-z0-9_-]*")
+    for node_id, node in nodes.items():
+        if not isinstance(node, AgentNode | ComputeNode | ActionNode | NotifyNode | CheckpointNode):
+            raise DefinitionError(
+                f"workflow {name!r}: node {node_id!r} is not a node; use agent(), compute(), action(), "
+                "shell(), notify(), checkpoint() or human_decision()"
+            )
+    for mount_id, mounted in mounts.items():
+        if mount_id in nodes:
+            raise DefinitionError(f"workflow {name!r}: include {mount_id!r} has the same id as a node")
+        if not isinstance(mounted, Include):
+            raise DefinitionError(f"workflow {name!r}: includes[{mount_id!r}] must be include(child, input=...)")
+    if not isinstance(start_at, str) or not start_at:
+        raise DefinitionError(f"workflow {name!r}: start_at must name a node")
+    edge_list = tuple(edges)
+    for item in edge_list:
+        if not isinstance(item, Edge | Switch):
+            raise DefinitionError(f"workflow {name!r}: edges must be edge(...) or switch(...) values")
+    exit_map: dict[str, str] = {}
+    for exit_name, spec in (exits or {}).items():
+        target = spec.get("from_") if isinstance(spec, Mapping) else None
+        if not isinstance(target, str):
+            raise DefinitionError(f"workflow {name!r}: exit {exit_name!r} must be {{'from_': '<node id>'}}")
+        exit_map[exit_name] = target
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise DefinitionError(f"workflow {name!r}: max_steps must be an int >= 1")
+    if title is not None and not (isinstance(title, str) or callable(title)):
+        raise DefinitionError(f"workflow {name!r}: title must be a string or a function (input, name) -> str")
+    if input is not None and not callable(input):
+        raise DefinitionError(f"workflow {name!r}: input must be a pydantic model or a normalising function")
+    return WorkflowDefinition(
+        name=name,
+        start_at=start_at,
+        nodes=dict(nodes),
+        edges=edge_list,
+        includes=mounts,
+        exits=exit_map,
+        input=input,
+        title=title,
+        description=description,
+        contract_id=contract_id,
+        revision=revision,
+        max_steps=max_steps,
+        source_file=_caller_file(),
+    )

@@ -1,0 +1,429 @@
+"""The engine: runs a flat graph one node at a time, committing every step to the trace first.
+
+State changes only by appending an event and folding it (``RunWriter.append``); routing, resume and the
+views all read the same ``RunState``. Resume continues from the trace alone (``persistence.md`` §8).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from piw.context import ActionContext, LazyOutputs, NodeContext
+from piw.definition import ActionNode, AgentNode, CheckpointNode
+from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged
+from piw.executors import Attempt, Executor, NodeOutcome, evaluate
+from piw.executors.checkpoint import CheckpointExecutor
+from piw.executors.compute import ComputeExecutor
+from piw.executors.function import FunctionActionExecutor
+from piw.executors.notify import NotifyExecutor
+from piw.executors.shell import ShellActionExecutor
+from piw.loader import LoadedWorkflow, prepare_input, resolve_title
+from piw.publishing import UpdatePublisher
+from piw.replay import RunState, TERMINAL_STATUSES, fold, result_to_json
+from piw.routing import Decision, decide, next_invocation
+from piw.session import SessionLog
+from piw.store import Bundle, WriterLock, create_bundle, new_run_id, open_bundle
+from piw.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent
+from piw.wire import Manifest, now_iso
+from piw.writer import Listener, RunWriter
+
+
+class RunInterrupted(PiwError):
+    """The foreground run was interrupted (Ctrl-C or SIGTERM); it is parked and can be resumed."""
+
+    exit_code = 130
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class RunOptions:
+    """How a run is executed: durability, listeners, the agent executor and the origin session."""
+
+    durability: Durability = "effects"
+    files: FileLayer | None = None
+    listeners: list[Listener] = field(default_factory=list)
+    agent_executor: Executor | None = None
+    origin_session: dict[str, Any] | None = None
+    clock: Callable[[], datetime] = _utc_now
+    on_start: Callable[[Bundle], None] | None = None
+
+
+class _MissingAgentExecutor:
+    def execute(self, attempt: Attempt) -> NodeOutcome:
+        return NodeOutcome.failed(f"Agent node {attempt.node_id} needs a provider; run with --provider NAME.")
+
+
+class Engine:
+    """Executes one run of a loaded workflow (start or resume)."""
+
+    def __init__(self, workflow: LoadedWorkflow, home: Path, options: RunOptions | None = None) -> None:
+        self.workflow = workflow
+        self.graph = workflow.graph
+        self.home = home
+        self.options = options or RunOptions()
+        self.writer: RunWriter | None = None
+        self.session: SessionLog | None = None
+        self.publisher: UpdatePublisher | None = None
+        self.active: Attempt | None = None
+        self.executors: dict[str, Executor] = {
+            "compute": ComputeExecutor(),
+            "notify": NotifyExecutor(),
+            "checkpoint": CheckpointExecutor(),
+            "agent": self.options.agent_executor or _MissingAgentExecutor(),
+        }
+        self._function = FunctionActionExecutor()
+        self._shell = ShellActionExecutor(self._publish_shell_update)
+
+    # ---- public entry points ----------------------------------------------------------------------------
+
+    def start(self, raw_input: Any, title: str | None = None) -> RunState:
+        """Start a new run; input and definition are validated before any bundle exists."""
+        definition = self.workflow.definition
+        input_value = prepare_input(definition, raw_input)
+        run_title = title if title is not None else resolve_title(definition, input_value)
+        run_id = new_run_id(definition.name)
+        manifest = Manifest(
+            run_id=run_id,
+            workflow_name=definition.name,
+            run_title=run_title,
+            workflow_source=self.workflow.source,
+            workflow_sources=self.workflow.sources or None,
+            definition_digest=self.workflow.digest,
+            started_at=now_iso(),
+        )
+        bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
+        lock = WriterLock(bundle).acquire()
+        writer = self._open_writer(bundle, lock, RunState(), manifest)
+        payload: dict[str, Any] = {
+            "workflowName": definition.name,
+            "runTitle": run_title,
+            "input": input_value,
+            "workflowSource": self.workflow.source,
+            "workflowSources": self.workflow.sources or None,
+            "definitionDigest": self.workflow.digest,
+            "maxSteps": definition.max_steps,
+            "originSession": self.options.origin_session,
+        }
+        return self._guarded(lambda: self._begin(writer, payload))
+
+    def _begin(self, writer: RunWriter, payload: dict[str, Any]) -> None:
+        writer.append("run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True)
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(self._apply(Decision(target=self.workflow.definition.start_at)))
+
+    def resume(self, run_id: str) -> RunState:
+        """Continue an interrupted run from its trace (``persistence.md`` §8)."""
+        bundle = open_bundle(self.home, run_id)
+        lock = WriterLock(bundle).acquire()
+        try:
+            manifest = Manifest.model_validate(bundle.read_manifest())
+            read = bundle.read_trace()
+            state = fold(read.events)
+            if not read.events:
+                raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+            if state.status in TERMINAL_STATUSES:
+                raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
+            self._check_source(state, bundle)
+            truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
+        except BaseException:
+            lock.release()
+            raise
+        writer = self._open_writer(bundle, lock, state, manifest)
+        return self._guarded(lambda: self._continue(writer, read.events, truncated))
+
+    # ---- resume helpers ---------------------------------------------------------------------------------
+
+    def _check_source(self, state: RunState, bundle: Bundle) -> None:
+        loaded = self.workflow
+        same = (
+            state.workflow_source == loaded.source
+            and list(state.workflow_sources or []) == list(loaded.sources or [])
+            and state.definition_digest == loaded.digest
+        )
+        if not same:
+            where = state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
+            raise SourceChanged(
+                f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
+                f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
+                f"again with 'piw run {state.workflow_name}'."
+            )
+
+    def _repair_tail(self, bundle: Bundle, valid_bytes: int, torn_bytes: int) -> int:
+        if torn_bytes <= 0:
+            return 0
+        os.truncate(bundle.trace_path, valid_bytes)
+        fd = os.open(bundle.trace_path, os.O_RDONLY)
+        try:
+            (self.options.files or FileLayer()).fsync(fd)
+        finally:
+            os.close(fd)
+        return torn_bytes
+
+    def _continue(self, writer: RunWriter, events: list[TraceEvent], truncated: int) -> None:
+        state = writer.state
+        resumed: dict[str, Any] = {"replayedSteps": len(state.steps)}
+        if truncated:
+            resumed["truncatedBytes"] = truncated
+        if state.current is not None:
+            resumed.update(resumeAt=state.current.node_id, abandonedAttemptId=state.current.attempt_id)
+            writer.append("run", "run_resumed", resumed, sync=True)
+            self._loop(state.current.node_id)
+            return
+        decision = self._decision_after(events, state)
+        if decision.terminal is not None and not decision.exits:
+            writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)
+            return
+        resumed["resumeAt"] = self._peek_target(decision)
+        writer.append("run", "run_resumed", resumed, sync=True)
+        next_node = self._apply(decision)
+        if next_node is not None:
+            self._loop(next_node)
+
+    def _decision_after(self, events: list[TraceEvent], state: RunState) -> Decision:
+        for event in reversed(events):
+            if event.type in NODE_TERMINAL_TYPES and event.node_id:
+                step = state.results[event.node_id]
+                return self._route_after(step.node_id, step.outcome, step.output, step.error)
+            if event.type == "include_exited":
+                mount_path = "/".join(event.payload.get("mountPath", []))
+                output = self._resolve(event.payload.get("output"))
+                return self._route_after(mount_path, "ok", output, None, exit_name=event.payload.get("exit"))
+            if event.type == "include_entered":
+                mount = self.graph.mounts["/".join(event.payload.get("mountPath", []))]
+                return Decision(target=f"{mount.path}/{mount.definition.start_at}")
+        return Decision(target=self.workflow.definition.start_at)
+
+    def _peek_target(self, decision: Decision) -> str | None:
+        target = decision.target
+        while target is not None and target in self.graph.mounts:
+            target = self.graph.mounts[target].start
+        return target
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+
+    def _open_writer(self, bundle: Bundle, lock: WriterLock, state: RunState, manifest: Manifest) -> RunWriter:
+        writer = RunWriter(bundle, lock, self.options.durability, state, manifest, self.options.files)
+        writer.listeners.extend(self.options.listeners)
+        self.writer = writer
+        self.session = SessionLog(bundle.session_path, self.options.durability, self.options.files)
+        self.publisher = UpdatePublisher(writer)
+        return writer
+
+    def _guarded(self, body: Callable[[], None]) -> RunState:
+        writer = self.writer
+        assert writer is not None and self.session is not None
+        try:
+            body()
+        except KeyboardInterrupt:
+            if self.active is not None:
+                self.active.cancel.set()
+                self.active.active = False
+            raise RunInterrupted(
+                f"Run {writer.bundle.run_id} was interrupted and parked; continue it with "
+                f"'piw resume {writer.bundle.run_id}'."
+            ) from None
+        finally:
+            writer.close()
+            self.session.close()
+            writer.lock.release()
+        return writer.state
+
+    def _loop(self, node_id: str | None) -> None:
+        writer = self.writer
+        assert writer is not None
+        while node_id is not None:
+            state = writer.state
+            if state.steps_taken >= state.max_steps:
+                message = (
+                    f"Run stopped before {node_id}: it reached max_steps ({state.max_steps}). Raise max_steps in "
+                    "define_workflow if the loop is intended."
+                )
+                writer.append("run", "run_failed", {"status": "failed", "error": message}, sync=True)
+                return
+            gnode = self.graph.nodes[node_id]
+            outcome = self._execute(node_id)
+            if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
+                payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
+                writer.append("run", "run_waiting", payload, sync=True)
+                return
+            decision = self._route_after(node_id, outcome.outcome, outcome.output, outcome.error)
+            node_id = self._apply(decision)
+
+    def _route_after(
+        self, node_id: str, outcome: str, output: Any, error: str | None, exit_name: str | None = None
+    ) -> Decision:
+        writer = self.writer
+        assert writer is not None
+        gnode = self.graph.nodes.get(node_id)
+        if gnode is not None and isinstance(gnode.node, CheckpointNode) and outcome == "ok":
+            return Decision(terminal=("run_waiting", {"status": "waiting", "waitingOn": node_id, "finalOutput": output}))
+        return decide(self.graph, writer.state, node_id, outcome, self._resolve(output), error, exit_name)
+
+    def _apply(self, decision: Decision) -> str | None:
+        """Record include exits/entries and the terminal event; return the next node to run, if any."""
+        writer = self.writer
+        assert writer is not None
+        for exit_ in decision.exits:
+            mount = exit_.mount
+            payload = {
+                "mountPath": mount.path.split("/"),
+                "workflowName": mount.definition.name,
+                "invocation": next_invocation(writer.state, mount.path) - 1,
+                "exit": exit_.name,
+                "output": exit_.output,
+            }
+            writer.append("run", "include_exited", payload)
+        if decision.terminal is not None:
+            writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)
+            return None
+        target = decision.target
+        while target is not None and target in self.graph.mounts:
+            mount = self.graph.mounts[target]
+            ctx = self._context(mount.path, "")
+            child_input = prepare_input(mount.definition, evaluate(mount.input, ctx) if mount.input is not None else None)
+            payload = {
+                "mountPath": mount.path.split("/"),
+                "workflowName": mount.definition.name,
+                "invocation": next_invocation(writer.state, mount.path),
+                "input": child_input,
+            }
+            writer.append("run", "include_entered", payload)
+            target = f"{mount.path}/{mount.definition.start_at}"
+        return target
+
+    def _execute(self, node_id: str) -> NodeOutcome:
+        writer = self.writer
+        assert writer is not None and self.session is not None
+        gnode = self.graph.nodes[node_id]
+        node = gnode.node
+        attempt_id = uuid.uuid4().hex
+        attempt_holder: list[Attempt] = []
+        ctx = self._context(node_id, attempt_id, attempt_holder)
+        timeout_s: float | None = None
+        if isinstance(node, AgentNode | ActionNode):
+            timeout_s = evaluate(node.timeout_s, ctx)
+        started: dict[str, Any] = {"nodeType": node.node_type}
+        detail = getattr(node, "status_detail", None)
+        if detail:
+            started["statusDetail"] = detail
+        if timeout_s is not None:
+            started["timeoutMs"] = int(timeout_s * 1000)
+        writer.append("node", "node_started", started, node_id=node_id, attempt_id=attempt_id)
+        attempt = Attempt(
+            gnode=gnode,
+            attempt_id=attempt_id,
+            ctx=ctx,
+            writer=writer,
+            session=self.session,
+            timeout_s=timeout_s,
+            cancel=ctx.cancelled if isinstance(ctx, ActionContext) else threading.Event(),
+            origin_session_id=(self.options.origin_session or {}).get("id"),
+        )
+        attempt_holder.append(attempt)
+        self.active = attempt
+        try:
+            if isinstance(node, ActionNode):
+                executor: Executor = self._shell if node.shell is not None else self._function
+            else:
+                executor = self.executors[node.node_type]
+            outcome = executor.execute(attempt)
+        finally:
+            attempt.active = False
+            self.active = None
+        payload: dict[str, Any] = {"outcome": outcome.outcome, "durationMs": attempt.elapsed_ms()}
+        if outcome.outcome == "ok":
+            payload["output"] = outcome.output
+        else:
+            payload["error"] = outcome.error or f"Node {node_id} {outcome.outcome}."
+        for key, value in (("conversation", outcome.conversation), ("action", outcome.action),
+                           ("usage", outcome.usage)):  # fmt: skip
+            if value is not None:
+                payload[key] = value
+        kind = "node_finished" if outcome.outcome == "ok" else "node_failed"
+        writer.append("node", kind, payload, node_id=node_id, attempt_id=attempt_id, sync=node.node_type != "compute")
+        return outcome
+
+    # ---- contexts -----------------------------------------------------------------------------------------
+
+    def _resolve(self, value: Any) -> Any:
+        assert self.writer is not None
+        return self.writer.bundle.resolve(value)
+
+    def _context(self, node_id: str, attempt_id: str, holder: list[Attempt] | None = None) -> NodeContext:
+        writer = self.writer
+        assert writer is not None
+        state = writer.state
+        mount = self.graph.mount_of(node_id)
+        if mount is None:
+            raw_input = state.input
+            outputs = {k: v for k, v in state.outputs.items() if "/" not in k}
+            results = {k: result_to_json(v) for k, v in state.results.items() if "/" not in k}
+        else:
+            entry = state.mounts.get(mount.path, {})
+            raw_input = entry.get("input")
+            outputs, results = _scoped(state, mount.path, int(entry.get("stepIndex", 0)))
+        common: dict[str, Any] = {
+            "input": self._resolve(raw_input),
+            "outputs": LazyOutputs(outputs, self._resolve),
+            "results": results,
+            "run_id": writer.bundle.run_id,
+            "node_id": node_id,
+            "attempt_id": attempt_id,
+            "workflow_name": state.workflow_name,
+            "clock": self.options.clock,
+        }
+        gnode = self.graph.nodes.get(node_id)
+        if gnode is not None and isinstance(gnode.node, ActionNode):
+            holder_ref = holder if holder is not None else []
+
+            def publish(type_: str, key: str, data: Any) -> Any:
+                assert self.publisher is not None
+                attempt = holder_ref[0] if holder_ref else None
+                return self.publisher.publish(
+                    node_id,
+                    attempt_id,
+                    {"type": type_, "key": key, "data": data},
+                    is_active=(lambda: attempt.active) if attempt else None,
+                )
+
+            return ActionContext(**common, publisher=publish)
+        return NodeContext(**common)
+
+    def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
+        assert self.publisher is not None
+        raw = item.model_dump() if hasattr(item, "model_dump") else item
+        self.publisher.publish(
+            attempt.node_id, attempt.attempt_id, raw, is_active=lambda: attempt.active, wait_for_token=attempt.cancel
+        )
+
+
+def _scoped(state: RunState, mount_path: str, start: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Outputs and results of the current invocation of a mount, keyed by local id."""
+    prefix = mount_path + "/"
+    outputs: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    for step in state.steps[start:]:
+        rest = step.node_id[len(prefix) :] if step.node_id.startswith(prefix) else None
+        if rest is None or "/" in rest:
+            continue
+        results[rest] = result_to_json(step)
+        if step.outcome == "ok":
+            outputs[rest] = step.output
+        else:
+            outputs.pop(rest, None)
+    for key, value in state.outputs.items():
+        rest = key[len(prefix) :] if key.startswith(prefix) else None
+        if rest and "/" not in rest and key in state.mounts and int(state.mounts[key].get("stepIndex", 0)) >= start:
+            outputs[rest] = value
+    return outputs, results

@@ -1,0 +1,147 @@
+"""The piw error tree: one base, a handful of families, messages that say what to do next.
+
+    PiwError                      base; the CLI turns it into ``Error: …`` and an exit code
+    ├── UsageError                bad arguments or input given on the command line (exit 2)
+    │   └── InputInvalid          ``--input`` is not valid JSON or fails the workflow's input model
+    ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
+    ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
+    ├── RunNotFound               no run bundle with that id
+    ├── TraceCorrupt              a trace line other than the torn tail fails to parse
+    ├── StoreError                a bundle cannot be created or read (layout, paths, locks)
+    │   ├── RunLocked             another process holds the run's writer lock
+    │   └── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
+    ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
+    ├── ResumeRefused             a run cannot be resumed
+    │   ├── SourceChanged         the workflow source or definition changed since the run started
+    │   └── RunFinished           the run already has a terminal event
+    ├── NodeFailure               raised inside node execution; becomes a ``node_failed`` event
+    │   ├── OutputInvalid         a node output cannot be stored as JSON
+    │   ├── Cancelled             the attempt was cancelled, parked or hit its deadline
+    │   └── AttemptInactive       an update or submission arrived for an attempt that is not active
+    ├── UpdateRejected            an update failed validation or limits; nothing was written
+    └── ProviderError             provider configuration or selection problems
+        ├── NeedsKey              an ``$ENV`` key reference is unset
+        └── ScriptExhausted       the scripted provider received more requests than it has replies
+
+Exit codes live with the CLI; this module only classifies.
+"""
+
+from __future__ import annotations
+
+
+class PiwError(Exception):
+    """Base of every error piw raises on purpose."""
+
+    exit_code: int = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(PiwError):
+    """Bad command-line arguments or input."""
+
+
+class InputInvalid(UsageError):
+    """The run input is not valid JSON or does not match the workflow's input model."""
+
+
+class DefinitionError(PiwError):
+    """A workflow definition is malformed; the message names the file, node and reason."""
+
+
+class LoadError(PiwError):
+    """A workflow cannot be found or imported."""
+
+
+class RunNotFound(PiwError):
+    """No run bundle exists for the requested run id."""
+
+
+class TraceCorrupt(PiwError):
+    """A trace line other than the last one is damaged; the file is left untouched."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+class StoreError(PiwError):
+    """A run bundle cannot be created, read or locked."""
+
+
+class RunLocked(StoreError):
+    """Another process is writing this run."""
+
+
+class StateSchemaMismatch(StoreError):
+    """The SQLite database has an unknown schema; back it up and move it aside."""
+
+
+class ClaimLost(PiwError):
+    """The writer lost its claim on the run; nothing more may be written."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Claim lost ({reason}); another process now owns this run.")
+        self.reason = reason
+
+
+class ResumeRefused(PiwError):
+    """The run cannot be resumed."""
+
+
+class SourceChanged(ResumeRefused):
+    """The workflow changed since the run started; completed steps cannot be replayed."""
+
+
+class RunFinished(ResumeRefused):
+    """The run already ended; there is nothing to resume."""
+
+
+class NodeFailure(PiwError):
+    """A failure inside one node attempt; the engine records it as ``node_failed``."""
+
+    outcome: str = "failed"
+
+
+class OutputInvalid(NodeFailure):
+    """A node returned a value that cannot be stored as JSON (an author bug)."""
+
+
+class Cancelled(NodeFailure):
+    """The attempt was cancelled, parked or ran past its deadline."""
+
+    outcome = "cancelled"
+
+
+class AttemptInactive(NodeFailure):
+    """An update or submission named an attempt that is no longer active."""
+
+    def __init__(self, node_id: str, attempt_id: str) -> None:
+        super().__init__(f"attempt {attempt_id} of step {node_id} is not active")
+        self.node_id = node_id
+        self.attempt_id = attempt_id
+
+
+class UpdateRejected(PiwError):
+    """An update failed validation or limits; the message names the field and rule, never the data."""
+
+
+class ProviderError(PiwError):
+    """Provider configuration or selection problems (unknown provider, bad config)."""
+
+
+class NeedsKey(ProviderError):
+    """A configured ``$NAME`` key reference is not set in the environment."""
+
+    def __init__(self, variable: str) -> None:
+        super().__init__(f"Environment variable {variable} is not set; export it or change the provider's api_key.")
+        self.variable = variable
+
+
+class ScriptExhausted(ProviderError):
+    """The scripted provider has no reply left for a request."""

@@ -1,0 +1,141 @@
+"""Executors: one per node type, each turning an attempt into a ``NodeOutcome``.
+
+The engine owns the trace; an executor only runs the node and reports what happened (some also append
+attempt-scoped events through the writer, e.g. updates and notifications).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from piw.errors import OutputInvalid
+
+if TYPE_CHECKING:
+    from piw.context import NodeContext
+    from piw.graph import GraphNode
+    from piw.session import SessionLog
+    from piw.writer import RunWriter
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """How one attempt ended, in the terms of ``node_finished``/``node_failed``."""
+
+    outcome: str
+    output: Any = None
+    error: str | None = None
+    action: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    conversation: dict[str, Any] | None = None
+
+    @classmethod
+    def ok(cls, output: Any, **extra: Any) -> NodeOutcome:
+        return cls("ok", output, **extra)
+
+    @classmethod
+    def failed(cls, error: str, outcome: str = "failed", **extra: Any) -> NodeOutcome:
+        return cls(outcome, None, error, **extra)
+
+
+@dataclass
+class Attempt:
+    """Everything an executor needs for one attempt of one node."""
+
+    gnode: GraphNode
+    attempt_id: str
+    ctx: NodeContext
+    writer: RunWriter
+    session: SessionLog
+    timeout_s: float | None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    origin_session_id: str | None = None
+    active: bool = True
+    timed_out: bool = False
+
+    @property
+    def node_id(self) -> str:
+        return self.gnode.id
+
+    @property
+    def run_id(self) -> str:
+        return self.writer.bundle.run_id
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the deadline (``None`` without one)."""
+        if self.timeout_s is None:
+            return None
+        return self.timeout_s - (time.monotonic() - self.started)
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+
+class Executor(Protocol):
+    def execute(self, attempt: Attempt) -> NodeOutcome: ...
+
+
+def evaluate(value: Any, ctx: NodeContext) -> Any:
+    """Callables of the DSL accept a value or a function of the context."""
+    return value(ctx) if callable(value) else value
+
+
+def to_json_output(value: Any, node_id: str) -> Any:
+    """Normalise a node's return value to JSON (pydantic models dumped); an unstorable value is an author bug."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise OutputInvalid(f"Node {node_id} returned a value that is not JSON ({exc}).") from exc
+    return value
+
+
+def describe_exception(exc: BaseException) -> str:
+    """A one-line error for a failed node: the exception type and its message."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def run_with_deadline(attempt: Attempt, fn: Callable[[], Any]) -> tuple[str, Any]:
+    """Run ``fn`` in a worker thread, honouring the attempt's deadline and cancel event.
+
+    Returns ``("ok", value)``, ``("error", exc)``, ``("timed_out", None)`` or ``("cancelled", None)``. A Python
+    function cannot be killed, so on timeout the attempt is marked inactive (its late updates are refused) and the
+    thread is left to finish on its own.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=target, name=f"piw-{attempt.node_id}", daemon=True)
+    worker.start()
+    while not done.is_set():
+        remaining = attempt.remaining_s()
+        if remaining is not None and remaining <= 0:
+            attempt.timed_out = True
+            attempt.active = False
+            attempt.cancel.set()
+            return "timed_out", None
+        if attempt.cancel.is_set() and not attempt.timed_out:
+            done.wait(1.0)
+            if not done.is_set():
+                return "cancelled", None
+        done.wait(0.05 if remaining is None else min(0.05, max(remaining, 0.001)))
+    if "error" in box:
+        return "error", box["error"]
+    return "ok", box.get("value")

@@ -1,0 +1,256 @@
+"""Shell actions: an argument list run in its own process group, output captured and capped.
+
+The command never goes through a shell unless the author sets ``shell=True``. On timeout, cancel or an update
+parser failure the whole process group gets SIGTERM, then SIGKILL after 1 s, so grandchildren die too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from piw.definition import ActionNode, ShellCommand, ShellUpdates
+from piw.errors import DefinitionError, NodeFailure
+from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.shell_lines import CappedText, LineFramer, ShellLine
+
+KILL_GRACE_S = 1.0
+_COMMAND_FIELDS = set(ShellCommand.__dataclass_fields__)
+
+
+def to_command(value: Any, node_id: str) -> ShellCommand:
+    """Accept a ``ShellCommand`` or a mapping with its fields; anything else is an author error."""
+    if isinstance(value, ShellCommand):
+        command = value
+    elif isinstance(value, Mapping):
+        unknown = set(value) - _COMMAND_FIELDS
+        if unknown:
+            raise DefinitionError(f"shell node {node_id}: unknown command field(s) {', '.join(sorted(unknown))}")
+        if "command" not in value:
+            raise DefinitionError(f"shell node {node_id}: exec must return a 'command'")
+        command = ShellCommand(**value)
+    else:
+        raise DefinitionError(f"shell node {node_id}: exec must return a ShellCommand or a mapping")
+    if not isinstance(command.command, str) or not all(isinstance(arg, str) for arg in command.args):
+        raise DefinitionError(f"shell node {node_id}: command and args must be strings")
+    return command
+
+
+def kill_group(process: subprocess.Popen[bytes], grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the process group, then SIGKILL after ``grace_s`` if the leader has not exited."""
+    if process.poll() is not None:
+        _kill_leftovers(process.pid)
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _kill_leftovers(process.pid)
+
+
+def _kill_leftovers(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _StreamReader(threading.Thread):
+    """Reads one pipe: captures capped text and, when configured, frames lines and publishes updates."""
+
+    def __init__(
+        self,
+        fd: int,
+        stream: str,
+        max_chars: int,
+        on_line: Callable[[ShellLine], None] | None,
+    ) -> None:
+        super().__init__(name=f"piw-shell-{stream}", daemon=True)
+        self.fd = fd
+        self.stream = stream
+        self.capture = CappedText(max_chars)
+        self.framer = LineFramer(stream) if on_line else None  # type: ignore[arg-type]
+        self.on_line = on_line
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = os.read(self.fd, 65536)
+                if not chunk:
+                    break
+                self.capture.feed(chunk)
+                if self.framer is not None and self.error is None:
+                    self._deliver(self.framer.feed(chunk))
+            if self.framer is not None and self.error is None:
+                self._deliver(self.framer.close())
+        except BaseException as exc:
+            self.error = self.error or exc
+        finally:
+            os.close(self.fd)
+
+    def _deliver(self, lines: list[ShellLine]) -> None:
+        assert self.on_line is not None
+        try:
+            for line in lines:
+                self.on_line(line)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+
+class ShellActionExecutor:
+    """Runs ``shell(...)`` nodes."""
+
+    def __init__(self, publish: Callable[[Attempt, Any], None]) -> None:
+        self._publish = publish
+
+    def execute(self, attempt: Attempt) -> NodeOutcome:
+        node = attempt.gnode.node
+        assert isinstance(node, ActionNode) and node.shell is not None
+        try:
+            command = to_command(evaluate(node.shell.exec, attempt.ctx), attempt.node_id)
+        except NodeFailure as exc:
+            return NodeOutcome.failed(str(exc), exc.outcome)
+        except Exception as exc:
+            return NodeOutcome.failed(describe_exception(exc))
+        return self._run(attempt, node, command)
+
+    def _run(self, attempt: Attempt, node: ActionNode, command: ShellCommand) -> NodeOutcome:
+        assert node.shell is not None
+        argv: str | list[str] = (
+            " ".join([command.command, *command.args]) if command.shell else [command.command, *command.args]
+        )
+        env = {**os.environ, **command.env} if command.env else None
+        receipt: dict[str, Any] = {"actionType": "shell", "command": command.command, "args": list(command.args)}
+        if command.cwd:
+            receipt["cwd"] = command.cwd
+        started = time.monotonic()
+        attempt.writer.sync()  # the node_started line and everything before it are durable before the effect
+        try:
+            process = subprocess.Popen(
+                argv,
+                shell=command.shell,
+                cwd=command.cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            receipt.update(exitCode=None, signal=None, durationMs=0)
+            return NodeOutcome.failed(f"Could not start {command.command!r}: {exc.strerror or exc}", action=receipt)
+        updates = node.shell.updates
+        readers = {
+            stream: _StreamReader(
+                os.dup(pipe.fileno()),
+                stream,
+                command.max_output_chars,
+                self._line_handler(attempt, updates) if updates and stream in updates.streams else None,
+            )
+            for stream, pipe in (("stdout", process.stdout), ("stderr", process.stderr))
+            if pipe is not None
+        }
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        process.stderr.close()
+        for reader in readers.values():
+            reader.start()
+        self._feed_stdin(process, command.stdin)
+        limit = min(t for t in (attempt.remaining_s(), command.timeout_s) if t is not None) if (
+            attempt.remaining_s() is not None or command.timeout_s is not None
+        ) else None
+        failure: str | None = None
+        outcome = "failed"
+        while process.poll() is None or any(r.is_alive() for r in readers.values()):
+            broken = next((r for r in readers.values() if r.error is not None), None)
+            if broken is not None:
+                failure = f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
+                break
+            if limit is not None and time.monotonic() - started >= limit:
+                failure, outcome = f"Command {command.command!r} timed out after {limit:g}s.", "timed_out"
+                attempt.timed_out = True
+                break
+            if attempt.cancel.is_set():
+                failure, outcome = f"Command {command.command!r} was cancelled.", "cancelled"
+                break
+            time.sleep(0.01)
+        if failure is not None:
+            kill_group(process)
+        process.wait()
+        for reader in readers.values():
+            reader.join(timeout=2.0)
+        duration = int((time.monotonic() - started) * 1000)
+        exit_code, sig = (process.returncode, None) if process.returncode >= 0 else (None, -process.returncode)
+        signal_name = signal.Signals(sig).name if sig else None
+        receipt.update(exitCode=exit_code, signal=signal_name, durationMs=duration)
+        stdout = readers["stdout"].capture.finish()
+        stderr = readers["stderr"].capture.finish()
+        if failure is None:
+            broken = next((r for r in readers.values() if r.error is not None), None)
+            if broken is not None:
+                failure = f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
+        if failure is not None:
+            return NodeOutcome.failed(failure, outcome, action=receipt)
+        result = {
+            "command": command.command,
+            "args": list(command.args),
+            "cwd": command.cwd,
+            "stdout": stdout,
+            "stderr": stderr,
+            "exitCode": exit_code,
+            "signal": signal_name,
+            "durationMs": duration,
+        }
+        if (exit_code != 0) and not command.allow_nonzero_exit:
+            detail = f"exit code {exit_code}" if exit_code is not None else f"signal {signal_name}"
+            tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+            suffix = f": {tail[0][:200]}" if tail else ""
+            return NodeOutcome.failed(f"Command {command.command!r} failed with {detail}{suffix}", action=receipt)
+        try:
+            output = node.shell.parse(result, attempt.ctx) if node.shell.parse else result
+            return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)
+        except NodeFailure as exc:
+            return NodeOutcome.failed(str(exc), exc.outcome, action=receipt)
+        except Exception as exc:
+            return NodeOutcome.failed(f"parse failed: {describe_exception(exc)}", action=receipt)
+
+    def _line_handler(self, attempt: Attempt, updates: ShellUpdates) -> Callable[[ShellLine], None]:
+        def handle(line: ShellLine) -> None:
+            produced = updates.parse_line(line, attempt.ctx)
+            if produced is None:
+                return
+            items = produced if isinstance(produced, list | tuple) else [produced]
+            for item in items:
+                self._publish(attempt, item)
+
+        return handle
+
+    @staticmethod
+    def _feed_stdin(process: subprocess.Popen[bytes], stdin: str | None) -> None:
+        assert process.stdin is not None
+        try:
+            if stdin:
+                process.stdin.write(stdin.encode("utf-8"))
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+
+
+def _describe_parser_error(error: BaseException | None) -> str:
+    """Name the exception type and the rule, never the line text (it may hold secrets)."""
+    if error is None:
+        return "unknown error"
+    if isinstance(error, NodeFailure) or type(error).__name__ in ("UpdateRejected", "ShellLineTooLong"):
+        return str(error)
+    return type(error).__name__

@@ -1,0 +1,63 @@
+"""Run listings: a summary row per bundle, newest first, from the replayed state.
+
+The SQLite ``runs`` index (``persistence.md`` §10) will cache these rows; until then bundles are folded directly
+(``state.json`` accelerates it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from piw.errors import PiwError
+from piw.store import list_bundles, load_state
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    workflow_name: str
+    run_title: str | None
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    current_node: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "workflowName": self.workflow_name,
+            "runTitle": self.run_title,
+            "status": self.status,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "currentNode": self.current_node,
+        }
+
+
+def run_summaries(home: Path, status: str | None = None, limit: int | None = None) -> Iterator[RunSummary]:
+    """Summaries of every readable run, newest first; unreadable bundles are skipped."""
+    count = 0
+    for bundle in list_bundles(home):
+        try:
+            state = load_state(bundle)
+        except PiwError:
+            continue
+        if not state.run_id:
+            continue
+        if status is not None and state.status != status:
+            continue
+        yield RunSummary(
+            run_id=state.run_id,
+            workflow_name=state.workflow_name,
+            run_title=state.run_title,
+            status=state.status,
+            started_at=state.started_at,
+            finished_at=state.finished_at,
+            current_node=state.current.node_id if state.current else None,
+        )
+        count += 1
+        if limit is not None and count >= limit:
+            return

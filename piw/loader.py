@@ -1,0 +1,226 @@
+"""Loading and discovery: resolve a workflow reference, import its file, validate it and fix its identity.
+
+Order (spec README §3): an explicit path; ``./.piw/workflows/NAME.workflow.py``; ``$PIW_HOME/workflows/``; the
+built-in ``NAME``; then the shipped examples. A file's SHA-256 is its source identity; a built-in's is
+``{id, revision}``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from piw.definition import WorkflowDefinition
+from piw.errors import DefinitionError, InputInvalid, LoadError
+from piw.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
+from piw.wire import sha256_hex
+
+SUFFIX = ".workflow.py"
+
+
+def shipped_workflows_dir() -> Path:
+    """``piw/workflows`` inside an installed wheel, else the repository's top-level ``workflows/``."""
+    inside = Path(__file__).resolve().parent / "workflows"
+    return inside if inside.is_dir() else Path(__file__).resolve().parent.parent / "workflows"
+
+
+def builtins_dir() -> Path:
+    return shipped_workflows_dir() / "builtins"
+
+
+def examples_dir() -> Path:
+    return shipped_workflows_dir() / "examples"
+
+
+@dataclass(frozen=True)
+class LoadedWorkflow:
+    """A definition with its validated flat graph, snapshot, digest and source identities."""
+
+    definition: WorkflowDefinition
+    graph: FlatGraph
+    snapshot: dict[str, Any]
+    digest: str
+    source: dict[str, Any]
+    sources: list[dict[str, Any]]
+    path: Path
+
+
+def search_paths(home: Path) -> list[tuple[str, Path]]:
+    """Where names are looked up, in order, with a label for ``piw list``."""
+    return [
+        ("project", Path.cwd() / ".piw" / "workflows"),
+        ("user", home / "workflows"),
+        ("builtin", builtins_dir()),
+        ("example", examples_dir()),
+    ]
+
+
+def resolve_reference(reference: str, home: Path) -> Path:
+    """Turn a CLI workflow reference (path or name) into a file path."""
+    candidate = Path(reference).expanduser()
+    looks_like_path = reference.endswith(".py") or "/" in reference or reference.startswith(".")
+    if candidate.is_file():
+        return candidate.resolve()
+    if looks_like_path:
+        raise LoadError(f"Workflow file {reference} does not exist.")
+    for _, folder in search_paths(home):
+        path = folder / f"{reference}{SUFFIX}"
+        if path.is_file():
+            return path.resolve()
+    raise LoadError(f"No workflow named {reference!r}; see 'piw list' for what is available, or pass a file path.")
+
+
+def import_definition(path: Path) -> WorkflowDefinition:
+    """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file."""
+    try:
+        source = path.read_bytes()
+        compile(source, str(path), "exec")
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read the file ({exc.strerror}).") from None
+    except SyntaxError as exc:
+        raise LoadError(f"{path}:{exc.lineno}: syntax error: {exc.msg}.") from None
+    module_name = f"piw_workflow_{sha256_hex(str(path))[:12]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise LoadError(f"{path}: cannot be imported as a Python module.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except DefinitionError as exc:
+        raise DefinitionError(f"{path}: {exc}") from None
+    except Exception as exc:
+        line = _user_line(exc, path)
+        where = f"{path}:{line}" if line else str(path)
+        raise LoadError(f"{where}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+    finally:
+        sys.modules.pop(module_name, None)
+    workflow = getattr(module, "workflow", None)
+    if workflow is None:
+        raise LoadError(f"{path}: the file does not bind `workflow`; add `workflow = define_workflow(...)`.")
+    if not isinstance(workflow, WorkflowDefinition):
+        raise LoadError(f"{path}: `workflow` must be the result of define_workflow(...), not {type(workflow).__name__}.")
+    return workflow
+
+
+def _user_line(exc: BaseException, path: Path) -> int | None:
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if Path(frame.filename) == path]
+    return frames[-1].lineno if frames else None
+
+
+def source_identity(definition: WorkflowDefinition, path: Path | None) -> dict[str, Any]:
+    """``{"kind":"builtin","id","revision"}`` for built-ins, else ``{"kind":"file","path","hash"}``."""
+    file = Path(definition.source_file).resolve() if definition.source_file else path
+    if file is not None and file.parent == builtins_dir().resolve():
+        if definition.revision is None:
+            raise DefinitionError(f"{file}: built-in workflows must declare revision=...")
+        return {"kind": "builtin", "id": file.name.removesuffix(SUFFIX), "revision": definition.revision}
+    if file is None:
+        raise LoadError(f"workflow {definition.name!r} has no source file")
+    return {"kind": "file", "path": str(file), "hash": sha256_hex(file.read_bytes())}
+
+
+def load_workflow(
+    reference: str | Path, home: Path, tools_known: Callable[[str], bool] | None = None
+) -> LoadedWorkflow:
+    """Load, validate (both passes) and identify a workflow."""
+    path = Path(reference) if isinstance(reference, Path) else resolve_reference(reference, home)
+    definition = import_definition(path)
+    try:
+        graph = flatten(definition, tools_known)
+    except DefinitionError as exc:
+        raise DefinitionError(f"{path}: {exc}") from None
+    snap = snapshot(graph)
+    sources = [
+        {"mountPath": mount.path.split("/"), "workflowName": mount.definition.name,
+         "source": source_identity(mount.definition, None)}
+        for mount in _sorted_mounts(graph)
+    ]  # fmt: skip
+    return LoadedWorkflow(
+        definition=definition,
+        graph=graph,
+        snapshot=snap,
+        digest=definition_digest(snap),
+        source=source_identity(definition, path),
+        sources=sources,
+        path=path,
+    )
+
+
+def _sorted_mounts(graph: FlatGraph) -> list[Mount]:
+    return [graph.mounts[key] for key in sorted(graph.mounts)]
+
+
+def load_builtin(name: str, home: Path) -> LoadedWorkflow:
+    path = builtins_dir() / f"{name}{SUFFIX}"
+    if not path.is_file():
+        raise LoadError(f"No built-in workflow named {name!r}.")
+    return load_workflow(path, home)
+
+
+def parse_input_option(text: str | None) -> Any:
+    """``--input JSON`` or ``--input @file``; omitted means ``{}``."""
+    if text is None:
+        return {}
+    raw = text
+    if text.startswith("@"):
+        try:
+            raw = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputInvalid(f"Cannot read --input file {text[1:]}: {exc.strerror}.") from None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InputInvalid(f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}).") from None
+
+
+def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
+    """Validate the run input with the workflow's model or normaliser; errors name the field."""
+    model = definition.input
+    if model is None:
+        return {} if raw is None else raw
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            return model.model_validate({} if raw is None else raw).model_dump(mode="json")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "input"
+            raise InputInvalid(f"Invalid input for {definition.name}: {field}: {first['msg']}.") from None
+    try:
+        return model(raw)
+    except Exception as exc:
+        raise InputInvalid(f"Invalid input for {definition.name}: {exc}.") from None
+
+
+def resolve_title(definition: WorkflowDefinition, input_value: Any) -> str | None:
+    title = definition.title
+    if title is None:
+        return None
+    if callable(title):
+        try:
+            value = title(input_value, definition.name)
+        except Exception as exc:
+            raise InputInvalid(f"Workflow title function failed: {type(exc).__name__}: {exc}.") from None
+        return str(value) if value is not None else None
+    return title
+
+
+def discover(home: Path) -> Iterator[tuple[str, Path]]:
+    """Every workflow file in the search paths, with its origin label (first occurrence of a name wins)."""
+    seen: set[str] = set()
+    for label, folder in search_paths(home):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob(f"*{SUFFIX}")):
+            name = path.name.removesuffix(SUFFIX)
+            if name not in seen:
+                seen.add(name)
+                yield label, path

@@ -1,0 +1,85 @@
+"""Starting and resuming runs in the foreground: the one library call behind ``piw run`` and ``piw resume``."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from piw.engine import Engine, RunOptions
+from piw.executors import Executor
+from piw.loader import LoadedWorkflow, builtins_dir, load_workflow, resolve_reference
+from piw.replay import RunState
+from piw.store import Bundle, load_state, open_bundle
+from piw.trace import FileLayer, resolve_durability
+from piw.wire import now_iso
+from piw.writer import Listener
+
+
+@dataclass
+class ForegroundOptions:
+    """What the CLI decides for a foreground run."""
+
+    listeners: list[Listener] = field(default_factory=list)
+    durability: str | None = None
+    files: FileLayer | None = None
+    agent_executor_factory: Callable[[LoadedWorkflow], Executor | None] | None = None
+    record_origin: bool = True
+    on_start: Callable[[Bundle], None] | None = None
+
+
+def _origin_session() -> dict[str, Any]:
+    return {"id": "ses_" + secrets.token_hex(16), "startedAt": now_iso()}
+
+
+def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) -> Engine:
+    factory = options.agent_executor_factory
+    return Engine(
+        workflow,
+        home,
+        RunOptions(
+            durability=resolve_durability(options.durability),
+            files=options.files,
+            listeners=list(options.listeners),
+            agent_executor=factory(workflow) if factory else None,
+            origin_session=_origin_session() if options.record_origin else None,
+            on_start=options.on_start,
+        ),
+    )
+
+
+def start_run(
+    reference: str, home: Path, raw_input: Any, title: str | None, options: ForegroundOptions
+) -> RunState:
+    """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
+    workflow = load_workflow(reference, home, _tools_known())
+    return _engine(workflow, home, options).start(raw_input, title)
+
+
+def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
+    """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
+    bundle = open_bundle(home, run_id)
+    state = load_state(bundle)
+    workflow = load_workflow(workflow_path_of(state.workflow_source, state.workflow_name, home), home, _tools_known())
+    return _engine(workflow, home, options).resume(run_id)
+
+
+def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:
+    """Where a run's workflow lives now: its file, or the built-in of that id."""
+    if source.get("kind") == "builtin":
+        return builtins_dir() / f"{source.get('id')}.workflow.py"
+    path = source.get("path")
+    if path and Path(path).is_file():
+        return Path(path)
+    return resolve_reference(name, home)
+
+
+def _tools_known() -> Callable[[str], bool] | None:
+    try:
+        from piw.tools import registry
+    except ImportError:  # pragma: no cover - the tools package ships with piw
+        return None
+    names = set(registry.registered_names())
+    return names.__contains__

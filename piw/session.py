@@ -1,0 +1,122 @@
+"""The conversation record: ``session/entries.ndjson``, one settled message per line.
+
+Entries form a chain through ``parentId``; the current branch is what later model requests see. A session line is
+durable before any trace event names its entry id.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from piw.errors import TraceCorrupt
+from piw.trace import Durability, FileLayer, LineAppender, iter_lines
+from piw.wire import dumps_line, now_iso
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    """One line of the conversation record."""
+
+    seq: int
+    at: str
+    id: str
+    parent_id: str | None
+    timestamp: str
+    message: dict[str, Any]
+
+
+def parse_session(data: bytes, source: str = "entries.ndjson") -> list[SessionEntry]:
+    """Parse entries with the trace's torn-tail rules (unterminated tail and torn last line ignored)."""
+    entries: list[SessionEntry] = []
+    failed_at: int | None = None
+    for _, line in iter_lines(data):
+        if failed_at is not None:
+            raise TraceCorrupt(f"{source} line {failed_at} is damaged; the file was left untouched.", failed_at)
+        try:
+            raw = json.loads(line.decode("utf-8"))
+            entry = raw["entry"]
+            if raw["seq"] != len(entries) + 1:
+                raise ValueError("seq out of order")
+            entries.append(
+                SessionEntry(raw["seq"], raw["at"], entry["id"], entry.get("parentId"), entry["timestamp"], entry["message"])
+            )
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            failed_at = len(entries) + 1
+    return entries
+
+
+def read_session(path: Path) -> list[SessionEntry]:
+    try:
+        return parse_session(path.read_bytes(), str(path))
+    except FileNotFoundError:
+        return []
+
+
+def current_branch(entries: list[SessionEntry]) -> list[SessionEntry]:
+    """The chain reachable from the newest entry through ``parentId``, oldest first."""
+    if not entries:
+        return []
+    by_id = {entry.id: entry for entry in entries}
+    chain: list[SessionEntry] = []
+    cursor: SessionEntry | None = entries[-1]
+    while cursor is not None:
+        chain.append(cursor)
+        cursor = by_id.get(cursor.parent_id) if cursor.parent_id else None
+    chain.reverse()
+    return chain
+
+
+class SessionLog:
+    """Appends conversation entries for one run (the writer holds the run's lock)."""
+
+    def __init__(self, path: Path, durability: Durability, files: FileLayer | None = None) -> None:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        self.entries = read_session(path)
+        self._appender = LineAppender(path, durability, files)
+
+    @property
+    def head(self) -> str | None:
+        return self.entries[-1].id if self.entries else None
+
+    def append(self, message: dict[str, Any], *, parent_id: str | None = None, sync: bool = True) -> SessionEntry:
+        """Append one settled message after ``parent_id`` (default: the newest entry)."""
+        timestamp = now_iso()
+        entry = SessionEntry(
+            seq=len(self.entries) + 1,
+            at=timestamp,
+            id=uuid.uuid4().hex,
+            parent_id=parent_id if parent_id is not None else self.head,
+            timestamp=timestamp,
+            message=message,
+        )
+        line = {
+            "seq": entry.seq,
+            "at": entry.at,
+            "entry": {"type": "message", "id": entry.id, "parentId": entry.parent_id, "timestamp": timestamp,
+                      "message": message},
+        }  # fmt: skip
+        self._appender.append((dumps_line(line) + "\n").encode("utf-8"), sync=sync)
+        self.entries.append(entry)
+        return entry
+
+    def find_custom(self, custom_type: str, key: str, value: Any) -> SessionEntry | None:
+        """The first custom entry of a type whose ``details[key]`` equals ``value``."""
+        for entry in self.entries:
+            message = entry.message
+            if message.get("customType") == custom_type and (message.get("details") or {}).get(key) == value:
+                return entry
+        return None
+
+    def sync(self) -> None:
+        self._appender.sync()
+
+    def close(self) -> None:
+        self._appender.close()
+
+    def __iter__(self) -> Iterator[SessionEntry]:
+        return iter(self.entries)

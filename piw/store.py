@@ -1,0 +1,257 @@
+"""Run bundles on disk: ``PIW_HOME``, run ids, bundle creation, cached state and the writer lock.
+
+The trace is authoritative; ``state.json`` and ``manifest.json`` are caches refreshed after each commit and
+checked by readers (``persistence.md`` §3). Everything piw creates is private: directories 0700, files 0600.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from piw.artifacts import ArtifactStore
+from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
+from piw.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.trace import TraceEvent, TraceRead, read_trace
+from piw.wire import RUN_BUNDLE_SCHEMA, Manifest, dumps_line
+
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def piw_home() -> Path:
+    """``$PIW_HOME`` when set and non-empty, else ``~/.local/share/piw``; created 0700 and tightened."""
+    configured = os.environ.get("PIW_HOME")
+    home = Path(configured).expanduser() if configured else Path.home() / ".local" / "share" / "piw"
+    home = home.resolve()
+    ensure_private_dir(home)
+    return home
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700, and tighten it if it already exists."""
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def runs_dir(home: Path) -> Path:
+    return ensure_private_dir(home / "runs")
+
+
+def slugify(name: str) -> str:
+    """The run id slug: lowercase, runs of other characters → ``-``, trimmed, at most 40 characters."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].strip("-")
+    return slug or "workflow"
+
+
+def new_run_id(workflow_name: str, now: datetime | None = None) -> str:
+    """``<UTC timestamp with ms>Z-<slug>-<8 hex>``: lexical order is chronological."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    stamp = moment.strftime("%Y%m%dT%H%M%S") + f"{moment.microsecond // 1000:03d}Z"
+    return f"{stamp}-{slugify(workflow_name)}-{secrets.token_hex(4)}"
+
+
+def check_run_id(run_id: str) -> str:
+    """Validate a run id read from a user or a file."""
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise UsageError(f"{run_id!r} is not a valid run id; list runs with 'piw runs'.")
+    return run_id
+
+
+def write_private_file(path: Path, data: bytes, *, fsync: bool = False) -> None:
+    """Atomically replace ``path`` with ``data`` (temp file in the same directory, mode 0600, ``os.replace``)."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def json_bytes(value: Any) -> bytes:
+    return (dumps_line(value) + "\n").encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The paths of one run bundle."""
+
+    run_id: str
+    path: Path
+
+    @property
+    def trace_path(self) -> Path:
+        return self.path / "trace.ndjson"
+
+    @property
+    def state_path(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def workflow_path(self) -> Path:
+        return self.path / "workflow.json"
+
+    @property
+    def session_path(self) -> Path:
+        return self.path / "session" / "entries.ndjson"
+
+    @property
+    def artifacts(self) -> ArtifactStore:
+        return ArtifactStore(self.path)
+
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"Run {self.run_id} has no readable manifest.json ({exc}).") from exc
+        if data.get("schema") != RUN_BUNDLE_SCHEMA:
+            raise StoreError(f"Run {self.run_id} has an unknown bundle schema {data.get('schema')!r}.")
+        return data
+
+    def read_snapshot(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.workflow_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"Run {self.run_id} has no readable workflow.json ({exc}).") from exc
+        return data
+
+    def read_trace(self) -> TraceRead:
+        return read_trace(self.trace_path)
+
+    def write_state(self, state: RunState) -> None:
+        write_private_file(self.state_path, json_bytes(state_to_json(state)))
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        write_private_file(self.manifest_path, json_bytes(manifest.to_wire()))
+
+    def resolve(self, value: Any) -> Any:
+        """Load artifact refs inside a persisted value."""
+        from piw.artifacts import resolve
+
+        return resolve(value, self.artifacts.read)
+
+
+def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: Manifest) -> Bundle:
+    """Create a bundle directory with its immutable snapshot and first manifest (``run_started`` comes next)."""
+    check_run_id(run_id)
+    path = runs_dir(home) / run_id
+    path.mkdir(mode=0o700)
+    (path / "session").mkdir(mode=0o700)
+    write_private_file(path / "workflow.json", json_bytes(snapshot), fsync=True)
+    bundle = Bundle(run_id, path)
+    bundle.write_manifest(manifest)
+    return bundle
+
+
+def open_bundle(home: Path, run_id: str) -> Bundle:
+    """The bundle of an existing run, or ``RunNotFound``."""
+    check_run_id(run_id)
+    path = home / "runs" / run_id
+    if not (path / "manifest.json").is_file():
+        raise RunNotFound(f"No run {run_id!r} in {home / 'runs'}; list runs with 'piw runs'.")
+    return Bundle(run_id, path)
+
+
+def discard_incomplete(bundle: Bundle) -> None:
+    """Remove a bundle whose ``run_started`` never committed (input that never started a run)."""
+    shutil.rmtree(bundle.path, ignore_errors=True)
+
+
+def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunState:
+    """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold."""
+    if events is None:
+        events = bundle.read_trace().events
+    last_seq = events[-1].seq if events else 0
+    try:
+        cached = state_from_json(json.loads(bundle.state_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return fold(events)
+    if cached.run_id != bundle.run_id or cached.trace_seq > last_seq:
+        return fold(events)
+    return fold_more(cached, events[cached.trace_seq :])
+
+
+def list_bundles(home: Path) -> Iterator[Bundle]:
+    """Complete bundles (a manifest exists), newest first."""
+    root = home / "runs"
+    if not root.is_dir():
+        return
+    for entry in sorted(root.iterdir(), reverse=True):
+        if entry.name.startswith(".") or not RUN_ID_PATTERN.fullmatch(entry.name):
+            continue
+        if (entry / "manifest.json").is_file() and (entry / "trace.ndjson").is_file():
+            yield Bundle(entry.name, entry)
+
+
+class WriterLock:
+    """An exclusive ``flock`` on the bundle directory: one writer per run on this host.
+
+    This is the single-host seam that the SQLite claim (``persistence.md`` §10.2) slots in front of: a claim
+    decides who may write, the lock closes the gap between the fence check and the write.
+    """
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+        self._fd = -1
+
+    def acquire(self) -> WriterLock:
+        fd = os.open(self.bundle.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLocked(
+                f"Run {self.bundle.run_id} is being written by another piw process; wait for it or stop it."
+            ) from None
+        self._fd = fd
+        return self
+
+    def fence(self) -> None:
+        """Checked before every bundle write; with a local lock this only asserts the lock is still held."""
+        if self._fd < 0:
+            raise RunLocked(f"Run {self.bundle.run_id}: writer lock not held.")
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def run_is_live(bundle: Bundle) -> bool:
+    """True when some process holds the run's writer lock (a read-only probe: it takes a shared lock briefly)."""
+    try:
+        fd = os.open(bundle.path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

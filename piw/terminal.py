@@ -1,0 +1,47 @@
+"""Terminal safety: workflow and model text is shown as text, never as control sequences.
+
+Every view renders workflow data through :func:`safe_text`, so an ESC, CSI, OSC, CR or bidi override in a title,
+output, prompt or model reply reaches the terminal as a visible escape (``\\x1b``) and rich markup stays literal.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from rich.text import Text
+
+_BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}"
+
+
+def sanitize_terminal_text(text: str) -> str:
+    """Replace control characters (except newline; tabs become spaces) and bidi controls with visible escapes."""
+    if text.isprintable():
+        return text
+    out: list[str] = []
+    for char in text:
+        if char == "\n":
+            out.append(char)
+        elif char == "\t":
+            out.append(" ")
+        elif char in _BIDI_CONTROLS or unicodedata.category(char) == "Cc":
+            out.append(_escape(char))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def single_line(text: str) -> str:
+    """Sanitize and fold newlines into spaces, for table cells and card lines."""
+    return sanitize_terminal_text(text).replace("\n", " ")
+
+
+def safe_text(text: str, style: str = "") -> Text:
+    """A rich ``Text`` of sanitized workflow data: never markup, never ANSI, no highlighting."""
+    return Text(sanitize_terminal_text(text), style=style)

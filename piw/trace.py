@@ -1,0 +1,197 @@
+"""Trace events: the envelope, encoding, the durable appender and the torn-tail-tolerant reader.
+
+``trace.ndjson`` is the commit point of a run: an event exists once its full line (with ``\\n``) is written and made
+durable as the durability setting says. Payloads stay plain camelCase dicts so reading a large trace stays cheap;
+the fold knows their shapes (``persistence.md`` §4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from piw.errors import TraceCorrupt, UsageError
+from piw.wire import dumps_line
+
+Durability = Literal["effects", "always", "flush"]
+DURABILITY_VALUES: tuple[Durability, ...] = ("effects", "always", "flush")
+SCOPES = frozenset({"run", "node", "agent", "action", "session"})
+ATTEMPT_SCOPES = frozenset({"node", "agent", "action"})
+
+RUN_TERMINAL_TYPES = frozenset(
+    {"run_completed", "run_waiting", "run_failed", "run_timed_out", "run_cancelled", "run_interrupted"}
+)
+NODE_TERMINAL_TYPES = frozenset({"node_finished", "node_failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One committed trace line. ``payload`` is the camelCase payload object exactly as on disk."""
+
+    seq: int
+    at: str
+    scope: str
+    type: str
+    run_id: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    node_id: str | None = None
+    attempt_id: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The camelCase JSON object of this line."""
+        data: dict[str, Any] = {"seq": self.seq, "at": self.at, "scope": self.scope, "type": self.type}
+        data["runId"] = self.run_id
+        if self.node_id is not None:
+            data["nodeId"] = self.node_id
+        if self.attempt_id is not None:
+            data["attemptId"] = self.attempt_id
+        data["payload"] = self.payload
+        return data
+
+    def encode(self) -> bytes:
+        """The full line, newline included."""
+        return (dumps_line(self.to_wire()) + "\n").encode("utf-8")
+
+
+def decode_event(line: bytes, expected_seq: int) -> TraceEvent:
+    """Parse one terminated line; raise ``ValueError`` when it is not a valid envelope with the expected ``seq``."""
+    data = json.loads(line.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("line is not a JSON object")
+    seq, at, scope, kind, run_id = (data.get(k) for k in ("seq", "at", "scope", "type", "runId"))
+    payload = data.get("payload", {})
+    if type(seq) is not int or seq != expected_seq:
+        raise ValueError(f"expected seq {expected_seq}, found {seq!r}")
+    if not isinstance(at, str) or not isinstance(kind, str) or not isinstance(run_id, str):
+        raise ValueError("envelope needs string at, type and runId")
+    if scope not in SCOPES or not isinstance(payload, dict):
+        raise ValueError("envelope has an invalid scope or payload")
+    node_id, attempt_id = data.get("nodeId"), data.get("attemptId")
+    if scope in ATTEMPT_SCOPES and not (isinstance(node_id, str) and isinstance(attempt_id, str)):
+        raise ValueError(f"{scope} event needs nodeId and attemptId")
+    return TraceEvent(seq, at, scope, kind, run_id, payload, node_id, attempt_id)
+
+
+@dataclass(frozen=True)
+class TraceRead:
+    """The valid prefix of a trace and what was found after it."""
+
+    events: list[TraceEvent]
+    valid_bytes: int
+    torn_bytes: int
+    """Bytes after the valid prefix: an unterminated tail and/or one torn final line."""
+
+
+def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(end_offset, line)`` for every terminated line; an unterminated tail is not yielded."""
+    start = 0
+    while True:
+        end = data.find(b"\n", start)
+        if end < 0:
+            return
+        yield end + 1, data[start:end]
+        start = end + 1
+
+
+def parse_trace(data: bytes, source: str = "trace.ndjson") -> TraceRead:
+    """Parse trace bytes: ignore an unterminated tail and a torn last line; raise ``TraceCorrupt`` otherwise."""
+    events: list[TraceEvent] = []
+    valid = 0
+    pending_error: tuple[int, str] | None = None
+    for end, line in iter_lines(data):
+        if pending_error is not None:
+            number, reason = pending_error
+            raise TraceCorrupt(f"{source} line {number} is damaged ({reason}); the file was left untouched.", number)
+        try:
+            events.append(decode_event(line, len(events) + 1))
+            valid = end
+        except (ValueError, UnicodeDecodeError) as exc:
+            pending_error = (len(events) + 1, str(exc))
+    return TraceRead(events, valid, len(data) - valid)
+
+
+def read_trace(path: Path) -> TraceRead:
+    """Read a trace file's valid prefix (missing file → empty)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return TraceRead([], 0, 0)
+    return parse_trace(data, str(path))
+
+
+class FileLayer:
+    """The operating-system calls the appenders use; tests substitute one that records fsyncs."""
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+
+def resolve_durability(configured: str | None = None) -> Durability:
+    """``PIW_DURABILITY`` wins over the config value; the default is ``effects``."""
+    value = os.environ.get("PIW_DURABILITY") or configured or "effects"
+    if value not in DURABILITY_VALUES:
+        raise UsageError(f"Unknown durability {value!r}; use one of: {', '.join(DURABILITY_VALUES)}.")
+    return value  # type: ignore[return-value]
+
+
+class LineAppender:
+    """Appends complete lines to one NDJSON file with the group-commit rule of ``persistence.md`` §3.
+
+    ``sync=True`` marks a commit that must be durable before the caller goes on (an effect boundary); under
+    ``effects`` only those fsync, and one fsync covers every line written before it.
+    """
+
+    def __init__(self, path: Path, durability: Durability, files: FileLayer | None = None) -> None:
+        self.path = path
+        self.durability = durability
+        self.files = files or FileLayer()
+        created = not path.exists()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._dirty = False
+        self._parent_dirty = created
+
+    def append(self, line: bytes, *, sync: bool = False) -> None:
+        """Write one line; fsync when the durability setting requires it for this commit."""
+        self.files.write_all(self._fd, line)
+        self._dirty = True
+        if self.durability == "always" or (self.durability == "effects" and sync):
+            self.sync()
+
+    def sync(self) -> None:
+        """Make every written line durable (no-op under ``flush`` or when nothing is pending)."""
+        if self.durability == "flush" or not self._dirty:
+            return
+        self.files.fsync(self._fd)
+        self._dirty = False
+        if self._parent_dirty:
+            fsync_dir(self.path.parent, self.files)
+            self._parent_dirty = False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def fsync_dir(path: Path, files: FileLayer | None = None) -> None:
+    """fsync a directory so a newly created entry in it survives power loss."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        (files or FileLayer()).fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def events_of_attempt(events: Iterable[TraceEvent], attempt_id: str) -> list[TraceEvent]:
+    """Every event of one attempt, in order."""
+    return [event for event in events if event.attempt_id == attempt_id]
