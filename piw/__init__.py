@@ -4,6 +4,10 @@ This module is the public API that workflow files import (pinned by a test). Pro
 ``piw.progress`` and plan parsing in ``piw.plan``.
 """
 
+# ``piw.agent`` is both the sub-package of agent steps (``piw.agent.contract``, ``piw.agent.loop``, as the spec
+# names them) and the public ``agent()`` helper. Loading the package first lets the helper bind the attribute
+# below; later ``import piw.agent.x`` statements find the package in ``sys.modules`` and leave it alone.
+import piw.agent as _agent_package  # noqa: F401  (must precede the helper import)
 from piw.context import ActionContext, NodeContext
 from piw.definition import (
     AssistantMessage,

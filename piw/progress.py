@@ -401,14 +401,16 @@ def _record(event: object) -> ProgressRecord | None:
     payload = wire.get("payload")
     if not isinstance(payload, Mapping) or payload.get("type") != "progress":
         return None
-    at, key, data = wire.get("at"), payload.get("key"), payload.get("data")
+    at, seq, key, data = wire.get("at"), wire.get("seq"), payload.get("key"), payload.get("data")
     if isinstance(at, datetime):
         at = at.isoformat()
-    if not (isinstance(at, str) and isinstance(key, str) and isinstance(data, Mapping)):
+    if not (
+        isinstance(at, str) and isinstance(seq, int) and isinstance(key, str) and isinstance(data, Mapping)
+    ):
         return None
     return ProgressRecord(
         update_id=str(payload.get("updateId", "")),
-        seq=int(wire.get("seq", 0)),
+        seq=seq,
         at=at,
         run_id=str(wire.get("runId", "")),
         node_id=str(wire.get("nodeId", "")),
@@ -516,15 +518,10 @@ def format_progress_line(estimate: ProgressEstimate, now: datetime) -> str:
     A label that sanitizes to nothing falls back to the key, so every line still names its track.
     """
     data = estimate.data
-    phase = sanitize_text(data["phase"]) if isinstance(data.get("phase"), str) else ""
-    parts = [
-        sanitize_text(data["label"]) if isinstance(data.get("label"), str) else "",
-        _count(data),
-        phase,
-        f"elapsed {format_remaining(estimate.elapsed_ms)}" if phase else "",
-        _eta(estimate, now, bool(phase)),
-    ]
-    parts[0] = parts[0] or estimate.key
+    label = sanitize_text(str(data.get("label", ""))) or estimate.key
+    phase = sanitize_text(str(data.get("phase", "")))
+    elapsed = f"elapsed {format_remaining(estimate.elapsed_ms)}" if phase else ""
+    parts = (label, _count(data), phase, elapsed, _eta(estimate, now, bool(phase)))
     return "  ".join(part for part in parts if part)
 
 

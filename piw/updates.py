@@ -5,8 +5,8 @@ and writes only when all of them pass, so a rejection never leaves a trace line 
 field and the rule and never echo data.
 
 ``<path>`` in data messages is ``update.data`` followed by ``.name`` for identifier-like keys,
-``["any key"]`` (a JSON string, clipped to 64 characters) for other keys and ``[i]`` for list items, as in
-``update.data.rows[2]["a b"]``.
+``["any key"]`` (an ASCII JSON string, clipped to 64 characters) for other keys and ``[i]`` for list
+items, as in ``update.data.rows[2]["a b"]``. Keys appear in paths; values never appear in messages.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def _utf8(text: str) -> bool:
 def _child_path(path: str, name: str) -> str:
     if _IDENTIFIER.fullmatch(name):
         return f"{path}.{name}"
-    quoted = json.dumps(name if len(name) <= 64 else name[:63] + "…")
+    quoted = json.dumps(name if len(name) <= 64 else name[:61] + "...")  # ASCII: no control or bidi text
     return f"{path}[{quoted}]"
 
 

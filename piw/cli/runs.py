@@ -31,15 +31,23 @@ def _finish(state: RunState, as_json: bool) -> int:
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
-def _foreground(as_json: bool, verbose: bool = False) -> ForegroundOptions:
+def _foreground(
+    as_json: bool,
+    verbose: bool = False,
+    provider: str | None = None,
+    model: str | None = None,
+    script: str | None = None,
+) -> ForegroundOptions:
+    """The listeners and agent wiring of a foreground run (the live view goes to stderr with --json)."""
+    from piw.agent.setup import agent_executor_factory
+
     console = make_console(sys.stderr if as_json else sys.stdout)
-    options = ForegroundOptions(listeners=[StepLog(console)])
-    try:
-        from piw.agent.setup import agent_executor_factory
-    except ImportError:
-        return options
-    options.agent_executor_factory = agent_executor_factory(console=console, verbose=verbose)
-    return options
+    return ForegroundOptions(
+        listeners=[StepLog(console)],
+        agent_executor_factory=agent_executor_factory(
+            piw_home(), console, verbose=verbose, provider=provider, model=model, script=script
+        ),
+    )
 
 
 @app.command()
@@ -56,24 +64,9 @@ def run(
     """Start a run and follow it until it ends, waits, or is interrupted."""
     raw_input = parse_input_option(input)
     home = piw_home()
-    options = _foreground(as_json, verbose)
-    _select_provider(options, provider, model, script, workflow)
+    options = _foreground(as_json, verbose, provider, model, script)
     state = start_run(workflow, home, raw_input, title, options)
     return _finish(state, as_json)
-
-
-def _select_provider(
-    options: ForegroundOptions, provider: str | None, model: str | None, script: str | None, workflow: str
-) -> None:
-    """Record the provider choice for the agent executor factory (validated when an agent step needs it)."""
-    import os
-
-    if provider:
-        os.environ["PIW_PROVIDER"] = provider
-    if model:
-        os.environ["PIW_MODEL"] = model
-    if script:
-        os.environ["PIW_SCRIPT"] = script
 
 
 @app.command()

@@ -1,0 +1,1 @@
+"""Agent steps: the step contract, the ``workflow`` tool, the agent loop and the agent executor."""

@@ -1,0 +1,331 @@
+"""The agent executor: runs one attempt of an ``agent`` node in submit or assistant mode.
+
+Order for every attempt (``persistence.md`` §9): ``agent_prompt_sent`` is durable, then the step message entry,
+then model turns whose settled messages are appended to the conversation before the next request. Submit mode
+ends on an accepted ``workflow`` submission (no further request); assistant mode takes the final visible reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from piw.agent.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
+from piw.agent.events import StepDelivered
+from piw.agent.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
+from piw.agent.workflow_tool import WORKFLOW_TOOL_SPEC, ActiveStep, WorkflowTool
+from piw.definition import AgentNode
+from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.messages import MESSAGE_ADAPTER, AssistantMessage, CustomMessage, Message, ToolResultMessage
+from piw.providers.base import Provider, StepRef, force_tool
+from piw.session import SessionLog, current_branch
+from piw.tools import ToolContext, registry
+from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
+
+STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
+MAX_REMINDERS = 2
+NO_ORIGIN = "Assistant completion requires an origin session."
+
+
+def message_to_entry(message: Message) -> dict[str, Any]:
+    """A settled message as stored in ``session/entries.ndjson``."""
+    return message.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def branch_messages(session: SessionLog) -> list[Message]:
+    """The current conversation branch as messages (what the next request carries)."""
+    return [MESSAGE_ADAPTER.validate_python(entry.message) for entry in current_branch(session.entries)]
+
+
+def usage_of(messages: list[Message]) -> dict[str, Any] | None:
+    """Requests and tokens summed over an attempt's assistant messages; ``cost`` only when every part is known."""
+    assistants = [m for m in messages if isinstance(m, AssistantMessage)]
+    if not assistants:
+        return None
+    total: dict[str, Any] = {
+        "requests": len(assistants),
+        "input": 0,
+        "output": 0,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+    }
+    cost: float | None = 0.0
+    for message in assistants:
+        usage = message.usage
+        total["input"] += usage.input
+        total["output"] += usage.output
+        total["cacheRead"] += usage.cache_read
+        total["cacheWrite"] += usage.cache_write
+        cost = None if cost is None or usage.cost is None else cost + usage.cost
+    if cost is not None:
+        total["cost"] = cost
+    return total
+
+
+@dataclass
+class AgentSettings:
+    """How agent attempts run: the provider, limits, the system prompt and where tools may look."""
+
+    provider_factory: Callable[[], Provider]
+    max_turns: int = 50
+    system_prompt: str | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+    session_visible: bool = True
+    listeners: list[LoopListener] = field(default_factory=list)
+
+
+class AgentExecutor:
+    """Executes ``agent`` nodes for the engine."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self._provider: Provider | None = None
+
+    @property
+    def provider(self) -> Provider:
+        if self._provider is None:
+            self._provider = self.settings.provider_factory()
+        return self._provider
+
+    def _emit(self, event: Any) -> None:
+        for listener in self.settings.listeners:
+            listener(event)
+
+    def execute(self, attempt: Attempt) -> NodeOutcome:
+        node = attempt.gnode.node
+        assert isinstance(node, AgentNode)
+        if node.completion == "assistant" and attempt.origin_session_id is None:
+            return NodeOutcome.failed(NO_ORIGIN)
+        try:
+            task = evaluate(node.prompt, attempt.ctx)
+        except Exception as exc:
+            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}")
+        if not isinstance(task, str) or not task.strip():
+            return NodeOutcome.failed(f"Step {attempt.node_id}: the prompt is empty or not a string.")
+        contract = make_contract(
+            attempt.run_id,
+            attempt.ctx.workflow_name,
+            attempt.node_id,
+            attempt.attempt_id,
+            node.expected_output,
+        )
+        return _AttemptRun(self, attempt, node, contract).run(format_step_prompt(task, contract))
+
+
+class _AttemptRun:
+    """The state of one agent attempt across its step and reminder deliveries."""
+
+    def __init__(
+        self, executor: AgentExecutor, attempt: Attempt, node: AgentNode, contract: AgentStepContract
+    ):
+        self.executor = executor
+        self.settings = executor.settings
+        self.attempt = attempt
+        self.node = node
+        self.contract = contract
+        self.budget = TurnBudget(limit=self.settings.max_turns)
+        self.deadline = Deadline(attempt.timeout_s)
+        self.messages: list[Message] = []
+        self.first_entry_id: str | None = None
+        self.last_entry_id: str | None = None
+        self.last_assistant_entry: str | None = None
+        self.step = ActiveStep(contract=contract, accept=self._accept)
+        self.tool = WorkflowTool(self.step, publish=self._publish, status=self._status)
+
+    # ---- submit-mode acceptance (§1.1 steps 2–4) -------------------------------------------------------
+
+    def _accept(self, value: Any) -> Any:
+        expected = self.node.expected_output
+        if isinstance(expected, type) and issubclass(expected, BaseModel):
+            value = expected.model_validate(value)
+        if self.node.validate is not None:
+            value = self.node.validate(value, self.attempt.ctx)
+        return to_json_output(value, self.attempt.node_id)
+
+    def _publish(self, update: dict[str, Any], call_id: str) -> dict[str, Any]:
+        from piw.publishing import UpdatePublisher
+
+        publisher = UpdatePublisher(self.attempt.writer)
+        receipt = publisher.publish(
+            self.attempt.node_id, self.attempt.attempt_id, update,
+            is_active=lambda: self.attempt.active, idempotency_key=call_id,
+        )  # fmt: skip
+        return receipt.to_json()
+
+    def _status(self) -> dict[str, Any]:
+        from piw.replay import update_to_json
+
+        return {"updates": [update_to_json(r) for r in self.attempt.writer.state.sorted_updates()]}
+
+    # ---- deliveries ------------------------------------------------------------------------------------
+
+    def _deliver(self, content: str, kind: str) -> None:
+        writer, session = self.attempt.writer, self.attempt.session
+        payload = {"prompt": content, "completion": self.contract.completion, "deliveryKind": kind}
+        writer.append("agent", "agent_prompt_sent", payload, node_id=self.attempt.node_id,
+                      attempt_id=self.attempt.attempt_id, sync=True)  # fmt: skip
+        state = writer.state
+        presentation = {
+            k: v for k, v in (("runTitle", state.run_title), ("statusDetail", self.node.status_detail)) if v
+        }
+        details: dict[str, Any] = {
+            "schema": AGENT_STEP_MESSAGE_SCHEMA,
+            "kind": kind,
+            "contract": self.contract.to_wire(),
+        }
+        if presentation:
+            details["presentation"] = presentation
+        details["workflowName"] = state.workflow_name
+        entry = session.append(message_to_entry(CustomMessage(custom_type=STEP_CUSTOM_TYPE, content=content,
+                                                              details=details)))  # fmt: skip
+        if self.first_entry_id is None:
+            self.first_entry_id = entry.id
+        self._emit(StepDelivered(details=details, content=content))
+
+    def _emit(self, event: Any) -> None:
+        self.executor._emit(event)
+
+    def _record(self, message: Message) -> None:
+        entry = self.attempt.session.append(message_to_entry(message))
+        self.messages.append(message)
+        if isinstance(message, ToolResultMessage) and message.terminate and not message.is_error:
+            self.last_entry_id = entry.id
+        if isinstance(message, AssistantMessage) and not message.retried:
+            self.last_assistant_entry = entry.id
+
+    def _loop(self, tool_choice: Any) -> LoopResult:
+        workflow = LoopTool(WORKFLOW_TOOL_SPEC, self.tool.handle)
+        offered = [workflow] if self.tool.gate_open else []
+        loop = AgentLoop(
+            self.executor.provider,
+            tools=[*offered, *self._registry_tools()],
+            hidden_tools=[] if offered else [workflow],
+            budget=self.budget,
+            deadline=self.deadline,
+            cancel=self.attempt.cancel,
+            record=self._record,
+            listeners=self.settings.listeners,
+            system_prompt=self.settings.system_prompt,
+            tool_choice=tool_choice,
+            step=StepRef(
+                run_id=self.attempt.run_id, node_id=self.attempt.node_id, attempt_id=self.attempt.attempt_id
+            ),
+            stop_when=lambda: self.step.accepted or self.step.closed,
+        )
+        return loop.run(branch_messages(self.attempt.session))
+
+    def _registry_tools(self) -> list[LoopTool]:
+        out: list[LoopTool] = []
+        for name in self.node.tools:
+            tool = registry.get(name)
+            context = ToolContext(
+                cwd=self.settings.cwd, timeout_s=self.deadline.remaining(), cancel=self.attempt.cancel
+            )
+
+            def execute(call_id: str, args: dict[str, Any], raw_error: str | None, _tool: Any = tool,
+                        _ctx: ToolContext = context) -> Any:  # fmt: skip
+                from piw.tools import ToolResult
+
+                if raw_error is not None:
+                    return ToolResult(f"Invalid {_tool.name} call: {raw_error}", is_error=True)
+                return _tool.execute(call_id, args, _ctx)
+
+            from piw.messages import ToolSpec
+
+            out.append(LoopTool(ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters),
+                                execute))  # fmt: skip
+        return out
+
+    # ---- the attempt -------------------------------------------------------------------------------------
+
+    def run(self, prompt: str) -> NodeOutcome:
+        self._deliver(prompt, "step")
+        reminders = 0
+        tool_choice: Any = None  # the adapter applies its structured_tool_choice knob while `workflow` is offered
+        while True:
+            result = self._loop(tool_choice)
+            outcome = self._after_loop(result)
+            if outcome is not None:
+                return outcome
+            if reminders >= MAX_REMINDERS:
+                return self._fail(
+                    f"Agent finished {MAX_REMINDERS + 1} times without submitting step {self.contract.node_id} "
+                    f"(attempt {self.contract.attempt_id})."
+                )
+            reminders += 1
+            self._deliver(format_reminder(self.contract), "reminder")
+            tool_choice = force_tool("workflow")  # adapters without forced tool choice fall back to their knob
+
+    def _after_loop(self, result: LoopResult) -> NodeOutcome | None:
+        """The attempt's outcome after a loop settles, or ``None`` when a reminder is due."""
+        node_id = self.contract.node_id
+        if self.step.invalid_output is not None:
+            return self._fail(str(self.step.invalid_output))
+        if self.contract.completion == "submit" and self.step.accepted:
+            self.step.closed = True
+            return self._ok(self.step.output)
+        if result.end == "timed_out":
+            self.step.closed = True
+            return self._fail(f"Step {node_id} timed out after {self.attempt.timeout_s:g}s.", "timed_out")
+        if result.end == "cancelled":
+            self.step.closed = True
+            return self._fail(f"Step {node_id} was cancelled.", "cancelled")
+        if result.end == "max_turns":
+            return self._fail(f"Step {node_id} used {self.budget.limit} turns without finishing.")
+        if result.end == "error":
+            return self._fail(result.error or "provider error")
+        if self.contract.completion == "submit":
+            return None
+        return self._assistant_outcome(result.final)
+
+    def _assistant_outcome(self, final: AssistantMessage | None) -> NodeOutcome:
+        node_id = self.contract.node_id
+        if final is None or final.stop_reason != "stop" or final.tool_calls():
+            reason = (
+                "ended with tool calls only"
+                if final and final.tool_calls()
+                else f"stopped ({final.stop_reason if final else 'no reply'})"
+            )
+            return self._fail(f"Step {node_id} did not finish with a visible reply: the model {reason}.")
+        text = final.visible_text()
+        if not text.strip():
+            return self._fail(f"Step {node_id} got an empty reply.")
+        limit = self.contract.max_output_chars
+        if limit is not None and len(text) > limit:
+            return self._fail(f"Step {node_id} reply has {len(text)} characters, over the limit of {limit}.")
+        assistant_entry = self.last_assistant_entry
+        conversation = {"firstEntryId": self.first_entry_id, "lastEntryId": assistant_entry}
+        self.attempt.writer.append(
+            "agent",
+            "assistant_completion_recorded",
+            {
+                "promptEntryId": self.first_entry_id,
+                "assistantEntryId": assistant_entry,
+                "textSha256": "sha256:" + sha256_hex(text),
+                "textPreview": text[:1000],
+                "conversation": conversation,
+                "adopted": False,
+            },
+            node_id=node_id,
+            attempt_id=self.contract.attempt_id,
+            sync=True,
+        )
+        return NodeOutcome.ok(text, usage=usage_of(self.messages), conversation=conversation)
+
+    def _conversation(self) -> dict[str, Any] | None:
+        if self.first_entry_id is None:
+            return None
+        return {"firstEntryId": self.first_entry_id, "lastEntryId": self.last_entry_id or self.first_entry_id}
+
+    def _ok(self, output: Any) -> NodeOutcome:
+        return NodeOutcome.ok(output, usage=usage_of(self.messages), conversation=self._conversation())
+
+    def _fail(self, error: str, outcome: str = "failed") -> NodeOutcome:
+        self.step.closed = True
+        return NodeOutcome.failed(
+            error, outcome, usage=usage_of(self.messages), conversation=self._conversation()
+        )

@@ -1,0 +1,69 @@
+"""Wiring agent steps for a foreground run: provider selection, the offline script convention and the display.
+
+Selection happens when the workflow is loaded, before any bundle exists, so a missing key or an unknown
+provider is one clear error and no run is left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+
+from piw.agent.display import AgentDisplay
+from piw.agent.executor import AgentExecutor, AgentSettings
+from piw.definition import ActionNode, AgentNode
+from piw.errors import ProviderError
+from piw.executors import Executor
+from piw.loader import LoadedWorkflow
+from piw.providers.config import load_config
+from piw.providers.factory import build_provider
+from piw.providers.selection import select_provider
+
+
+def replies_beside(workflow: LoadedWorkflow) -> Path | None:
+    """``NAME.replies.json`` next to the workflow file (the offline demo convention)."""
+    name = workflow.path.name.removesuffix(".workflow.py")
+    candidate = workflow.path.with_name(f"{name}.replies.json")
+    return candidate if candidate.is_file() else None
+
+
+def agent_executor_factory(
+    home: Path,
+    console: Console,
+    *,
+    verbose: bool = False,
+    provider: str | None = None,
+    model: str | None = None,
+    script: str | None = None,
+) -> Callable[[LoadedWorkflow], Executor | None]:
+    """A factory the runner calls with the loaded workflow; it builds the agent executor when one is needed."""
+
+    def build(workflow: LoadedWorkflow) -> Executor | None:
+        nodes = [gnode.node for gnode in workflow.graph.nodes.values()]
+        if not any(isinstance(node, AgentNode | ActionNode) for node in nodes):
+            return None
+        needs_agent = any(isinstance(node, AgentNode) for node in nodes)
+        try:
+            config = load_config(home)
+            selection = select_provider(config, provider, model)
+        except ProviderError:
+            if needs_agent:
+                raise
+            return None
+        script_path = Path(script) if script else None
+        if script_path is None and selection.settings.api == "scripted" and selection.settings.script is None:
+            script_path = replies_beside(workflow)
+        if script_path is not None and not script_path.is_file():
+            raise ProviderError(f"Script file {script_path} does not exist.")
+        instance = build_provider(selection, config, home, script=script_path)
+        settings = AgentSettings(
+            provider_factory=lambda: instance,
+            max_turns=config.agent.max_turns,
+            system_prompt=config.agent.system_prompt,
+            listeners=[AgentDisplay(console, verbose=verbose)],
+        )
+        return AgentExecutor(settings)
+
+    return build

@@ -1,0 +1,215 @@
+"""``$PIW_HOME/config.toml``: providers, models, prices, compat knobs, agent settings and ``$NAME`` secrets.
+
+The file is read with ``tomllib`` into strict models (``extra="forbid"``): a typo is an error naming the key
+and the file, never a silently ignored setting (``agent-steps.md`` §8.1). Secrets stay as written (``$NAME``
+references or literals) until a request needs them, so config objects can be shown and logged safely.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from piw.errors import NeedsKey, ProviderError
+from piw.messages import Usage
+
+TOP_LEVEL_KEYS = ("default", "durability", "providers", "agent")
+_ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelCost(_Strict):
+    """Prices in USD per million tokens. Unset cache prices fall back to the input price, never to free."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+    def price(self, usage: Usage) -> float:
+        """USD for the tokens in ``usage``."""
+        cache_read = self.input if self.cache_read is None else self.cache_read
+        cache_write = self.input if self.cache_write is None else self.cache_write
+        total = (
+            usage.input * self.input
+            + usage.output * self.output
+            + usage.cache_read * cache_read
+            + usage.cache_write * cache_write
+        )
+        return total / 1_000_000
+
+
+class ModelConfig(_Strict):
+    """One model entry; ``models = ["qwen3"]`` is shorthand for ``[{ id = "qwen3" }]``."""
+
+    id: str = Field(min_length=1)
+    context_window: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    cost: ModelCost | None = None
+
+
+class CompatConfig(_Strict):
+    """Knobs for OpenAI-compatible servers that differ from OpenAI (``agent-steps.md`` §8.2)."""
+
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    supports_usage_in_streaming: bool = True
+    requires_tool_result_name: bool = False
+    supports_forced_tool_choice: bool = False
+    structured_tool_choice: Literal["auto", "required"] = "auto"
+
+
+class ProviderConfig(_Strict):
+    """One ``[providers.NAME]`` table."""
+
+    api: Literal["openai-completions", "anthropic-messages", "scripted"] = "openai-completions"
+    base_url: str | None = None
+    api_key: str | None = None
+    """``$NAME`` reads the environment at request time; anything else is a literal key."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    compat: CompatConfig = Field(default_factory=CompatConfig)
+    models: list[ModelConfig] = Field(default_factory=list)
+    script: str | None = None
+    """Scripted providers only: a reply file, relative to ``$PIW_HOME``."""
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _bare_model_ids(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"id": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @model_validator(mode="after")
+    def _script_only_for_scripted(self) -> ProviderConfig:
+        if self.script is not None and self.api != "scripted":
+            raise ValueError("'script' is only allowed with api = \"scripted\"")
+        return self
+
+    def find_model(self, model_id: str) -> ModelConfig | None:
+        return next((model for model in self.models if model.id == model_id), None)
+
+
+class AgentConfig(_Strict):
+    """The ``[agent]`` table."""
+
+    max_turns: int = Field(default=50, ge=1)
+    backend: Literal["piw", "pi-rpc"] = "piw"
+    system_prompt: str | None = None
+
+
+class PiwConfig(_Strict):
+    """The whole file. A missing file is an empty config: the scripted provider needs none."""
+
+    default: str | None = None
+    durability: Literal["effects", "always", "flush"] | None = None
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    source: str | None = Field(default=None, exclude=True)
+    """Where it was read from, for error messages; never a key in the file."""
+
+    @field_validator("providers")
+    @classmethod
+    def _provider_names(cls, value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+        for name in value:
+            if not _PROVIDER_NAME.match(name):
+                raise ValueError(f"provider name {name!r} may hold only letters, digits, '_', '.' and '-'")
+        return value
+
+
+def config_path(piw_home: Path) -> Path:
+    return piw_home / "config.toml"
+
+
+def load_config(piw_home: Path) -> PiwConfig:
+    """Read ``piw_home/config.toml``; every problem is a one-line ``ProviderError`` naming the file."""
+    path = config_path(piw_home)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return PiwConfig()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProviderError(f"Cannot read {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProviderError(f"Cannot parse {path}: {exc}") from exc
+    return parse_config(raw, source=str(path))
+
+
+def parse_config(raw: Mapping[str, Any], source: str = "config.toml") -> PiwConfig:
+    """Validate an already-parsed TOML document (the file's content as a mapping)."""
+    unknown = [key for key in raw if key not in TOP_LEVEL_KEYS]
+    if unknown:
+        allowed = ", ".join(TOP_LEVEL_KEYS)
+        raise ProviderError(f"Unknown key {unknown[0]!r} in {source}; the top-level keys are {allowed}.")
+    try:
+        return PiwConfig.model_validate({**raw, "source": source})
+    except ValidationError as exc:
+        raise ProviderError(f"Invalid {source}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown key {where!r}")
+        else:
+            parts.append(f"{where or 'file'}: {error['msg']}")
+    return "; ".join(parts)
+
+
+# --- secrets -----------------------------------------------------------------------------------------
+
+
+def env_reference(value: str) -> str | None:
+    """The variable name when ``value`` is a ``$NAME`` reference, else ``None`` (a literal)."""
+    match = _ENV_REFERENCE.match(value)
+    return match.group(1) if match else None
+
+
+def resolve_value(value: str, env: Mapping[str, str] | None = None) -> str:
+    """Resolve ``$NAME`` from the environment (``NeedsKey`` when unset); return a literal unchanged."""
+    name = env_reference(value)
+    if name is None:
+        return value
+    resolved = (os.environ if env is None else env).get(name)
+    if resolved is None:
+        raise NeedsKey(name)
+    return resolved
+
+
+def resolve_api_key(settings: ProviderConfig, env: Mapping[str, str] | None = None) -> str:
+    """The key to send, or ``""`` for none (then no ``Authorization`` header is sent at all)."""
+    return "" if settings.api_key is None else resolve_value(settings.api_key, env)
+
+
+def resolve_headers(settings: ProviderConfig, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {name: resolve_value(value, env) for name, value in settings.headers.items()}
+
+
+def configured_secrets(config: PiwConfig, env: Mapping[str, str] | None = None) -> list[str]:
+    """Every secret value the config can produce: keys (literal or resolved) and ``$NAME`` header values.
+
+    Literal header values are settings such as ``X-Client = "piw"``, not secrets, so they are left out:
+    refusing every record that mentions ``piw`` would make recording impossible. Unset variables are
+    skipped, since their value cannot leak.
+    """
+    environment = os.environ if env is None else env
+    secrets: set[str] = set()
+    for settings in config.providers.values():
+        values = [settings.api_key] if settings.api_key is not None else []
+        values += [value for value in settings.headers.values() if env_reference(value)]
+        for value in values:
+            name = env_reference(value)
+            resolved = environment.get(name) if name else value
+            if resolved:
+                secrets.add(resolved)
+    return sorted(secrets)

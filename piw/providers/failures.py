@@ -1,0 +1,48 @@
+"""How adapters describe HTTP and network failures, so the agent loop can decide whether to retry.
+
+The rule (``agent-steps.md`` §4): HTTP 429 and 5xx, refused or reset connections, and connect or read
+timeouts are transient; everything else (400, 401, 404, a context overflow…) fails at once. Retrying is the
+loop's decision; adapters only classify, with the server's ``Retry-After`` when it sent one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+
+
+def is_transient_status(status: int) -> bool:
+    """429 (rate limited) and every 5xx are worth retrying; other statuses will fail the same way again."""
+    return status == 429 or 500 <= status <= 599
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), else ``None``."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    raw_ms = lowered.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def status_message(status: int, detail: str | None) -> str:
+    """``HTTP 503: detail`` — short, and never the request body (which may quote the conversation)."""
+    detail = " ".join((detail or "").split())
+    if len(detail) > 500:
+        detail = detail[:500] + "…"
+    return f"HTTP {status}: {detail}" if detail else f"HTTP {status}"

@@ -1,0 +1,89 @@
+"""Run a blocking HTTP stream in a worker thread so the caller can abandon it the moment it is cancelled.
+
+A blocked socket read cannot be interrupted from the thread doing it. The worker does the reading; the
+caller's thread waits on a queue with a short timeout, watches the cancel event and, when it is set,
+calls the adapter's ``abort`` (which shuts the socket down so the server sees the disconnect) and returns
+at once (``agent-steps.md`` §4: a held request closes within 1 s even when no bytes arrive).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Generator
+from typing import Generic, TypeVar, cast
+
+T = TypeVar("T")
+
+POLL_S = 0.05
+"""How often the waiting thread looks at the cancel event; far below the 1 s budget."""
+
+
+class _Stopped(Exception):
+    """Raised inside the worker when the consumer has gone, to unwind the producer quickly."""
+
+
+class StreamPump(Generic[T]):
+    """Feeds items from ``produce(emit)`` (run in a daemon thread) to ``items()`` in the caller's thread.
+
+    After ``items()`` returns, exactly one of ``cancelled``, ``error`` (the producer's exception) or a
+    clean end holds.
+    """
+
+    def __init__(
+        self, produce: Callable[[Callable[[T], None]], None], abort: Callable[[], None], name: str
+    ) -> None:
+        self._produce = produce
+        self._abort = abort
+        self._queue: queue.SimpleQueue[tuple[str, T | BaseException | None]] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.cancelled = False
+        self.error: BaseException | None = None
+
+    def items(self, cancel: threading.Event) -> Generator[T, None, None]:
+        self._thread.start()
+        finished = False
+        try:
+            while True:
+                if cancel.is_set():
+                    self.cancelled = True
+                    return
+                try:
+                    kind, payload = self._queue.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+                if kind == "end":
+                    finished = True
+                    return
+                if kind == "error":
+                    finished = True
+                    self.error = cast(BaseException, payload)
+                    return
+                yield cast(T, payload)
+        finally:
+            # Early exit (cancel, or the consumer stopped iterating): release the worker and its socket. A
+            # finished worker has already released them, and a pooled connection must stay usable.
+            if not finished:
+                self.stop()
+
+    def stop(self) -> None:
+        """Idempotent: tell the worker to stop and let the adapter break any blocked read."""
+        if not self._stopping.is_set():
+            self._stopping.set()
+            self._abort()
+
+    def _emit(self, item: T) -> None:
+        if self._stopping.is_set():
+            raise _Stopped
+        self._queue.put(("item", item))
+
+    def _run(self) -> None:
+        try:
+            self._produce(self._emit)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # handed to the caller's thread, which decides what it means
+            self._queue.put(("error", exc))
+            return
+        self._queue.put(("end", None))

@@ -1,0 +1,365 @@
+"""A loopback OpenAI-compatible server for tests: the real adapter talks real HTTP to it, nothing is mocked.
+
+Use the ``openai_stub`` fixture (``pytest_plugins = ["piw.testing"]``) or ``with OpenAIStub() as stub:``.
+Tell it what to answer with ``stub.respond``, either a function of the request body or a list of replies
+consumed in order, then assert on what it recorded: bodies, headers, offered tool names, request count.
+
+    stub.respond = [StubReply.tool("workflow", {...}), StubReply.text("done")]
+    provider = stub.provider(compat={"structured_tool_choice": "required"})
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Literal
+
+import pytest
+
+if TYPE_CHECKING:
+    from piw.providers.openai_compat import OpenAICompatProvider
+
+Responder = Callable[[dict[str, Any]], "StubReply"]
+
+
+@dataclass(frozen=True)
+class StubToolCall:
+    name: str
+    arguments: Mapping[str, Any]
+    call_id: str
+
+
+@dataclass(frozen=True)
+class StubReply:
+    """One scripted answer. Build it with the class methods rather than the constructor."""
+
+    kind: Literal["text", "tool", "hold", "error"]
+    content: str = ""
+    thinking: str = ""
+    tool_calls: tuple[StubToolCall, ...] = ()
+    usage: Mapping[str, Any] | None = None
+    finish_reason: str | None = None
+    status: int = 200
+    retry_after: str | None = None
+    chunk_size: int = 4
+
+    @classmethod
+    def text(
+        cls,
+        text: str,
+        usage: Mapping[str, Any] | None = None,
+        *,
+        thinking: str = "",
+        finish_reason: str = "stop",
+    ) -> StubReply:
+        """Assistant text, streamed a few characters per chunk; ``usage`` is OpenAI-shaped."""
+        return cls("text", content=text, thinking=thinking, usage=usage, finish_reason=finish_reason)
+
+    @classmethod
+    def tool(
+        cls,
+        name: str,
+        arguments: Mapping[str, Any],
+        call_id: str = "call_1",
+        *,
+        text: str = "",
+        usage: Mapping[str, Any] | None = None,
+    ) -> StubReply:
+        """One tool call; its JSON arguments arrive split across several chunks."""
+        return cls.tools((name, arguments, call_id), text=text, usage=usage)
+
+    @classmethod
+    def tools(
+        cls,
+        *calls: tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str],
+        text: str = "",
+        usage: Mapping[str, Any] | None = None,
+    ) -> StubReply:
+        """Several tool calls in one response, each ``(name, arguments[, call_id])``."""
+        built = tuple(
+            StubToolCall(call[0], call[1], call[2] if len(call) == 3 else f"call_{index + 1}")
+            for index, call in enumerate(calls)
+        )
+        return cls("tool", content=text, tool_calls=built, usage=usage, finish_reason="tool_calls")
+
+    @classmethod
+    def hold(cls) -> StubReply:
+        """Send nothing at all (not even headers) until the client disconnects."""
+        return cls("hold")
+
+    @classmethod
+    def http_error(cls, status: int, retry_after: float | str | None = None, message: str = "") -> StubReply:
+        """An HTTP error with an OpenAI-shaped JSON body and an optional ``Retry-After`` header."""
+        detail = message or f"stub error {status}"
+        header = None if retry_after is None else str(retry_after)
+        return cls("error", content=detail, status=status, retry_after=header)
+
+
+@dataclass
+class _Recorded:
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+
+
+class OpenAIStub:
+    """A ``ThreadingHTTPServer`` on ``127.0.0.1`` (free port) serving ``/v1/models`` and chat completions."""
+
+    def __init__(self, models: Sequence[str] = ("stub-model",)) -> None:
+        self.models = list(models)
+        self._lock = threading.Lock()
+        self._recorded = _Recorded()
+        self._queue: list[StubReply] = []
+        self._responder: Responder | None = None
+        self._closing = threading.Event()
+        self.disconnects = 0
+        """Held requests that ended because the client went away."""
+        self.errors: list[str] = []
+        """Problems inside the stub (a responder raised, the queue ran dry); tests may assert it is empty."""
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.stub = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="openai-stub", daemon=True
+        )
+        self._thread.start()
+
+    # --- configuration -----------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def respond(self) -> Responder | list[StubReply]:
+        return self._responder or list(self._queue)
+
+    @respond.setter
+    def respond(self, value: Responder | Sequence[StubReply] | StubReply) -> None:
+        with self._lock:
+            if isinstance(value, StubReply):
+                self._responder, self._queue = None, [value]
+            elif callable(value):
+                self._responder, self._queue = value, []
+            else:
+                self._responder, self._queue = None, list(value)
+
+    def provider(
+        self, model: str = "stub-model", name: str = "stub", **settings: Any
+    ) -> OpenAICompatProvider:
+        """An ``openai-completions`` provider for this stub; ``settings`` are ``ProviderConfig`` fields."""
+        from piw.providers.config import ProviderConfig
+        from piw.providers.openai_compat import OpenAICompatProvider
+
+        config = ProviderConfig.model_validate({"base_url": self.base_url, **settings})
+        return OpenAICompatProvider(name, model, config, config.find_model(model))
+
+    # --- what was received ---------------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every chat-completions request body, in arrival order."""
+        with self._lock:
+            return list(self._recorded.bodies)
+
+    @property
+    def request_headers(self) -> list[dict[str, str]]:
+        """Headers of each chat-completions request, names lower-cased."""
+        with self._lock:
+            return list(self._recorded.headers)
+
+    @property
+    def request_count(self) -> int:
+        with self._lock:
+            return len(self._recorded.bodies)
+
+    @property
+    def tool_names(self) -> list[list[str]]:
+        """The tool names offered by each request (``[]`` when none)."""
+        return [[tool["function"]["name"] for tool in body.get("tools", [])] for body in self.requests]
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> OpenAIStub:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _next_reply(self, body: dict[str, Any], headers: dict[str, str]) -> StubReply:
+        with self._lock:
+            self._recorded.bodies.append(body)
+            self._recorded.headers.append(headers)
+            responder = self._responder
+            queued = self._queue.pop(0) if self._queue else None
+            if responder is None and queued is None and not self._queue:
+                self.errors.append(f"request {len(self._recorded.bodies)} arrived with no reply queued")
+        if responder is not None:
+            try:
+                return responder(body)
+            except Exception as exc:
+                self.errors.append(f"responder raised {exc!r}")
+                return StubReply.http_error(500, message=f"stub responder raised {exc!r}")
+        return queued or StubReply.http_error(500, message="the stub has no reply queued for this request")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    stub: OpenAIStub
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    @property
+    def stub(self) -> OpenAIStub:
+        return self.server.stub
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        return
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") != "/v1/models":
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        data = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "stub"} for model in self.stub.models
+        ]
+        self._json(200, {"object": "list", "data": data})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._json(400, {"error": {"message": "body is not JSON"}})
+            return
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        reply = self.stub._next_reply(body, headers)
+        if reply.kind == "hold":
+            self._hold()
+        elif reply.kind == "error":
+            extra = {"Retry-After": reply.retry_after} if reply.retry_after is not None else {}
+            error = {"message": reply.content, "type": "stub_error", "code": str(reply.status)}
+            self._json(reply.status, {"error": error}, extra)
+        elif body.get("stream"):
+            self._sse(reply, body)
+        else:
+            self._json(200, _completion(reply, body))
+
+    def _hold(self) -> None:
+        connection: socket.socket = self.connection
+        while not self.stub._closing.is_set():
+            readable, _, _ = select.select([connection], [], [], 0.05)
+            if readable:
+                try:
+                    if not connection.recv(1024):
+                        break
+                except OSError:
+                    break
+        else:
+            return
+        with self.stub._lock:
+            self.stub.disconnects += 1
+        self.close_connection = True
+
+    def _json(self, status: int, payload: Any, extra_headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (extra_headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse(self, reply: StubReply, body: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for chunk in _chunks(reply, body):
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except OSError:  # the client went away mid-stream
+            return
+
+
+def _usage(reply: StubReply) -> dict[str, Any]:
+    if reply.usage is not None:
+        return dict(reply.usage)
+    output = max(1, (len(reply.content) + sum(len(json.dumps(c.arguments)) for c in reply.tool_calls)) // 4)
+    return {"prompt_tokens": 10, "completion_tokens": output, "total_tokens": 10 + output}
+
+
+def _envelope(body: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    model = body.get("model", "stub-model")
+    envelope = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time())}
+    return {**envelope, "model": model, "choices": choices, **extra}
+
+
+def _chunks(reply: StubReply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def delta(payload: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return _envelope(body, [{"index": 0, "delta": payload, "finish_reason": finish}])
+
+    size = reply.chunk_size
+    yield delta({"role": "assistant", "content": ""})
+    for start in range(0, len(reply.thinking), size):
+        yield delta({"reasoning_content": reply.thinking[start : start + size]})
+    for start in range(0, len(reply.content), size):
+        yield delta({"content": reply.content[start : start + size]})
+    for index, call in enumerate(reply.tool_calls):
+        opening = {"index": index, "id": call.call_id, "type": "function"}
+        yield delta({"tool_calls": [{**opening, "function": {"name": call.name, "arguments": ""}}]})
+        arguments = json.dumps(call.arguments)
+        for start in range(0, len(arguments), 7):
+            fragment = {"index": index, "function": {"arguments": arguments[start : start + 7]}}
+            yield delta({"tool_calls": [fragment]})
+    yield delta({}, reply.finish_reason or "stop")
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield _envelope(body, [], usage=_usage(reply))
+
+
+def _completion(reply: StubReply, body: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in reply.tool_calls
+        ]
+    choice = {"index": 0, "message": message, "finish_reason": reply.finish_reason or "stop"}
+    return {**_envelope(body, [choice], usage=_usage(reply)), "object": "chat.completion"}
+
+
+@pytest.fixture
+def openai_stub() -> Iterator[OpenAIStub]:
+    """A running stub, shut down after the test."""
+    with OpenAIStub() as stub:
+        yield stub
