@@ -397,7 +397,16 @@ class Engine:
                     is_active=(lambda: attempt.active) if attempt else None,
                 )
 
-            return ActionContext(**common, publisher=publish)
+            def run_agent(prompt: str, **kwargs: Any) -> Any:
+                attempt = holder_ref[0] if holder_ref else None
+                make_runner = getattr(self.executors["agent"], "child_runner", None)
+                if attempt is None or make_runner is None:
+                    raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
+                if not hasattr(attempt, "_children"):
+                    attempt._children = make_runner(attempt)  # type: ignore[attr-defined]
+                return attempt._children(prompt, **kwargs)  # type: ignore[attr-defined]
+
+            return ActionContext(**common, publisher=publish, agent_runner=run_agent)
         return NodeContext(**common)
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:

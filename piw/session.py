@@ -7,6 +7,7 @@ durable before any trace event names its entry id.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +17,10 @@ from typing import Any
 from piw.errors import TraceCorrupt
 from piw.trace import Durability, FileLayer, LineAppender, iter_lines
 from piw.wire import dumps_line, now_iso
+
+
+NEWEST = object()
+"""Default ``parent_id`` of :meth:`SessionLog.append`: chain after the newest entry."""
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,15 @@ class SessionEntry:
 
 def parse_session(data: bytes, source: str = "entries.ndjson") -> list[SessionEntry]:
     """Parse entries with the trace's torn-tail rules (unterminated tail and torn last line ignored)."""
+    return _parse_prefix(data, source)[0]
+
+
+def _parse_prefix(data: bytes, source: str) -> tuple[list[SessionEntry], int]:
+    """The valid entries and the byte length of the valid prefix."""
     entries: list[SessionEntry] = []
+    valid = 0
     failed_at: int | None = None
-    for _, line in iter_lines(data):
+    for end, line in iter_lines(data):
         if failed_at is not None:
             raise TraceCorrupt(f"{source} line {failed_at} is damaged; the file was left untouched.", failed_at)
         try:
@@ -45,9 +56,10 @@ def parse_session(data: bytes, source: str = "entries.ndjson") -> list[SessionEn
             entries.append(
                 SessionEntry(raw["seq"], raw["at"], entry["id"], entry.get("parentId"), entry["timestamp"], entry["message"])
             )
+            valid = end
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             failed_at = len(entries) + 1
-    return entries
+    return entries, valid
 
 
 def read_session(path: Path) -> list[SessionEntry]:
@@ -76,21 +88,33 @@ class SessionLog:
 
     def __init__(self, path: Path, durability: Durability, files: FileLayer | None = None) -> None:
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        self.entries = read_session(path)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        self.entries, valid = _parse_prefix(data, str(path))
+        if valid < len(data):
+            # A torn tail (crash mid-append): remove it, or the next entry would be glued onto it.
+            os.truncate(path, valid)
         self._appender = LineAppender(path, durability, files)
+        if valid < len(data):
+            self._appender._dirty = True
+            self._appender.sync()
 
     @property
     def head(self) -> str | None:
         return self.entries[-1].id if self.entries else None
 
-    def append(self, message: dict[str, Any], *, parent_id: str | None = None, sync: bool = True) -> SessionEntry:
-        """Append one settled message after ``parent_id`` (default: the newest entry)."""
+    def append(
+        self, message: dict[str, Any], *, parent_id: str | None | object = NEWEST, sync: bool = True
+    ) -> SessionEntry:
+        """Append one settled message after ``parent_id`` (default: the newest entry; ``None`` starts a root)."""
         timestamp = now_iso()
         entry = SessionEntry(
             seq=len(self.entries) + 1,
             at=timestamp,
             id=uuid.uuid4().hex,
-            parent_id=parent_id if parent_id is not None else self.head,
+            parent_id=self.head if parent_id is NEWEST else parent_id,  # type: ignore[arg-type]
             timestamp=timestamp,
             message=message,
         )

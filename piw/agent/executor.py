@@ -75,6 +75,7 @@ class AgentSettings:
     system_prompt: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
     session_visible: bool = True
+    max_concurrent_children: int = 4
     listeners: list[LoopListener] = field(default_factory=list)
 
 
@@ -94,6 +95,12 @@ class AgentExecutor:
     def _emit(self, event: Any) -> None:
         for listener in self.settings.listeners:
             listener(event)
+
+    def child_runner(self, attempt: Attempt) -> Any:
+        """The ``ctx.run_agent`` of an action attempt (``agent-steps.md`` §10)."""
+        from piw.agent.children import ChildRunner
+
+        return ChildRunner(self, attempt, self.settings.max_concurrent_children)
 
     def execute(self, attempt: Attempt) -> NodeOutcome:
         node = attempt.gnode.node
@@ -120,9 +127,19 @@ class _AttemptRun:
     """The state of one agent attempt across its step and reminder deliveries."""
 
     def __init__(
-        self, executor: AgentExecutor, attempt: Attempt, node: AgentNode, contract: AgentStepContract
-    ):
+        self,
+        executor: AgentExecutor,
+        attempt: Attempt,
+        node: AgentNode,
+        contract: AgentStepContract,
+        *,
+        child: bool = False,
+    ) -> None:
         self.executor = executor
+        self.child = child
+        """A ``ctx.run_agent`` child: its prompts live only in the conversation, never in the trace."""
+        self.update_owner: Attempt | None = None
+        """For a child: the action attempt whose ``nodeId``/``attemptId`` its updates are recorded under."""
         self.settings = executor.settings
         self.attempt = attempt
         self.node = node
@@ -150,8 +167,9 @@ class _AttemptRun:
         from piw.publishing import UpdatePublisher
 
         publisher = UpdatePublisher(self.attempt.writer)
+        owner = self.update_owner or self.attempt
         receipt = publisher.publish(
-            self.attempt.node_id, self.attempt.attempt_id, update,
+            owner.node_id, owner.attempt_id, update,
             is_active=lambda: self.attempt.active, idempotency_key=call_id,
         )  # fmt: skip
         return receipt.to_json()
@@ -165,9 +183,10 @@ class _AttemptRun:
 
     def _deliver(self, content: str, kind: str) -> None:
         writer, session = self.attempt.writer, self.attempt.session
-        payload = {"prompt": content, "completion": self.contract.completion, "deliveryKind": kind}
-        writer.append("agent", "agent_prompt_sent", payload, node_id=self.attempt.node_id,
-                      attempt_id=self.attempt.attempt_id, sync=True)  # fmt: skip
+        if not self.child:
+            payload = {"prompt": content, "completion": self.contract.completion, "deliveryKind": kind}
+            writer.append("agent", "agent_prompt_sent", payload, node_id=self.attempt.node_id,
+                          attempt_id=self.attempt.attempt_id, sync=True)  # fmt: skip
         state = writer.state
         presentation = {
             k: v for k, v in (("runTitle", state.run_title), ("statusDetail", self.node.status_detail)) if v

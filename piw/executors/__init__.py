@@ -59,6 +59,16 @@ class Attempt:
     origin_session_id: str | None = None
     active: bool = True
     timed_out: bool = False
+    usage: dict[str, Any] | None = None
+    """Model usage of ``ctx.run_agent`` children, summed into the action's terminal event."""
+    _usage_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_usage(self, part: dict[str, Any]) -> None:
+        """Add a child's usage (thread-safe: children may run concurrently)."""
+        from piw.replay import add_usage
+
+        with self._usage_lock:
+            self.usage = add_usage(self.usage, part)
 
     @property
     def node_id(self) -> str:

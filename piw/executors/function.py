@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from typing import Any
 
 from piw.definition import ActionNode
 from piw.errors import Cancelled, NodeFailure
@@ -15,8 +17,15 @@ class FunctionActionExecutor:
         assert isinstance(node, ActionNode) and node.run is not None
         run = node.run
         started = time.monotonic()
+        attempt.writer.sync()  # every line the effect depends on is durable before it starts
         status, value = run_with_deadline(attempt, lambda: run(attempt.ctx))  # type: ignore[arg-type]
         receipt = {"actionType": "function", "durationMs": int((time.monotonic() - started) * 1000)}
+        outcome = self._outcome(attempt, status, value, receipt)
+        if attempt.usage is not None:
+            outcome = replace(outcome, usage=attempt.usage)
+        return outcome
+
+    def _outcome(self, attempt: Attempt, status: str, value: Any, receipt: dict[str, Any]) -> NodeOutcome:
         if status == "timed_out":
             return NodeOutcome.failed(
                 f"Action {attempt.node_id} timed out after {attempt.timeout_s:g}s.", "timed_out", action=receipt

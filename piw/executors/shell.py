@@ -166,25 +166,31 @@ class ShellActionExecutor:
         process.stderr.close()
         for reader in readers.values():
             reader.start()
-        self._feed_stdin(process, command.stdin)
+        # A thread, so a command that never reads a large stdin cannot block the deadline loop below.
+        threading.Thread(target=self._feed_stdin, args=(process, command.stdin), daemon=True).start()
         limit = min(t for t in (attempt.remaining_s(), command.timeout_s) if t is not None) if (
             attempt.remaining_s() is not None or command.timeout_s is not None
         ) else None
         failure: str | None = None
         outcome = "failed"
-        while process.poll() is None or any(r.is_alive() for r in readers.values()):
-            broken = next((r for r in readers.values() if r.error is not None), None)
-            if broken is not None:
-                failure = f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
-                break
-            if limit is not None and time.monotonic() - started >= limit:
-                failure, outcome = f"Command {command.command!r} timed out after {limit:g}s.", "timed_out"
-                attempt.timed_out = True
-                break
-            if attempt.cancel.is_set():
-                failure, outcome = f"Command {command.command!r} was cancelled.", "cancelled"
-                break
-            time.sleep(0.01)
+        try:
+            while process.poll() is None or any(r.is_alive() for r in readers.values()):
+                broken = next((r for r in readers.values() if r.error is not None), None)
+                if broken is not None:
+                    failure = f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
+                    break
+                if limit is not None and time.monotonic() - started >= limit:
+                    failure, outcome = f"Command {command.command!r} timed out after {limit:g}s.", "timed_out"
+                    attempt.timed_out = True
+                    break
+                if attempt.cancel.is_set():
+                    failure, outcome = f"Command {command.command!r} was cancelled.", "cancelled"
+                    break
+                time.sleep(0.01)
+        except BaseException:
+            # Ctrl-C or SIGTERM (park): the command must not outlive the attempt.
+            kill_group(process)
+            raise
         if failure is not None:
             kill_group(process)
         process.wait()
@@ -243,7 +249,7 @@ class ShellActionExecutor:
             if stdin:
                 process.stdin.write(stdin.encode("utf-8"))
             process.stdin.close()
-        except BrokenPipeError:
+        except (BrokenPipeError, ValueError, OSError):
             pass
 
 

@@ -5,12 +5,14 @@ test suite's ``conftest.py`` does to flip ``ALLOW_MODEL_REQUESTS``) never pulls 
 
     base                the request, the event stream, the ``Provider`` protocol and ``complete()``
     builder             assembles streamed deltas into events and the final ``AssistantMessage``
-    config              ``$PIW_HOME/config.toml``, ``$NAME`` secrets, provider selection, display summaries
-    openai_compat       the ``openai-completions`` adapter (``openai`` SDK)
+    config              ``$PIW_HOME/config.toml`` models, ``$NAME`` secrets, prices
+    selection           flag > env > default provider selection; display-safe summaries
+    factory             ``build_provider``: selection + config → a ready provider (cassettes applied)
+    openai_compat       the ``openai-completions`` adapter (``openai`` SDK); openai_request builds the body
     anthropic_messages  the ``anthropic-messages`` adapter (optional ``anthropic`` SDK)
     scripted            the deterministic offline provider and its script files
     cassette            record/replay of provider streams as JSONL
-    factory             ``build_provider``: selection + config → a ready provider
+    failures, pump      retry hints for HTTP failures; the worker thread that makes streams cancellable
 """
 
 from __future__ import annotations

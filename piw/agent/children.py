@@ -1,0 +1,181 @@
+"""Agent steps inside actions: ``ctx.run_agent`` (``agent-steps.md`` §10).
+
+A child is a submit-mode agent step with its own attempt id and conversation branch. Each finished child appends
+one ``child_step_finished`` event under the action's attempt, which makes it durable: when the action reruns in
+the same node visit, a key that already finished ``ok`` returns its recorded output without a model request.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from piw.agent.contract import format_step_prompt, make_contract
+from piw.agent.executor import AgentExecutor, _AttemptRun
+from piw.definition import AgentNode, AssistantMessage
+from piw.errors import DefinitionError
+from piw.executors import Attempt
+from piw.graph import GraphNode
+from piw.session import SessionEntry, SessionLog, current_branch
+from piw.trace import read_trace
+
+KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+DEFAULT_MAX_CONCURRENT_CHILDREN = 4
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """The result of one child step: ``output`` when ``ok``, ``error`` otherwise."""
+
+    outcome: str
+    output: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+class BranchSession:
+    """One child's branch of the run's conversation, safe to use from the child's thread."""
+
+    def __init__(self, log: SessionLog, lock: threading.Lock, parent_id: str | None) -> None:
+        self.log = log
+        self.lock = lock
+        self.head = parent_id
+
+    @property
+    def entries(self) -> list[SessionEntry]:
+        with self.lock:
+            if self.head is None:
+                return []
+            by_id = {entry.id: entry for entry in self.log.entries}
+            chain: list[SessionEntry] = []
+            cursor = by_id.get(self.head)
+            while cursor is not None:
+                chain.append(cursor)
+                cursor = by_id.get(cursor.parent_id) if cursor.parent_id else None
+            chain.reverse()
+            return chain
+
+    def append(self, message: dict[str, Any], *, sync: bool = True, **_: Any) -> SessionEntry:
+        with self.lock:
+            entry = self.log.append(message, parent_id=self.head, sync=sync)
+            self.head = entry.id
+            return entry
+
+    def find_custom(self, custom_type: str, key: str, value: Any) -> SessionEntry | None:
+        return self.log.find_custom(custom_type, key, value)
+
+
+class ChildRunner:
+    """The ``ctx.run_agent`` of one action attempt."""
+
+    def __init__(self, executor: AgentExecutor, attempt: Attempt, max_concurrent: int | None = None) -> None:
+        self.executor = executor
+        self.attempt = attempt
+        self.slots = threading.BoundedSemaphore(max_concurrent or DEFAULT_MAX_CONCURRENT_CHILDREN)
+        self.session_lock = threading.Lock()
+        self.used_keys: set[str] = set()
+        self.keys_lock = threading.Lock()
+        self.root = current_branch(attempt.session.entries)[-1].id if attempt.session.entries else None
+        writer = attempt.writer
+        self.visit = 1 + sum(1 for step in writer.state.steps if step.node_id == attempt.node_id)
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def __call__(
+        self,
+        prompt: str,
+        *,
+        key: str,
+        expected_output: Any = None,
+        tools: tuple[str, ...] | list[str] = (),
+        timeout_s: float | None = 1800,
+    ) -> ChildResult:
+        if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+            raise DefinitionError(f"run_agent key {key!r} must match [A-Za-z0-9][A-Za-z0-9._:/-]{{0,127}}")
+        if isinstance(expected_output, AssistantMessage):
+            raise DefinitionError("run_agent children complete by submission; assistant_message() is not available")
+        with self.keys_lock:
+            if key in self.used_keys:
+                raise DefinitionError(f"run_agent key {key!r} is used twice in one visit of {self.attempt.node_id}")
+            self.used_keys.add(key)
+        recorded = self._recorded(key)
+        if recorded is not None:
+            return recorded
+        with self.slots:
+            self._track(+1)
+            try:
+                return self._run(prompt, key, expected_output, tuple(tools), timeout_s)
+            finally:
+                self._track(-1)
+
+    def _track(self, delta: int) -> None:
+        with self.keys_lock:
+            self.in_flight += delta
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _recorded(self, key: str) -> ChildResult | None:
+        """An ``ok`` result of this key in this node visit, from the trace (the commit point)."""
+        for event in read_trace(self.attempt.writer.bundle.trace_path).events:
+            payload = event.payload
+            if (
+                event.type == "child_step_finished"
+                and event.node_id == self.attempt.node_id
+                and payload.get("visit") == self.visit
+                and payload.get("key") == key
+                and payload.get("outcome") == "ok"
+            ):
+                return ChildResult("ok", self.attempt.writer.bundle.resolve(payload.get("output")))
+        return None
+
+    def _run(self, prompt: str, key: str, expected: Any, tools: tuple[str, ...], timeout_s: float | None) -> ChildResult:
+        parent = self.attempt
+        remaining = parent.remaining_s()
+        limits = [t for t in (timeout_s, remaining) if t is not None]
+        child_timeout = min(limits) if limits else None
+        child_id = f"{parent.node_id}/{key}"
+        child_attempt_id = uuid.uuid4().hex
+        node = AgentNode(prompt=prompt, expected_output=expected, timeout_s=child_timeout, tools=tools)
+        child = Attempt(
+            gnode=GraphNode(child_id, key, (*parent.gnode.mount_path, parent.gnode.local_id), node),
+            attempt_id=child_attempt_id,
+            ctx=replace(parent.ctx, node_id=child_id, attempt_id=child_attempt_id),
+            writer=parent.writer,
+            session=BranchSession(parent.session, self.session_lock, self.root),  # type: ignore[arg-type]
+            timeout_s=child_timeout,
+            cancel=parent.cancel,
+            origin_session_id=parent.origin_session_id,
+        )
+        contract = make_contract(parent.run_id, parent.ctx.workflow_name, child_id, child_attempt_id, expected)
+        run = _AttemptRun(self.executor, child, node, contract, child=True)
+        run.update_owner = parent
+        outcome = run.run(format_step_prompt(prompt, contract)) if prompt.strip() else None
+        if outcome is None:
+            result = ChildResult("failed", error=f"Child {key}: the prompt is empty.")
+            conversation = None
+        else:
+            result = ChildResult(outcome.outcome, outcome.output, outcome.error)
+            conversation = outcome.conversation
+            if outcome.usage:
+                parent.add_usage(outcome.usage)
+        payload: dict[str, Any] = {
+            "visit": self.visit,
+            "key": key,
+            "childAttemptId": child_attempt_id,
+            "outcome": result.outcome,
+        }
+        if result.ok:
+            payload["output"] = result.output
+        else:
+            payload["error"] = result.error
+        if conversation:
+            payload["conversation"] = conversation
+        if parent.active:
+            parent.writer.append("node", "child_step_finished", payload, node_id=parent.node_id,
+                                 attempt_id=parent.attempt_id, sync=True)  # fmt: skip
+        return result
