@@ -6,7 +6,6 @@ views all read the same ``RunState``. Resume continues from the trace alone (``p
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Any
 from piw.context import ActionContext, LazyOutputs, NodeContext
 from piw.definition import ActionNode, AgentNode, CheckpointNode
 from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged
-from piw.executors import Attempt, Executor, NodeOutcome, evaluate
+from piw.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.executors.checkpoint import CheckpointExecutor
 from piw.executors.compute import ComputeExecutor
 from piw.executors.function import FunctionActionExecutor
@@ -29,8 +28,8 @@ from piw.publishing import UpdatePublisher
 from piw.replay import RunState, TERMINAL_STATUSES, fold, result_to_json
 from piw.routing import Decision, decide, next_invocation
 from piw.session import SessionLog
-from piw.store import Bundle, WriterLock, create_bundle, new_run_id, open_bundle
-from piw.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent
+from piw.store import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
+from piw.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
 from piw.wire import Manifest, now_iso
 from piw.writer import Listener, RunWriter
 
@@ -114,10 +113,19 @@ class Engine:
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
         }
-        return self._guarded(lambda: self._begin(writer, payload))
+        try:
+            writer.append("run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True)
+        except BaseException:
+            # Until run_started commits the bundle is incomplete; nothing was started, so leave nothing behind.
+            writer.close()
+            assert self.session is not None
+            self.session.close()
+            lock.release()
+            discard_incomplete(bundle)
+            raise
+        return self._guarded(lambda: self._begin(writer))
 
-    def _begin(self, writer: RunWriter, payload: dict[str, Any]) -> None:
-        writer.append("run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True)
+    def _begin(self, writer: RunWriter) -> None:
         if self.options.on_start:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(Decision(target=self.workflow.definition.start_at)))
@@ -162,23 +170,23 @@ class Engine:
     def _repair_tail(self, bundle: Bundle, valid_bytes: int, torn_bytes: int) -> int:
         if torn_bytes <= 0:
             return 0
-        os.truncate(bundle.trace_path, valid_bytes)
-        fd = os.open(bundle.trace_path, os.O_RDONLY)
-        try:
-            (self.options.files or FileLayer()).fsync(fd)
-        finally:
-            os.close(fd)
-        return torn_bytes
+        return truncate_tail(bundle.trace_path, valid_bytes, self.options.files)
 
     def _continue(self, writer: RunWriter, events: list[TraceEvent], truncated: int) -> None:
         state = writer.state
         resumed: dict[str, Any] = {"replayedSteps": len(state.steps)}
         if truncated:
             resumed["truncatedBytes"] = truncated
-        if state.current is not None:
-            resumed.update(resumeAt=state.current.node_id, abandonedAttemptId=state.current.attempt_id)
+        current = state.current
+        if current is not None:
+            if self._can_reattach(current.node_type, current.node_id, current.attempt_id):
+                resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)
+                writer.append("run", "run_resumed", resumed, sync=True)
+                self._loop(current.node_id, reattach=current.attempt_id)
+                return
+            resumed.update(resumeAt=current.node_id, abandonedAttemptId=current.attempt_id)
             writer.append("run", "run_resumed", resumed, sync=True)
-            self._loop(state.current.node_id)
+            self._loop(current.node_id)
             return
         decision = self._decision_after(events, state)
         if decision.terminal is not None and not decision.exits:
@@ -239,7 +247,15 @@ class Engine:
             writer.lock.release()
         return writer.state
 
-    def _loop(self, node_id: str | None) -> None:
+    def _can_reattach(self, node_type: str, node_id: str, attempt_id: str) -> bool:
+        """An in-progress agent attempt whose step prompt is in the conversation keeps its id (§8 step 5)."""
+        check = getattr(self.executors["agent"], "can_reattach", None)
+        writer = self.writer
+        assert writer is not None and self.session is not None
+        return node_type == "agent" and check is not None and check(self.session, writer.bundle.run_id, node_id,
+                                                                     attempt_id)  # fmt: skip
+
+    def _loop(self, node_id: str | None, reattach: str | None = None) -> None:
         writer = self.writer
         assert writer is not None
         while node_id is not None:
@@ -252,7 +268,8 @@ class Engine:
                 writer.append("run", "run_failed", {"status": "failed", "error": message}, sync=True)
                 return
             gnode = self.graph.nodes[node_id]
-            outcome = self._execute(node_id)
+            outcome = self._execute(node_id, reattach)
+            reattach = None
             if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
                 payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
                 writer.append("run", "run_waiting", payload, sync=True)
@@ -291,7 +308,15 @@ class Engine:
         while target is not None and target in self.graph.mounts:
             mount = self.graph.mounts[target]
             ctx = self._context(mount.path, "")
-            child_input = prepare_input(mount.definition, evaluate(mount.input, ctx) if mount.input is not None else None)
+            try:
+                raw = evaluate(mount.input, ctx) if mount.input is not None else None
+                child_input = prepare_input(mount.definition, raw)
+            except Exception as exc:
+                # The include's input is author code run by the engine: a failure ends the run, never the process.
+                reason = str(exc) if isinstance(exc, PiwError) else describe_exception(exc)
+                error = f"Include {mount.path} could not start: {reason}"
+                writer.append("run", "run_failed", {"status": "failed", "error": error}, sync=True)
+                return None
             payload = {
                 "mountPath": mount.path.split("/"),
                 "workflowName": mount.definition.name,
@@ -302,12 +327,12 @@ class Engine:
             target = f"{mount.path}/{mount.definition.start_at}"
         return target
 
-    def _execute(self, node_id: str) -> NodeOutcome:
+    def _execute(self, node_id: str, reattach: str | None = None) -> NodeOutcome:
         writer = self.writer
         assert writer is not None and self.session is not None
         gnode = self.graph.nodes[node_id]
         node = gnode.node
-        attempt_id = uuid.uuid4().hex
+        attempt_id = reattach or uuid.uuid4().hex
         attempt_holder: list[Attempt] = []
         ctx = self._context(node_id, attempt_id, attempt_holder)
         timeout_s: float | None = None
@@ -319,7 +344,8 @@ class Engine:
             started["statusDetail"] = detail
         if timeout_s is not None:
             started["timeoutMs"] = int(timeout_s * 1000)
-        writer.append("node", "node_started", started, node_id=node_id, attempt_id=attempt_id)
+        if reattach is None:
+            writer.append("node", "node_started", started, node_id=node_id, attempt_id=attempt_id)
         attempt = Attempt(
             gnode=gnode,
             attempt_id=attempt_id,
@@ -329,6 +355,7 @@ class Engine:
             timeout_s=timeout_s,
             cancel=ctx.cancelled if isinstance(ctx, ActionContext) else threading.Event(),
             origin_session_id=(self.options.origin_session or {}).get("id"),
+            reattached=reattach is not None,
         )
         attempt_holder.append(attempt)
         self.active = attempt

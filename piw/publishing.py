@@ -6,6 +6,7 @@ append ``update_published`` durably, fold. A failed check writes nothing.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -40,13 +41,13 @@ class UpdatePublisher:
                 raise AttemptInactive(node_id, attempt_id)
             if idempotency_key is not None:
                 previous = self._find_idempotent(attempt_id, idempotency_key)
-                update = validate_update(raw)
                 if previous is not None:
-                    if (previous.type, previous.key, previous.data) != (update.type, update.key, update.data):
+                    if _canonical(raw) != _canonical(
+                        {"type": previous.type, "key": previous.key, "data": previous.data}
+                    ):
                         raise UpdateRejected(f"update reuses tool call id {idempotency_key} with different content")
                     return previous.receipt
-            else:
-                update = validate_update(raw)
+            update = validate_update(raw)
             check_pair_limit(self.writer.state.updates.keys(), update.type, update.key)
             if wait_for_token is None:
                 self.bucket.take_or_reject()
@@ -81,6 +82,14 @@ class UpdatePublisher:
             ):
                 receipt = UpdateReceipt(payload["updateId"], event.seq, event.at, payload["type"], payload["key"])
                 return _Previous(payload["type"], payload["key"], payload["data"], receipt)
+        return None
+
+
+def _canonical(value: Any) -> str | None:
+    """Canonical JSON for comparing redelivered tool calls (``True`` and ``1`` differ)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
         return None
 
 

@@ -102,9 +102,19 @@ class AgentExecutor:
 
         return ChildRunner(self, attempt, self.settings.max_concurrent_children)
 
+    def can_reattach(self, session: SessionLog, run_id: str, node_id: str, attempt_id: str) -> bool:
+        """True when the attempt's step prompt is already in the conversation (``persistence.md`` §9)."""
+        from piw.agent.recovery import matching_prompts
+
+        return bool(matching_prompts(current_branch(session.entries), run_id, node_id, attempt_id))
+
     def execute(self, attempt: Attempt) -> NodeOutcome:
         node = attempt.gnode.node
         assert isinstance(node, AgentNode)
+        if attempt.reattached:
+            from piw.agent.recovery import recover
+
+            return recover(self, attempt, node)
         if node.completion == "assistant" and attempt.origin_session_id is None:
             return NodeOutcome.failed(NO_ORIGIN)
         try:
@@ -261,8 +271,10 @@ class _AttemptRun:
 
     # ---- the attempt -------------------------------------------------------------------------------------
 
-    def run(self, prompt: str) -> NodeOutcome:
-        self._deliver(prompt, "step")
+    def run(self, prompt: str | None, kind: str = "step") -> NodeOutcome:
+        """Deliver ``prompt`` (``None``: continue a reattached loop without a new message) and drive the attempt."""
+        if prompt is not None:
+            self._deliver(prompt, kind)
         reminders = 0
         tool_choice: Any = None  # the adapter applies its structured_tool_choice knob while `workflow` is offered
         while True:
@@ -301,7 +313,7 @@ class _AttemptRun:
             return None
         return self._assistant_outcome(result.final)
 
-    def _assistant_outcome(self, final: AssistantMessage | None) -> NodeOutcome:
+    def _assistant_outcome(self, final: AssistantMessage | None, *, adopted: bool = False) -> NodeOutcome:
         node_id = self.contract.node_id
         if final is None or final.stop_reason != "stop" or final.tool_calls():
             reason = (
@@ -327,7 +339,7 @@ class _AttemptRun:
                 "textSha256": "sha256:" + sha256_hex(text),
                 "textPreview": text[:1000],
                 "conversation": conversation,
-                "adopted": False,
+                "adopted": adopted,
             },
             node_id=node_id,
             attempt_id=self.contract.attempt_id,

@@ -16,9 +16,10 @@ from piw.history import run_summaries
 from piw.live import StepLog
 from piw.loader import discover, import_definition, load_workflow, parse_input_option, source_identity
 from piw.replay import RunState
-from piw.runner import ForegroundOptions, resume_run, start_run
+from piw.runner import ForegroundOptions, resume_run, start_run, tools_known
 from piw.store import piw_home
 from piw.terminal import safe_text, single_line
+from piw.wire import sha256_hex
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
@@ -72,11 +73,15 @@ def run(
 @app.command()
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    provider: Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")] = None,
+    script: Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Expand step cards.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")] = False,
 ) -> int:
     """Continue an interrupted run from its trace; completed steps are not run again."""
     home = piw_home()
-    state = resume_run(run_id, home, _foreground(as_json))
+    state = resume_run(run_id, home, _foreground(as_json, verbose, provider, model, script))
     return _finish(state, as_json)
 
 
@@ -128,8 +133,9 @@ def list_workflows(as_json: Annotated[bool, typer.Option("--json", help="Print a
                          "contractId": definition.contract_id, "description": definition.description,
                          "source": source, "_origin": label})  # fmt: skip
         except PiwError as exc:
+            source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(path.read_bytes())}
             rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": None, "contractId": None,
-                         "description": f"(cannot load: {exc})", "source": {"kind": "file", "path": str(path)},
+                         "description": f"(cannot load: {exc})", "source": source,
                          "_origin": label})  # fmt: skip
     if as_json:
         public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
@@ -150,7 +156,7 @@ def list_workflows(as_json: Annotated[bool, typer.Option("--json", help="Print a
 def validate(file: Annotated[str, typer.Argument(help="The workflow file to check.")]) -> int:
     """Check a workflow definition with both validation passes, without starting a run."""
     home = piw_home()
-    loaded = load_workflow(file, home)
+    loaded = load_workflow(file, home, tools_known())
     make_console().print(
         f"OK {loaded.definition.name}: {len(loaded.graph.nodes)} nodes, start {loaded.graph.start_at}, "
         f"digest {loaded.digest[:19]}…"

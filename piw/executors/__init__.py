@@ -59,6 +59,8 @@ class Attempt:
     origin_session_id: str | None = None
     active: bool = True
     timed_out: bool = False
+    reattached: bool = False
+    """Resumed under its original attempt id (an agent whose step prompt is already in the conversation)."""
     usage: dict[str, Any] | None = None
     """Model usage of ``ctx.run_agent`` children, summed into the action's terminal event."""
     _usage_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -1,0 +1,147 @@
+"""Recovering an agent attempt on resume from its durable evidence (``persistence.md`` §9).
+
+The first matching row wins: a committed completion receipt; an accepted submission; a completed assistant reply
+(adopted, never re-asked); a loop that stopped at the prompt or at tool results (continued without a new message);
+otherwise the prompt is delivered again as ``resume`` under the same attempt id. A reply from another attempt or
+another branch is never adopted, so each node visit shows at most one visible response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piw.agent.contract import AgentStepContract, format_step_prompt, make_contract
+from piw.agent.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
+from piw.agent.workflow_tool import lenient_json
+from piw.definition import AgentNode
+from piw.executors import Attempt, NodeOutcome
+from piw.messages import MESSAGE_ADAPTER, AssistantMessage, Message
+from piw.session import SessionEntry, current_branch
+from piw.wire import sha256_hex
+
+
+def _contract_of(entry: SessionEntry) -> dict[str, Any] | None:
+    message = entry.message
+    if message.get("role") != "custom" or message.get("customType") != STEP_CUSTOM_TYPE:
+        return None
+    contract = (message.get("details") or {}).get("contract")
+    return contract if isinstance(contract, dict) else None
+
+
+def matching_prompts(branch: list[SessionEntry], run_id: str, node_id: str, attempt_id: str) -> list[int]:
+    """Indexes of the step messages on the branch whose contract names exactly this run, node and attempt."""
+    found = []
+    for index, entry in enumerate(branch):
+        contract = _contract_of(entry)
+        if contract and (contract.get("runId"), contract.get("nodeId"), contract.get("attemptId")) == (
+            run_id,
+            node_id,
+            attempt_id,
+        ):
+            found.append(index)
+    return found
+
+
+def _range_after(branch: list[SessionEntry], index: int) -> list[SessionEntry]:
+    """Entries after a prompt and before the next step message."""
+    out = []
+    for entry in branch[index + 1 :]:
+        if _contract_of(entry) is not None:
+            break
+        out.append(entry)
+    return out
+
+
+def _messages(entries: list[SessionEntry]) -> list[Message]:
+    return [MESSAGE_ADAPTER.validate_python(entry.message) for entry in entries]
+
+
+def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeOutcome:
+    """Finish, continue or re-deliver a reattached attempt without ever showing a second answer."""
+    branch = current_branch(attempt.session.entries)
+    prompts = matching_prompts(branch, attempt.run_id, attempt.node_id, attempt.attempt_id)
+    first, latest = prompts[0], prompts[-1]
+    recorded = AgentStepContract.model_validate(_contract_of(branch[latest]))
+    contract = make_contract(
+        attempt.run_id, attempt.ctx.workflow_name, attempt.node_id, attempt.attempt_id, node.expected_output
+    )
+    run = _AttemptRun(executor, attempt, node, contract if contract == recorded else recorded)
+    run.first_entry_id = branch[first].id
+    run.messages = _messages(branch[first + 1 :])
+    after = _range_after(branch, latest)
+    state_current = attempt.writer.state.current
+    receipt = state_current.assistant_completion if state_current else None
+    if receipt:
+        return _from_receipt(run, attempt, receipt)
+    if contract.completion == "submit":
+        accepted = _accepted_submission(after)
+        if accepted is not None:
+            entry_id, output = accepted
+            run.last_entry_id = entry_id
+            try:
+                return run._ok(run._accept(lenient_json(output)))
+            except Exception as exc:
+                return run._fail(f"Recorded submission no longer validates: {exc}")
+    else:
+        adopted = _completed_reply(after)
+        if adopted is not None:
+            entry, message = adopted
+            run.last_assistant_entry = entry.id
+            return run._assistant_outcome(message, adopted=True)
+    last = branch[-1]
+    if last is branch[latest] or last.message.get("role") == "toolResult":
+        return run.run(None)
+    original = branch[first].message.get("content", "")
+    return run.run(original if isinstance(original, str) else format_step_prompt("", contract), "resume")
+
+
+def _from_receipt(run: _AttemptRun, attempt: Attempt, receipt: dict[str, Any]) -> NodeOutcome:
+    entry_id = receipt.get("assistantEntryId")
+    entry = next((e for e in attempt.session.entries if e.id == entry_id), None)
+    if entry is None:
+        return run._fail(f"Recorded reply {entry_id} is missing from the conversation.")
+    message = MESSAGE_ADAPTER.validate_python(entry.message)
+    text = message.visible_text() if isinstance(message, AssistantMessage) else ""
+    if "sha256:" + sha256_hex(text) != receipt.get("textSha256"):
+        return run._fail(f"Recorded reply {entry_id} does not match its digest.")
+    from piw.agent.executor import usage_of
+
+    return NodeOutcome.ok(text, usage=usage_of(run.messages), conversation=receipt.get("conversation"))
+
+
+def _accepted_submission(entries: list[SessionEntry]) -> tuple[str, Any] | None:
+    """The accepted ``workflow`` submit in a prompt's range: its tool result entry id and the submitted output."""
+    calls: dict[str, Any] = {}
+    for entry in entries:
+        message = entry.message
+        if message.get("role") == "assistant":
+            for block in message.get("content") or []:
+                if block.get("type") == "toolCall" and block.get("name") == "workflow":
+                    calls[block.get("id")] = (block.get("arguments") or {}).get("output")
+        elif (
+            message.get("role") == "toolResult"
+            and message.get("toolName") == "workflow"
+            and message.get("terminate")
+            and not message.get("isError")
+            and message.get("toolCallId") in calls
+        ):
+            return entry.id, calls[message["toolCallId"]]
+    return None
+
+
+def _completed_reply(entries: list[SessionEntry]) -> tuple[SessionEntry, AssistantMessage] | None:
+    """The last assistant message in the range when nothing (user or custom) follows it."""
+    for position in range(len(entries) - 1, -1, -1):
+        entry = entries[position]
+        role = entry.message.get("role")
+        if role in ("user", "custom"):
+            return None
+        if role == "assistant":
+            message = MESSAGE_ADAPTER.validate_python(entry.message)
+            assert isinstance(message, AssistantMessage)
+            if message.retried:
+                continue
+            if message.stop_reason == "stop" and not message.tool_calls():
+                return entry, message
+            return None
+    return None
