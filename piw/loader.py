@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -66,10 +66,11 @@ def search_paths(home: Path) -> list[tuple[str, Path]]:
 def resolve_reference(reference: str, home: Path) -> Path:
     """Turn a CLI workflow reference (path or name) into a file path."""
     candidate = Path(reference).expanduser()
-    looks_like_path = reference.endswith(".py") or "/" in reference or reference.startswith(".")
-    if candidate.is_file():
-        return candidate.resolve()
+    looks_like_path = reference.endswith(".py") or "/" in reference or reference.startswith((".", "~"))
     if looks_like_path:
+        # A bare name is never read as a path, so a stray file called "hello" in the cwd is not imported.
+        if candidate.is_file():
+            return candidate.resolve()
         raise LoadError(f"Workflow file {reference} does not exist.")
     for _, folder in search_paths(home):
         path = folder / f"{reference}{SUFFIX}"
@@ -96,7 +97,8 @@ def import_definition(path: Path) -> WorkflowDefinition:
     try:
         spec.loader.exec_module(module)
     except DefinitionError as exc:
-        raise DefinitionError(f"{path}: {exc}") from None
+        line = _user_line(exc, path)
+        raise DefinitionError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
     except Exception as exc:
         line = _user_line(exc, path)
         where = f"{path}:{line}" if line else str(path)
@@ -177,27 +179,46 @@ def parse_input_option(text: str | None) -> Any:
         except OSError as exc:
             raise InputInvalid(f"Cannot read --input file {text[1:]}: {exc.strerror}.") from None
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise InputInvalid(f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}).") from None
+    except ValueError as exc:
+        raise InputInvalid(f"--input is not valid JSON ({exc}).") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _json_input(definition: WorkflowDefinition, value: Any) -> Any:
+    """The input goes into ``run_started``; refuse what JSON cannot hold before any bundle exists."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InputInvalid(f"Invalid input for {definition.name}: it is not JSON ({exc}).") from None
+    return value
 
 
 def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
     """Validate the run input with the workflow's model or normaliser; errors name the field."""
     model = definition.input
     if model is None:
-        return {} if raw is None else raw
+        return _json_input(definition, {} if raw is None else raw)
     if isinstance(model, type) and issubclass(model, BaseModel):
         try:
-            return model.model_validate({} if raw is None else raw).model_dump(mode="json")
+            validated = model.model_validate({} if raw is None else raw).model_dump(mode="json")
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"]) or "input"
-            raise InputInvalid(f"Invalid input for {definition.name}: {field}: {first['msg']}.") from None
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in error['loc']) or 'input'}: {error['msg']}" for error in exc.errors()
+            )
+            raise InputInvalid(f"Invalid input for {definition.name}: {problems}.") from None
+        return _json_input(definition, validated)
+    normalise = cast(Callable[[Any], Any], model)
     try:
-        return model(raw)
+        value = normalise(raw)
     except Exception as exc:
         raise InputInvalid(f"Invalid input for {definition.name}: {exc}.") from None
+    return _json_input(definition, value)
 
 
 def resolve_title(definition: WorkflowDefinition, input_value: Any) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from piw.engine import Engine, RunOptions
 from piw.executors import Executor
-from piw.loader import LoadedWorkflow, builtins_dir, load_workflow, resolve_reference
+from piw.loader import LoadedWorkflow, builtins_dir, load_workflow, prepare_input, resolve_reference
 from piw.replay import RunState
 from piw.store import Bundle, load_state, open_bundle
 from piw.trace import FileLayer, resolve_durability
@@ -54,7 +54,8 @@ def start_run(
     reference: str, home: Path, raw_input: Any, title: str | None, options: ForegroundOptions
 ) -> RunState:
     """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
-    workflow = load_workflow(reference, home, _tools_known())
+    workflow = load_workflow(reference, home, tools_known())
+    prepare_input(workflow.definition, raw_input)  # input errors come before provider selection
     return _engine(workflow, home, options).start(raw_input, title)
 
 
@@ -62,7 +63,7 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
     bundle = open_bundle(home, run_id)
     state = load_state(bundle)
-    workflow = load_workflow(workflow_path_of(state.workflow_source, state.workflow_name, home), home, _tools_known())
+    workflow = load_workflow(workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known())
     return _engine(workflow, home, options).resume(run_id)
 
 
@@ -76,7 +77,8 @@ def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:
     return resolve_reference(name, home)
 
 
-def _tools_known() -> Callable[[str], bool] | None:
+def tools_known() -> Callable[[str], bool] | None:
+    """Whether a tool name is registered (the run-start check of agent ``tools=``)."""
     try:
         from piw.tools import registry
     except ImportError:  # pragma: no cover - the tools package ships with piw

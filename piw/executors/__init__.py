@@ -111,8 +111,14 @@ def to_json_output(value: Any, node_id: str) -> Any:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """A one-line error for a failed node: the exception type and its message."""
+    """A one-line error for a failed node.
+
+    A ``ValueError`` is how authors reject a value on purpose, so its message stands alone; any other exception
+    keeps its type name, without which a message such as ``'x'`` (a ``KeyError``) would say nothing.
+    """
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if message and type(exc) is ValueError:
+        return message
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 

@@ -1,0 +1,5 @@
+"""``python -m piw`` runs the CLI (the same as the ``piw`` console script)."""
+
+from piw.cli import main
+
+main()
