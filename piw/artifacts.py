@@ -63,21 +63,39 @@ class ArtifactStore:
         self._fsync = fsync
 
     def write(self, text: str) -> dict[str, Any]:
-        """Store ``text`` (deduplicated) and return its ref body."""
+        """Store ``text`` (deduplicated) and return its ref body; the file and its name are durable on return."""
         data = text.encode("utf-8")
         hex_digest = sha256_hex(data)
         name = f"sha256-{hex_digest}.txt"
         target = self.directory / name
         if not target.exists():
-            self.directory.mkdir(mode=0o700, exist_ok=True)
+            created = not self.directory.is_dir()
+            if created:
+                self.directory.mkdir(mode=0o700)
             fd, temp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
             try:
-                os.write(fd, data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
                 self._fsync(fd)
-            finally:
+            except BaseException:
                 os.close(fd)
+                os.unlink(temp)
+                raise
+            os.close(fd)
             os.replace(temp, target)
+            # The rename (and a new artifacts/ folder) must survive power loss before a line names the file.
+            self._fsync_dir(self.directory)
+            if created:
+                self._fsync_dir(self.bundle_dir)
         return {"path": f"artifacts/{name}", "mediaType": "text/plain", "bytes": len(data), "sha256": hex_digest}
+
+    def _fsync_dir(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self._fsync(fd)
+        finally:
+            os.close(fd)
 
     def read(self, ref: dict[str, Any]) -> str:
         """Load an artifact named by a ref, after checking that its resolved path stays inside the bundle."""

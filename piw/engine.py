@@ -356,6 +356,7 @@ class Engine:
             cancel=ctx.cancelled if isinstance(ctx, ActionContext) else threading.Event(),
             origin_session_id=(self.options.origin_session or {}).get("id"),
             reattached=reattach is not None,
+            publisher=self.publisher,
         )
         attempt_holder.append(attempt)
         self.active = attempt
@@ -421,7 +422,7 @@ class Engine:
                     node_id,
                     attempt_id,
                     {"type": type_, "key": key, "data": data},
-                    is_active=(lambda: attempt.active) if attempt else None,
+                    is_active=attempt.is_live if attempt else None,
                 )
 
             def run_agent(prompt: str, **kwargs: Any) -> Any:
@@ -440,7 +441,7 @@ class Engine:
         assert self.publisher is not None
         raw = item.model_dump() if hasattr(item, "model_dump") else item
         self.publisher.publish(
-            attempt.node_id, attempt.attempt_id, raw, is_active=lambda: attempt.active, wait_for_token=attempt.cancel
+            attempt.node_id, attempt.attempt_id, raw, is_active=attempt.is_live, wait_for_token=attempt.cancel
         )
 
 

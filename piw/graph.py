@@ -85,7 +85,7 @@ def flatten(definition: WorkflowDefinition, tools_known: Callable[[str], bool] |
     nodes: dict[str, GraphNode] = {}
     edges: dict[str, Edge | Switch] = {}
     mounts: dict[str, Mount] = {}
-    _flatten_into(definition, "", (), nodes, edges, mounts, (definition.name,), tools_known)
+    _flatten_into(definition, "", (), nodes, edges, mounts, (definition,), tools_known)
     graph = FlatGraph(definition, _entry(definition, "", mounts), nodes, edges, mounts)
     _check_reachable(graph)
     return graph
@@ -103,7 +103,7 @@ def _flatten_into(
     nodes: dict[str, GraphNode],
     edges: dict[str, Edge | Switch],
     mounts: dict[str, Mount],
-    chain: tuple[str, ...],
+    chain: tuple[WorkflowDefinition, ...],
     tools_known: Callable[[str], bool] | None,
 ) -> None:
     where = f"workflow {definition.name!r}"
@@ -119,11 +119,12 @@ def _flatten_into(
         nodes[flat_id] = GraphNode(flat_id, local_id, mount_path, node)
     for mount_id, mounted in definition.includes.items():
         child = mounted.child
-        if child.name in chain:
-            cycle = " → ".join((*chain, child.name))
+        # By identity: two different workflows may share a name; only mounting an ancestor again is a cycle.
+        if any(child is ancestor for ancestor in chain):
+            cycle = " → ".join(item.name for item in (*chain, child))
             raise DefinitionError(f"{where}: include {mount_id!r} forms an include cycle ({cycle})")
         child_path = _prefix(path, mount_id)
-        _flatten_into(child, child_path, (*mount_path, mount_id), nodes, edges, mounts, (*chain, child.name), tools_known)
+        _flatten_into(child, child_path, (*mount_path, mount_id), nodes, edges, mounts, (*chain, child), tools_known)
         exits = dict(child.exits) or _implicit_exits(child)
         for exit_name, local in exits.items():
             if local not in child.nodes and local not in child.includes:
@@ -194,7 +195,8 @@ def _check_reachable(graph: FlatGraph) -> None:
     unreachable = sorted(set(graph.nodes) - seen)
     if unreachable:
         node = graph.nodes[unreachable[0]]
-        name = graph.mount_of(node.id).definition.name if graph.mount_of(node.id) else graph.definition.name
+        mount = graph.mount_of(node.id)
+        name = mount.definition.name if mount is not None else graph.definition.name
         raise DefinitionError(f"workflow {name!r}: node {node.local_id!r} is unreachable from start_at")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError
-from piw.store import list_bundles, load_state
+from piw.store import Bundle, list_bundles, load_state
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class RunSummary:
     started_at: str | None
     finished_at: str | None
     current_node: str | None
+    notice: str | None = None
+    """Set when the bundle could not be replayed (e.g. a damaged trace); the row then comes from the manifest."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +46,12 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
         try:
             state = load_state(bundle)
         except PiwError:
+            damaged = _from_manifest(bundle)
+            if damaged is not None and (status is None or damaged.status == status):
+                yield damaged
+                count += 1
+                if limit is not None and count >= limit:
+                    return
             continue
         if not state.run_id:
             continue
@@ -61,3 +69,21 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
         count += 1
         if limit is not None and count >= limit:
             return
+
+
+def _from_manifest(bundle: Bundle) -> RunSummary | None:
+    """A row for a bundle whose trace cannot be replayed, so the run is listed with a notice, not hidden."""
+    try:
+        manifest = bundle.read_manifest()
+    except PiwError:
+        return None
+    return RunSummary(
+        run_id=bundle.run_id,
+        workflow_name=str(manifest.get("workflowName", "")),
+        run_title=manifest.get("runTitle"),
+        status=str(manifest.get("status", "running")),
+        started_at=manifest.get("startedAt"),
+        finished_at=manifest.get("finishedAt"),
+        current_node=None,
+        notice="trace damaged; see 'piw inspect'",
+    )

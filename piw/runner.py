@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.engine import Engine, RunOptions
+from piw.errors import ResumeRefused, RunFinished
 from piw.executors import Executor
 from piw.loader import LoadedWorkflow, builtins_dir, load_workflow, prepare_input, resolve_reference
 from piw.replay import RunState
@@ -40,7 +41,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
         workflow,
         home,
         RunOptions(
-            durability=resolve_durability(options.durability),
+            durability=resolve_durability(options.durability or configured_durability(home)),
             files=options.files,
             listeners=list(options.listeners),
             agent_executor=factory(workflow) if factory else None,
@@ -63,6 +64,11 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
     bundle = open_bundle(home, run_id)
     state = load_state(bundle)
+    # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
+    if not state.run_id:
+        raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+    if state.is_terminal:
+        raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
     workflow = load_workflow(workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known())
     return _engine(workflow, home, options).resume(run_id)
 
@@ -77,11 +83,24 @@ def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:
     return resolve_reference(name, home)
 
 
+def configured_durability(home: Path) -> str | None:
+    """The ``durability`` key of ``config.toml`` (``PIW_DURABILITY`` still wins in ``resolve_durability``)."""
+    from piw.providers.config import load_config
+
+    return load_config(home).durability
+
+
+def resolved_outcome(home: Path, state: RunState) -> tuple[Any, Any]:
+    """The final output and error with artifact refs loaded (large values live in ``artifacts/``)."""
+    bundle = open_bundle(home, state.run_id)
+    return bundle.resolve(state.final_output), bundle.resolve(state.error)
+
+
 def tools_known() -> Callable[[str], bool] | None:
     """Whether a tool name is registered (the run-start check of agent ``tools=``)."""
     try:
         from piw.tools import registry
     except ImportError:  # pragma: no cover - the tools package ships with piw
         return None
-    names = set(registry.registered_names())
-    return names.__contains__
+    # A live check: a workflow file may register its own tools when it is imported, after this is called.
+    return lambda name: name in registry.registered_names()

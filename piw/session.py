@@ -7,7 +7,6 @@ durable before any trace event names its entry id.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import TraceCorrupt
-from piw.trace import Durability, FileLayer, LineAppender, iter_lines
+from piw.trace import Durability, FileLayer, LineAppender, iter_lines, truncate_tail
 from piw.wire import dumps_line, now_iso
 
 
@@ -95,11 +94,8 @@ class SessionLog:
         self.entries, valid = _parse_prefix(data, str(path))
         if valid < len(data):
             # A torn tail (crash mid-append): remove it, or the next entry would be glued onto it.
-            os.truncate(path, valid)
+            truncate_tail(path, valid, files)
         self._appender = LineAppender(path, durability, files)
-        if valid < len(data):
-            self._appender._dirty = True
-            self._appender.sync()
 
     @property
     def head(self) -> str | None:

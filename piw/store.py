@@ -35,6 +35,8 @@ def piw_home() -> Path:
     home = Path(configured).expanduser() if configured else Path.home() / ".local" / "share" / "piw"
     home = home.resolve()
     ensure_private_dir(home)
+    if (home / "runs").is_dir():
+        os.chmod(home / "runs", 0o700)
     return home
 
 

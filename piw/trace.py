@@ -139,16 +139,19 @@ class FileLayer:
 def resolve_durability(configured: str | None = None) -> Durability:
     """``PIW_DURABILITY`` wins over the config value; the default is ``effects``."""
     value = os.environ.get("PIW_DURABILITY") or configured or "effects"
-    if value not in DURABILITY_VALUES:
-        raise UsageError(f"Unknown durability {value!r}; use one of: {', '.join(DURABILITY_VALUES)}.")
-    return value  # type: ignore[return-value]
+    for option in DURABILITY_VALUES:
+        if value == option:
+            return option
+    raise UsageError(f"Unknown durability {value!r}; use one of: {', '.join(DURABILITY_VALUES)}.")
 
 
 class LineAppender:
     """Appends complete lines to one NDJSON file with the group-commit rule of ``persistence.md`` §3.
 
     ``sync=True`` marks a commit that must be durable before the caller goes on (an effect boundary); under
-    ``effects`` only those fsync, and one fsync covers every line written before it.
+    ``effects`` only those fsync, and one fsync covers every line written before it. A ``ride_along`` line
+    (``node_started``, a pure compute step) may be lost on power loss and recomputed, so it never forces an
+    fsync of its own: :meth:`sync_required` skips the fsync while only such lines are pending.
     """
 
     def __init__(self, path: Path, durability: Durability, files: FileLayer | None = None) -> None:
@@ -158,12 +161,14 @@ class LineAppender:
         created = not path.exists()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._dirty = False
+        self._required = False
         self._parent_dirty = created
 
-    def append(self, line: bytes, *, sync: bool = False) -> None:
+    def append(self, line: bytes, *, sync: bool = False, ride_along: bool = False) -> None:
         """Write one line; fsync when the durability setting requires it for this commit."""
         self.files.write_all(self._fd, line)
         self._dirty = True
+        self._required = self._required or not ride_along
         if self.durability == "always" or (self.durability == "effects" and sync):
             self.sync()
 
@@ -172,15 +177,34 @@ class LineAppender:
         if self.durability == "flush" or not self._dirty:
             return
         self.files.fsync(self._fd)
-        self._dirty = False
+        self._dirty = self._required = False
         if self._parent_dirty:
             fsync_dir(self.path.parent, self.files)
             self._parent_dirty = False
+
+    def sync_required(self) -> None:
+        """Before an external effect: fsync unless every pending line may ride along with a later fsync."""
+        if self._required:
+            self.sync()
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def truncate_tail(path: Path, valid_bytes: int, files: FileLayer | None = None) -> int:
+    """Remove a torn tail after the valid prefix and make the cut durable; returns the bytes removed."""
+    removed = path.stat().st_size - valid_bytes
+    if removed <= 0:
+        return 0
+    os.truncate(path, valid_bytes)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        (files or FileLayer()).fsync(fd)
+    finally:
+        os.close(fd)
+    return removed
 
 
 def fsync_dir(path: Path, files: FileLayer | None = None) -> None:

@@ -7,20 +7,47 @@ threads an action starts (updates, child agents) get one total order.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from piw.artifacts import externalize
+from piw.artifacts import ArtifactStore, externalize
 from piw.errors import PiwError
 from piw.replay import RunState, fold_more
 from piw.store import Bundle, WriterLock
-from piw.trace import RUN_TERMINAL_TYPES, Durability, FileLayer, LineAppender, TraceEvent
+from piw.trace import (
+    NODE_TERMINAL_TYPES,
+    RUN_TERMINAL_TYPES,
+    Durability,
+    FileLayer,
+    LineAppender,
+    TraceEvent,
+    decode_event,
+)
 from piw.wire import Manifest, now_iso
 
 Listener = Callable[[TraceEvent, RunState], None]
 STATE_CACHE_INTERVAL_S = 1.0
+KILL_BEFORE_APPEND_ENV = "PIW_TEST_KILL_BEFORE_APPEND"
+KILL_AFTER_APPEND_ENV = "PIW_TEST_KILL_AFTER_APPEND"
+
+
+def _kill_point(variable: str) -> int | None:
+    """Test-only crash hook: the trace ``seq`` at which this process SIGKILLs itself, if the variable is set.
+
+    The crash-matrix tests set ``PIW_TEST_KILL_AFTER_APPEND=k`` (or ``…_BEFORE_APPEND``) to die
+    deterministically right after (before) the line with ``seq == k`` is written, before any fsync; nothing else
+    uses it.
+    """
+    value = os.environ.get(variable, "")
+    return int(value) if value.isdigit() else None
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class RunWriter:
@@ -46,19 +73,15 @@ class RunWriter:
         self._mutex = threading.RLock()
         self._state_written_at = 0.0
         self._closed = False
+        artifact_fsync = (lambda fd: None) if durability == "flush" else self.files.fsync
+        self._artifacts = ArtifactStore(bundle.path, fsync=artifact_fsync)
+        self._kill_before = _kill_point(KILL_BEFORE_APPEND_ENV)
+        self._kill_after = _kill_point(KILL_AFTER_APPEND_ENV)
 
     @property
     def mutex(self) -> threading.RLock:
         """Held while appending; callers hold it to make a check-then-append atomic."""
         return self._mutex
-
-    def _store_artifact(self, text: str) -> dict[str, Any]:
-        return self.bundle.artifacts.write(text) if self.durability != "flush" else self._store_unsynced(text)
-
-    def _store_unsynced(self, text: str) -> dict[str, Any]:
-        from piw.artifacts import ArtifactStore
-
-        return ArtifactStore(self.bundle.path, fsync=lambda fd: None).write(text)
 
     def append(
         self,
@@ -75,18 +98,27 @@ class RunWriter:
             if self._closed:
                 raise PiwError("The run writer is closed; nothing more can be recorded for this attempt.")
             self.lock.fence()
-            event = TraceEvent(
-                seq=self.state.trace_seq + 1,
+            seq = self.state.trace_seq + 1
+            line = TraceEvent(
+                seq=seq,
                 at=now_iso(),
                 scope=scope,
                 type=type,
                 run_id=self.bundle.run_id,
-                payload=externalize(payload, self._store_artifact),
+                payload=externalize(payload, self._artifacts.write),
                 node_id=node_id,
                 attempt_id=attempt_id,
-            )
+            ).encode()
+            # Fold exactly what a reader will parse (JSON keys are strings, tuples become lists), so the live
+            # state and any later replay agree.
+            event = decode_event(line[:-1], seq)
             terminal = type in RUN_TERMINAL_TYPES
-            self.trace.append(event.encode(), sync=sync or terminal or scope == "run")
+            ride_along = not sync and (type == "node_started" or type in NODE_TERMINAL_TYPES)
+            if seq == self._kill_before:
+                _die()
+            self.trace.append(line, sync=sync or terminal or scope == "run", ride_along=ride_along)
+            if seq == self._kill_after:
+                _die()
             self.state = fold_more(self.state, [event])
             self._refresh_caches(force=terminal or scope == "run")
             for listener in list(self.listeners):
@@ -94,9 +126,13 @@ class RunWriter:
             return event
 
     def sync(self) -> None:
-        """Make every appended line durable now (an effect is about to happen)."""
+        """An external effect is about to happen: make every line it may depend on durable.
+
+        ``node_started`` lines and compute steps ride along with the next fsync (``persistence.md`` §3), so
+        under ``effects`` this fsyncs only when something else is pending.
+        """
         with self._mutex:
-            self.trace.sync()
+            self.trace.sync_required()
 
     def _refresh_caches(self, force: bool) -> None:
         now = time.monotonic()

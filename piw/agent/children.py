@@ -150,6 +150,7 @@ class ChildRunner:
             timeout_s=child_timeout,
             cancel=parent.cancel,
             origin_session_id=parent.origin_session_id,
+            publisher=parent.publisher,
         )
         contract = make_contract(parent.run_id, parent.ctx.workflow_name, child_id, child_attempt_id, expected)
         run = _AttemptRun(self.executor, child, node, contract, child=True)

@@ -1,7 +1,7 @@
 """What the origin session shows while agent steps run: step cards, streamed assistant text, tool summaries.
 
-On a terminal the assistant text streams as it arrives; otherwise each settled reply is printed as plain lines, so
-scripts and CI see the answer. Everything from the model goes through terminal sanitising first.
+On a terminal the assistant text streams as it arrives; otherwise each settled reply is printed as plain
+lines, so scripts and CI see the answer. Everything from the model goes through terminal sanitising first.
 """
 
 from __future__ import annotations
@@ -12,7 +12,14 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from piw.agent.events import AutoRetryStart, MessageEnd, MessageUpdate, StepDelivered, ToolExecutionEnd, ToolExecutionStart
+from piw.agent.events import (
+    AutoRetryStart,
+    MessageEnd,
+    MessageUpdate,
+    StepDelivered,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+)
 from piw.cards import card_text, clip_cells
 from piw.messages import AssistantMessage
 from piw.terminal import sanitize_terminal_text
@@ -26,22 +33,32 @@ class AgentDisplay:
         self.verbose = verbose
         self.streaming = console.is_terminal
         self._open_line = False
+        self._open_kind: str | None = None
 
     def _end_stream(self) -> None:
         if self._open_line:
             self.console.file.write("\n")
             self.console.file.flush()
             self._open_line = False
+            self._open_kind = None
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, StepDelivered):
             self._end_stream()
-            self.console.print(card_text(event.details, event.content, self.console.width, expanded=self.verbose))
+            self.console.print(
+                card_text(event.details, event.content, self.console.width, expanded=self.verbose)
+            )
         elif isinstance(event, MessageUpdate) and self.streaming:
             if event.delta == "text_delta" or (event.delta == "thinking_delta" and self.verbose):
-                self.console.file.write(sanitize_terminal_text(event.text))
-                self.console.file.flush()
-                self._open_line = True
+                if self._open_kind != event.delta:
+                    self._end_stream()  # thinking and the answer never share a line
+                piece = sanitize_terminal_text(event.text)
+                if event.delta == "thinking_delta":
+                    self.console.print(Text(piece, style="dim"), end="", soft_wrap=True)
+                else:
+                    self.console.file.write(piece)
+                    self.console.file.flush()
+                self._open_line, self._open_kind = True, event.delta
         elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
             self._end_stream()
             message = event.message
@@ -52,8 +69,8 @@ class AgentDisplay:
                 if text.strip():
                     self.console.print(Text(sanitize_terminal_text(text)))
             if message.stop_reason == "error" and not message.retried:
-                self.console.print(Text(f"  model error: {sanitize_terminal_text(message.error_message or '')}",
-                                        style="red"))  # fmt: skip
+                error = sanitize_terminal_text(message.error_message or "")
+                self.console.print(Text(f"  model error: {error}", style="red"))
         elif isinstance(event, ToolExecutionStart):
             self._end_stream()
             args = json.dumps(event.args, ensure_ascii=False)
@@ -65,4 +82,6 @@ class AgentDisplay:
         elif isinstance(event, AutoRetryStart):
             self._end_stream()
             line = f"  ↻ retry {event.attempt}/{event.max_attempts} in {event.delay_s:g}s: {event.error}"
-            self.console.print(Text(clip_cells(sanitize_terminal_text(line), self.console.width), style="yellow"))
+            self.console.print(
+                Text(clip_cells(sanitize_terminal_text(line), self.console.width), style="yellow")
+            )

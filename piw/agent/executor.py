@@ -1,8 +1,9 @@
 """The agent executor: runs one attempt of an ``agent`` node in submit or assistant mode.
 
-Order for every attempt (``persistence.md`` §9): ``agent_prompt_sent`` is durable, then the step message entry,
-then model turns whose settled messages are appended to the conversation before the next request. Submit mode
-ends on an accepted ``workflow`` submission (no further request); assistant mode takes the final visible reply.
+Order for every attempt (``persistence.md`` §9): ``agent_prompt_sent`` is durable, then the step message
+entry, then model turns whose settled messages are appended to the conversation before the next request.
+Submit mode ends on an accepted ``workflow`` submission (no further request); assistant mode takes the final
+visible reply.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from piw.agent.events import StepDelivered
 from piw.agent.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
 from piw.agent.workflow_tool import WORKFLOW_TOOL_SPEC, ActiveStep, WorkflowTool
 from piw.definition import AgentNode
+from piw.errors import AttemptInactive
 from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.messages import MESSAGE_ADAPTER, AssistantMessage, CustomMessage, Message, ToolResultMessage
 from piw.providers.base import Provider, StepRef, force_tool
@@ -42,7 +44,7 @@ def branch_messages(session: SessionLog) -> list[Message]:
 
 
 def usage_of(messages: list[Message]) -> dict[str, Any] | None:
-    """Requests and tokens summed over an attempt's assistant messages; ``cost`` only when every part is known."""
+    """Requests and tokens summed over an attempt's assistant messages; ``cost`` only if all are known."""
     assistants = [m for m in messages if isinstance(m, AssistantMessage)]
     if not assistants:
         return None
@@ -174,14 +176,13 @@ class _AttemptRun:
         return to_json_output(value, self.attempt.node_id)
 
     def _publish(self, update: dict[str, Any], call_id: str) -> dict[str, Any]:
-        from piw.publishing import UpdatePublisher
-
-        publisher = UpdatePublisher(self.attempt.writer)
         owner = self.update_owner or self.attempt
+        publisher = owner.publisher
+        if publisher is None:
+            raise AttemptInactive(owner.node_id, owner.attempt_id)
         receipt = publisher.publish(
-            owner.node_id, owner.attempt_id, update,
-            is_active=lambda: self.attempt.active, idempotency_key=call_id,
-        )  # fmt: skip
+            owner.node_id, owner.attempt_id, update, is_active=owner.is_live, idempotency_key=call_id
+        )
         return receipt.to_json()
 
     def _status(self) -> dict[str, Any]:
@@ -208,7 +209,6 @@ class _AttemptRun:
         }
         if presentation:
             details["presentation"] = presentation
-        details["workflowName"] = state.workflow_name
         entry = session.append(message_to_entry(CustomMessage(custom_type=STEP_CUSTOM_TYPE, content=content,
                                                               details=details)))  # fmt: skip
         if self.first_entry_id is None:
@@ -265,31 +265,34 @@ class _AttemptRun:
 
             from piw.messages import ToolSpec
 
-            out.append(LoopTool(ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters),
-                                execute))  # fmt: skip
+            spec = ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)
+            out.append(LoopTool(spec, execute))
         return out
 
     # ---- the attempt -------------------------------------------------------------------------------------
 
     def run(self, prompt: str | None, kind: str = "step") -> NodeOutcome:
-        """Deliver ``prompt`` (``None``: continue a reattached loop without a new message) and drive the attempt."""
+        """Deliver ``prompt`` (``None``: continue a reattached loop without a new message), then run."""
         if prompt is not None:
             self._deliver(prompt, kind)
         reminders = 0
-        tool_choice: Any = None  # the adapter applies its structured_tool_choice knob while `workflow` is offered
+        # None: the adapter applies its structured_tool_choice knob while `workflow` is offered
+        tool_choice: Any = None
         while True:
             result = self._loop(tool_choice)
             outcome = self._after_loop(result)
             if outcome is not None:
                 return outcome
             if reminders >= MAX_REMINDERS:
+                node_id, attempt_id = self.contract.node_id, self.contract.attempt_id
                 return self._fail(
-                    f"Agent finished {MAX_REMINDERS + 1} times without submitting step {self.contract.node_id} "
-                    f"(attempt {self.contract.attempt_id})."
+                    f"Agent finished {MAX_REMINDERS + 1} times without submitting step {node_id} "
+                    f"(attempt {attempt_id})."
                 )
             reminders += 1
             self._deliver(format_reminder(self.contract), "reminder")
-            tool_choice = force_tool("workflow")  # adapters without forced tool choice fall back to their knob
+            # adapters without forced tool choice fall back to their knob
+            tool_choice = force_tool("workflow")
 
     def _after_loop(self, result: LoopResult) -> NodeOutcome | None:
         """The attempt's outcome after a loop settles, or ``None`` when a reminder is due."""

@@ -1,8 +1,8 @@
 """The agent loop: one delivery (step, reminder or resume) run against a provider until it settles.
 
 Provider failures arrive as messages with ``stop_reason == "error"``; transient ones are retried only while no
-content has streamed, so no visible text repeats. A watchdog turns the deadline or the cancel event into an abort
-of the in-flight request within about a second.
+content has streamed, so no visible text repeats. A watchdog turns the deadline or the cancel event into an
+abort of the in-flight request within about a second.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from piw.agent.events import (
     TurnEnd,
     TurnStart,
 )
+from piw.errors import PiwError
 from piw.messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, ToolSpec
 from piw.providers.base import (
     ChatRequest,
@@ -74,7 +75,7 @@ class LoopTool:
 
 @dataclass
 class LoopResult:
-    """How one loop ended: ``settled`` normally, else ``error``, ``timed_out``, ``cancelled`` or ``max_turns``."""
+    """How one loop ended: ``settled``, else ``error``, ``timed_out``, ``cancelled`` or ``max_turns``."""
 
     end: str
     messages: list[Message]
@@ -114,7 +115,7 @@ class AgentLoop:
         self.provider = provider
         self.tools = {tool.spec.name: tool for tool in tools}
         self.hidden_tools = {tool.spec.name: tool for tool in hidden_tools or []}
-        """Answered when called but never offered (the closed ``workflow`` gate answers with its error text)."""
+        """Answered when called but never offered (a closed ``workflow`` gate answers with its error text)."""
         self.budget = budget
         self.deadline = deadline
         self.cancel = cancel
@@ -132,7 +133,7 @@ class AgentLoop:
             listener(event)
 
     def run(self, context: list[Message]) -> LoopResult:
-        """Run one delivery; ``context`` (the conversation branch) is extended in place with settled messages."""
+        """Run one delivery; ``context`` (the conversation branch) is extended in place with settled ones."""
         produced: list[Message] = []
         self._emit(AgentStart())
         result = self._turns(context, produced)
@@ -163,7 +164,8 @@ class AgentLoop:
             self._settle(message, context, produced)
             if message.stop_reason in ("error", "aborted"):
                 self._emit(TurnEnd(turn=turn, message=message))
-                ended = self._ended_by_clock() if message.stop_reason == "aborted" else None
+                # A deadline or cancel that struck during the request or its back-off decides the outcome.
+                ended = self._ended_by_clock()
                 return LoopResult(
                     ended or "error", produced, final, message.error_message or "provider error"
                 )
@@ -230,26 +232,37 @@ class AgentLoop:
         retries = 0
         while True:
             message, error = self._stream_once(request)
-            if error is None or not error.transient or error.content_streamed or retries >= MAX_RETRIES:
-                if retries:
-                    success = message.stop_reason not in ("error", "aborted")
-                    self._emit(
-                        AutoRetryEnd(success=success, final_error=None if success else message.error_message)
-                    )
-                return message
-            if self._ended_by_clock():
-                return message
-            delay = RETRY_DELAYS_S[retries]
-            if error.retry_after_s is not None and error.retry_after_s <= MAX_RETRY_AFTER_S:
-                delay = error.retry_after_s
-            retries += 1
-            self.record(message.model_copy(update={"retried": True}))
-            self._emit(AutoRetryStart(attempt=retries, max_attempts=MAX_RETRIES, delay_s=delay,
-                                      error=message.error_message or ""))  # fmt: skip
-            remaining = self.deadline.remaining()
-            wait = delay if remaining is None else max(0.0, min(delay, remaining))
-            if self._sleep(wait, self.cancel) or self.deadline.expired():
-                return message
+            retry = (
+                error is not None
+                and error.transient
+                and not error.content_streamed
+                and retries < MAX_RETRIES
+                and not self._ended_by_clock()
+            )
+            if retry:
+                delay = RETRY_DELAYS_S[retries]
+                if (
+                    error is not None
+                    and error.retry_after_s is not None
+                    and error.retry_after_s <= MAX_RETRY_AFTER_S
+                ):
+                    delay = error.retry_after_s
+                retries += 1
+                self._emit(AutoRetryStart(attempt=retries, max_attempts=MAX_RETRIES, delay_s=delay,
+                                          error=message.error_message or ""))  # fmt: skip
+                remaining = self.deadline.remaining()
+                wait = delay if remaining is None else max(0.0, min(delay, remaining))
+                if not (self._sleep(wait, self.cancel) or self.deadline.expired()):
+                    # Recorded only once the retry really goes ahead; an interrupted back-off leaves this
+                    # response as the turn's final message instead (recorded once, by the caller).
+                    self.record(message.model_copy(update={"retried": True}))
+                    continue
+            if retries:
+                success = message.stop_reason not in ("error", "aborted")
+                self._emit(
+                    AutoRetryEnd(success=success, final_error=None if success else message.error_message)
+                )
+            return message
 
     def _stream_once(self, request: ChatRequest) -> tuple[AssistantMessage, ErrorEvent | None]:
         abort = threading.Event()
@@ -275,11 +288,20 @@ class AgentLoop:
                     final = event.message
                 elif isinstance(event, ErrorEvent):
                     final, error = event.message, event
+        except PiwError as exc:
+            # Configuration met at request time (an unset $KEY, an exhausted script) ends the attempt as a
+            # recorded failure rather than crashing the run half-way.
+            final = AssistantMessage(stop_reason="error", error_message=str(exc), provider=self.provider.name,
+                                     model=self.provider.model)  # fmt: skip
         finally:
             done.set()
         if final is None:
-            final = AssistantMessage(stop_reason="error", error_message="The provider ended without a response.",
-                                     provider=self.provider.name, model=self.provider.model)  # fmt: skip
+            final = AssistantMessage(
+                stop_reason="error",
+                error_message="The provider ended without a response.",
+                provider=self.provider.name,
+                model=self.provider.model,
+            )
         return final, error
 
     def _watch(self, abort: threading.Event, done: threading.Event) -> None:

@@ -17,9 +17,11 @@ from piw.definition import ActionNode, AgentNode
 from piw.errors import ProviderError
 from piw.executors import Executor
 from piw.loader import LoadedWorkflow
-from piw.providers.config import load_config
+from piw.providers import guard_base_url
+from piw.providers.cassette import cassette_mode
+from piw.providers.config import load_config, resolve_api_key, resolve_headers
 from piw.providers.factory import build_provider
-from piw.providers.selection import select_provider
+from piw.providers.selection import ProviderSelection, select_provider
 
 
 def replies_beside(workflow: LoadedWorkflow) -> Path | None:
@@ -27,6 +29,22 @@ def replies_beside(workflow: LoadedWorkflow) -> Path | None:
     name = workflow.path.name.removesuffix(".workflow.py")
     candidate = workflow.path.with_name(f"{name}.replies.json")
     return candidate if candidate.is_file() else None
+
+
+def check_requestable(selection: ProviderSelection) -> None:
+    """Fail at selection time, not on the first request, when no request could ever be made.
+
+    An unset ``$NAME`` key or header raises ``NeedsKey`` and a refused base URL a ``ProviderError`` here, so
+    the error comes before any bundle exists instead of leaving a run stuck in its first agent step. Adapters
+    still resolve and guard on every request; this only moves the first failure earlier.
+    """
+    settings = selection.settings
+    if settings.api == "scripted" or cassette_mode() == "replay":
+        return
+    resolve_api_key(settings)
+    resolve_headers(settings)
+    if settings.base_url:
+        guard_base_url(settings.base_url)
 
 
 def agent_executor_factory(
@@ -38,7 +56,7 @@ def agent_executor_factory(
     model: str | None = None,
     script: str | None = None,
 ) -> Callable[[LoadedWorkflow], Executor | None]:
-    """A factory the runner calls with the loaded workflow; it builds the agent executor when one is needed."""
+    """A factory the runner calls with the loaded workflow; it builds the agent executor if one is needed."""
 
     def build(workflow: LoadedWorkflow) -> Executor | None:
         nodes = [gnode.node for gnode in workflow.graph.nodes.values()]
@@ -48,6 +66,7 @@ def agent_executor_factory(
         try:
             config = load_config(home)
             selection = select_provider(config, provider, model)
+            check_requestable(selection)
         except ProviderError:
             if needs_agent:
                 raise

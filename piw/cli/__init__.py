@@ -34,6 +34,11 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _one_line(message: str) -> str:
+    """Errors are one ``Error: …`` line, whatever the message (e.g. a user exception) holds."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``piw`` console script."""
     _register()
@@ -41,13 +46,18 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = app(args=argv, standalone_mode=False)
     except PiwError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print(f"Error: {_one_line(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, typer.Abort):
         print("Error: aborted.", file=sys.stderr)
         sys.exit(130)
-    except click.ClickException as exc:
-        print(f"Error: {exc.format_message()}", file=sys.stderr)
+    except (click.ClickException, typer.TyperException) as exc:
+        # typer vendors its own click, whose exceptions derive from TyperException, not click's.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            print(exc.format_message())
+            sys.exit(2)
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        print(f"Error: {_one_line(message)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("Error: interrupted.", file=sys.stderr)

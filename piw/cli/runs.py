@@ -16,7 +16,7 @@ from piw.history import run_summaries
 from piw.live import StepLog
 from piw.loader import discover, import_definition, load_workflow, parse_input_option, source_identity
 from piw.replay import RunState
-from piw.runner import ForegroundOptions, resume_run, start_run, tools_known
+from piw.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store import piw_home
 from piw.terminal import safe_text, single_line
 from piw.wire import sha256_hex
@@ -26,8 +26,8 @@ EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "time
 
 def _finish(state: RunState, as_json: bool) -> int:
     if as_json:
-        payload = {"runId": state.run_id, "status": state.status, "finalOutput": state.final_output,
-                   "error": state.error}  # fmt: skip
+        final_output, error = resolved_outcome(piw_home(), state)
+        payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
         sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
     return EXIT_BY_STATUS.get(state.status, 1)
 
@@ -112,7 +112,7 @@ def runs(
         table.add_row(
             row.run_id,
             row.status,
-            safe_text(single_line(row.run_title or row.workflow_name)),
+            safe_text(single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")),
             row.started_at or "",
             safe_text(row.current_node or ""),
         )

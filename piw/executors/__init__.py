@@ -20,6 +20,7 @@ from piw.errors import OutputInvalid
 if TYPE_CHECKING:
     from piw.context import NodeContext
     from piw.graph import GraphNode
+    from piw.publishing import UpdatePublisher
     from piw.session import SessionLog
     from piw.writer import RunWriter
 
@@ -60,6 +61,8 @@ class Attempt:
     active: bool = True
     timed_out: bool = False
     reattached: bool = False
+    publisher: UpdatePublisher | None = None
+    """The run's update publisher (shared by every attempt, so one rate limit covers the run)."""
     """Resumed under its original attempt id (an agent whose step prompt is already in the conversation)."""
     usage: dict[str, Any] | None = None
     """Model usage of ``ctx.run_agent`` children, summed into the action's terminal event."""
@@ -79,6 +82,11 @@ class Attempt:
     @property
     def run_id(self) -> str:
         return self.writer.bundle.run_id
+
+    def is_live(self) -> bool:
+        """Still accepting updates and submissions: not finished, cancelled, parked or past its deadline."""
+        remaining = self.remaining_s()
+        return self.active and not self.cancel.is_set() and (remaining is None or remaining > 0)
 
     def remaining_s(self) -> float | None:
         """Seconds left before the deadline (``None`` without one)."""

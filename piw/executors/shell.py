@@ -41,27 +41,35 @@ def to_command(value: Any, node_id: str) -> ShellCommand:
     return command
 
 
-def kill_group(process: subprocess.Popen[bytes], grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the process group, then SIGKILL after ``grace_s`` if the leader has not exited."""
-    if process.poll() is not None:
-        _kill_leftovers(process.pid)
+def kill_group(
+    process: subprocess.Popen[bytes],
+    grace_s: float = KILL_GRACE_S,
+    drained: Callable[[], bool] = lambda: True,
+) -> None:
+    """SIGTERM the process group, then SIGKILL if within ``grace_s`` the leader has not exited or the pipes
+    (``drained``) have not reached EOF. A command that has fully closed is never signalled: its group is gone
+    and the id may belong to someone else by now.
+    """
+
+    def closed() -> bool:
+        return process.poll() is not None and drained()
+
+    if closed() or not _signal_group(process.pid, signal.SIGTERM):
         return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    _kill_leftovers(process.pid)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if closed():
+            return
+        time.sleep(0.01)
+    _signal_group(process.pid, signal.SIGKILL)
 
 
-def _kill_leftovers(pgid: int) -> None:
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
-        pass
+        return False
+    return True
 
 
 class _StreamReader(threading.Thread):
@@ -84,28 +92,28 @@ class _StreamReader(threading.Thread):
 
     def run(self) -> None:
         try:
-            while True:
-                chunk = os.read(self.fd, 65536)
-                if not chunk:
-                    break
+            while chunk := os.read(self.fd, 65536):
                 self.capture.feed(chunk)
-                if self.framer is not None and self.error is None:
-                    self._deliver(self.framer.feed(chunk))
-            if self.framer is not None and self.error is None:
-                self._deliver(self.framer.close())
+                self._frame(chunk)
+            self._frame(None)
         except BaseException as exc:
             self.error = self.error or exc
         finally:
             os.close(self.fd)
 
-    def _deliver(self, lines: list[ShellLine]) -> None:
-        assert self.on_line is not None
+    def _frame(self, chunk: bytes | None) -> None:
+        """Frame ``chunk`` (``None``: EOF) and parse its lines; publish before reading again (backpressure).
+
+        The first failure stops line processing, but the caller keeps draining the pipe to EOF, so the
+        executor can tell when the command has fully closed.
+        """
+        if self.framer is None or self.on_line is None or self.error is not None:
+            return
         try:
-            for line in lines:
+            for line in self.framer.feed(chunk) if chunk is not None else self.framer.close():
                 self.on_line(line)
         except BaseException as exc:
             self.error = exc
-            raise
 
 
 class ShellActionExecutor:
@@ -168,11 +176,17 @@ class ShellActionExecutor:
             reader.start()
         # A thread, so a command that never reads a large stdin cannot block the deadline loop below.
         threading.Thread(target=self._feed_stdin, args=(process, command.stdin), daemon=True).start()
-        limit = min(t for t in (attempt.remaining_s(), command.timeout_s) if t is not None) if (
-            attempt.remaining_s() is not None or command.timeout_s is not None
-        ) else None
+        # The binding limit: the command's timeout or what is left of the node's; messages name the setting.
+        remaining = attempt.remaining_s()
+        limit, limit_name = remaining, attempt.timeout_s
+        if command.timeout_s is not None and (remaining is None or command.timeout_s <= remaining):
+            limit, limit_name = command.timeout_s, command.timeout_s
         failure: str | None = None
         outcome = "failed"
+
+        def drained() -> bool:
+            return not any(reader.is_alive() for reader in readers.values())
+
         try:
             while process.poll() is None or any(r.is_alive() for r in readers.values()):
                 broken = next((r for r in readers.values() if r.error is not None), None)
@@ -180,8 +194,10 @@ class ShellActionExecutor:
                     failure = f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
                     break
                 if limit is not None and time.monotonic() - started >= limit:
-                    failure, outcome = f"Command {command.command!r} timed out after {limit:g}s.", "timed_out"
+                    failure = f"Command {command.command!r} timed out after {limit_name:g}s."
+                    outcome = "timed_out"
                     attempt.timed_out = True
+                    attempt.cancel.set()  # past its deadline: a reader waiting for an update token gives up
                     break
                 if attempt.cancel.is_set():
                     failure, outcome = f"Command {command.command!r} was cancelled.", "cancelled"
@@ -189,10 +205,10 @@ class ShellActionExecutor:
                 time.sleep(0.01)
         except BaseException:
             # Ctrl-C or SIGTERM (park): the command must not outlive the attempt.
-            kill_group(process)
+            kill_group(process, drained=drained)
             raise
         if failure is not None:
-            kill_group(process)
+            kill_group(process, drained=drained)
         process.wait()
         for reader in readers.values():
             reader.join(timeout=2.0)

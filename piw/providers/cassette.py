@@ -107,8 +107,10 @@ class RecordingProvider:
                     f"Refusing to write cassette {self.path}: the record contains a configured secret "
                     "(an API key or $NAME header value). Remove it from the conversation or stop recording."
                 )
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as handle:
+            # Cassettes hold whole conversations: private like run bundles (0700 folder, 0600 file).
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as handle:
                 handle.write(line + "\n")
 
 
