@@ -88,7 +88,12 @@ class ArtifactStore:
             self._fsync_dir(self.directory)
             if created:
                 self._fsync_dir(self.bundle_dir)
-        return {"path": f"artifacts/{name}", "mediaType": "text/plain", "bytes": len(data), "sha256": hex_digest}
+        return {
+            "path": f"artifacts/{name}",
+            "mediaType": "text/plain",
+            "bytes": len(data),
+            "sha256": hex_digest,
+        }
 
     def _fsync_dir(self, path: Path) -> None:
         fd = os.open(path, os.O_RDONLY)

@@ -326,7 +326,9 @@ def shell(
     return ActionNode(None, None, timeout_s, ShellSpec(exec, parse, updates), status_detail)
 
 
-def notify(message: Callable[[NodeContext], str] | str, kind: Literal["progress", "final"] = "progress") -> NotifyNode:
+def notify(
+    message: Callable[[NodeContext], str] | str, kind: Literal["progress", "final"] = "progress"
+) -> NotifyNode:
     """Send a durable message to the origin session, exactly once per node execution."""
     _check_callable_or(message, (str,), "notify message")
     if kind not in ("progress", "final"):
@@ -353,7 +355,9 @@ def human_decision(
         raise DefinitionError("human_decision choices must be a non-empty list of strings")
     _check_callable_or(request, (str,), "human_decision request")
     if on_timeout is not None and not isinstance(on_timeout, Mapping):
-        raise DefinitionError("human_decision on_timeout must be a mapping such as {'after_s': 3600, 'choice': 'no'}")
+        raise DefinitionError(
+            "human_decision on_timeout must be a mapping such as {'after_s': 3600, 'choice': 'no'}"
+        )
     return CheckpointNode(None, HumanDecision(audience, options, request, on_timeout))
 
 
@@ -379,7 +383,9 @@ def switch(source: str, *, on: str, cases: Mapping[str, str]) -> Switch:
     if not isinstance(source, str):
         raise DefinitionError("switch source must be a node id")
     if not isinstance(on, str) or not _PATH_PATTERN.fullmatch(on):
-        raise DefinitionError(f"switch on={on!r} must be '$.field', '$output.field', '$result.outcome' or '$exit'")
+        raise DefinitionError(
+            f"switch on={on!r} must be '$.field', '$output.field', '$result.outcome' or '$exit'"
+        )
     if not isinstance(cases, Mapping) or not cases:
         raise DefinitionError("switch cases must be a non-empty mapping value -> node id")
     if not all(isinstance(key, str) and isinstance(target, str) for key, target in cases.items()):
@@ -416,7 +422,9 @@ def define_workflow(
     mounts = dict(includes or {})
     for node_id, node in [*nodes.items(), *mounts.items()]:
         if not isinstance(node_id, str) or not NODE_ID_PATTERN.fullmatch(node_id):
-            raise DefinitionError(f"workflow {name!r}: node id {node_id!r} must match [A-Za-z_][A-Za-z0-9_-]*")
+            raise DefinitionError(
+                f"workflow {name!r}: node id {node_id!r} must match [A-Za-z_][A-Za-z0-9_-]*"
+            )
     for node_id, node in nodes.items():
         if not isinstance(node, AgentNode | ComputeNode | ActionNode | NotifyNode | CheckpointNode):
             raise DefinitionError(
@@ -427,7 +435,9 @@ def define_workflow(
         if mount_id in nodes:
             raise DefinitionError(f"workflow {name!r}: include {mount_id!r} has the same id as a node")
         if not isinstance(mounted, Include):
-            raise DefinitionError(f"workflow {name!r}: includes[{mount_id!r}] must be include(child, input=...)")
+            raise DefinitionError(
+                f"workflow {name!r}: includes[{mount_id!r}] must be include(child, input=...)"
+            )
     if not isinstance(start_at, str) or not start_at:
         raise DefinitionError(f"workflow {name!r}: start_at must name a node")
     edge_list = tuple(edges)

@@ -114,7 +114,9 @@ class Engine:
             "originSession": self.options.origin_session,
         }
         try:
-            writer.append("run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True)
+            writer.append(
+                "run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True
+            )
         except BaseException:
             # Until run_started commits the bundle is incomplete; nothing was started, so leave nothing behind.
             writer.close()
@@ -139,7 +141,9 @@ class Engine:
             read = bundle.read_trace()
             state = fold(read.events)
             if not read.events:
-                raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+                raise ResumeRefused(
+                    f"Run {run_id} never started (its trace is empty); start it again with piw run."
+                )
             if state.status in TERMINAL_STATUSES:
                 raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
             self._check_source(state, bundle)
@@ -160,7 +164,9 @@ class Engine:
             and state.definition_digest == loaded.digest
         )
         if not same:
-            where = state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
+            where = (
+                state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
+            )
             raise SourceChanged(
                 f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
                 f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
@@ -220,7 +226,9 @@ class Engine:
 
     # ---- the loop -----------------------------------------------------------------------------------------
 
-    def _open_writer(self, bundle: Bundle, lock: WriterLock, state: RunState, manifest: Manifest) -> RunWriter:
+    def _open_writer(
+        self, bundle: Bundle, lock: WriterLock, state: RunState, manifest: Manifest
+    ) -> RunWriter:
         writer = RunWriter(bundle, lock, self.options.durability, state, manifest, self.options.files)
         writer.listeners.extend(self.options.listeners)
         self.writer = writer
@@ -284,7 +292,9 @@ class Engine:
         assert writer is not None
         gnode = self.graph.nodes.get(node_id)
         if gnode is not None and isinstance(gnode.node, CheckpointNode) and outcome == "ok":
-            return Decision(terminal=("run_waiting", {"status": "waiting", "waitingOn": node_id, "finalOutput": output}))
+            return Decision(
+                terminal=("run_waiting", {"status": "waiting", "waitingOn": node_id, "finalOutput": output})
+            )
         return decide(self.graph, writer.state, node_id, outcome, self._resolve(output), error, exit_name)
 
     def _apply(self, decision: Decision) -> str | None:
@@ -379,7 +389,9 @@ class Engine:
             if value is not None:
                 payload[key] = value
         kind = "node_finished" if outcome.outcome == "ok" else "node_failed"
-        writer.append("node", kind, payload, node_id=node_id, attempt_id=attempt_id, sync=node.node_type != "compute")
+        writer.append(
+            "node", kind, payload, node_id=node_id, attempt_id=attempt_id, sync=node.node_type != "compute"
+        )
         return outcome
 
     # ---- contexts -----------------------------------------------------------------------------------------
@@ -461,6 +473,11 @@ def _scoped(state: RunState, mount_path: str, start: int) -> tuple[dict[str, Any
             outputs.pop(rest, None)
     for key, value in state.outputs.items():
         rest = key[len(prefix) :] if key.startswith(prefix) else None
-        if rest and "/" not in rest and key in state.mounts and int(state.mounts[key].get("stepIndex", 0)) >= start:
+        if (
+            rest
+            and "/" not in rest
+            and key in state.mounts
+            and int(state.mounts[key].get("stepIndex", 0)) >= start
+        ):
             outputs[rest] = value
     return outputs, results

@@ -139,7 +139,9 @@ class NeedsKey(ProviderError):
     """A configured ``$NAME`` key reference is not set in the environment."""
 
     def __init__(self, variable: str) -> None:
-        super().__init__(f"Environment variable {variable} is not set; export it or change the provider's api_key.")
+        super().__init__(
+            f"Environment variable {variable} is not set; export it or change the provider's api_key."
+        )
         self.variable = variable
 
 

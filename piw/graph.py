@@ -124,11 +124,15 @@ def _flatten_into(
             cycle = " → ".join(item.name for item in (*chain, child))
             raise DefinitionError(f"{where}: include {mount_id!r} forms an include cycle ({cycle})")
         child_path = _prefix(path, mount_id)
-        _flatten_into(child, child_path, (*mount_path, mount_id), nodes, edges, mounts, (*chain, child), tools_known)
+        _flatten_into(
+            child, child_path, (*mount_path, mount_id), nodes, edges, mounts, (*chain, child), tools_known
+        )
         exits = dict(child.exits) or _implicit_exits(child)
         for exit_name, local in exits.items():
             if local not in child.nodes and local not in child.includes:
-                raise DefinitionError(f"workflow {child.name!r}: exit {exit_name!r} names unknown node {local!r}")
+                raise DefinitionError(
+                    f"workflow {child.name!r}: exit {exit_name!r} names unknown node {local!r}"
+                )
         mounts[child_path] = Mount(
             path=child_path,
             definition=child,
@@ -141,13 +145,17 @@ def _flatten_into(
             raise DefinitionError(f"{where}: edge from unknown node {item.source!r}")
         flat_source = _prefix(path, item.source)
         if flat_source in edges:
-            raise DefinitionError(f"{where}: node {item.source!r} has more than one outgoing edge; use switch(...)")
+            raise DefinitionError(
+                f"{where}: node {item.source!r} has more than one outgoing edge; use switch(...)"
+            )
         targets = [item.target] if isinstance(item, Edge) else list(item.cases.values())
         for target in targets:
             if target not in local_ids:
                 raise DefinitionError(f"{where}: edge from {item.source!r} targets unknown node {target!r}")
         if isinstance(item, Switch) and item.on == "$exit" and item.source not in definition.includes:
-            raise DefinitionError(f"{where}: switch on '$exit' needs an include as source, not {item.source!r}")
+            raise DefinitionError(
+                f"{where}: switch on '$exit' needs an include as source, not {item.source!r}"
+            )
         if isinstance(item, Edge):
             edges[flat_source] = Edge(flat_source, _prefix(path, item.target))
         else:
@@ -157,7 +165,9 @@ def _flatten_into(
 
 def _implicit_exits(child: WorkflowDefinition) -> dict[str, str]:
     """Without declared exits, a child leaves through its terminal node (``done``), or one exit per terminal."""
-    terminal = [local for local in [*child.nodes, *child.includes] if not any(e.source == local for e in child.edges)]
+    terminal = [
+        local for local in [*child.nodes, *child.includes] if not any(e.source == local for e in child.edges)
+    ]
     return {"done": terminal[0]} if len(terminal) == 1 else {local: local for local in terminal}
 
 

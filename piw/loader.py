@@ -76,7 +76,9 @@ def resolve_reference(reference: str, home: Path) -> Path:
         path = folder / f"{reference}{SUFFIX}"
         if path.is_file():
             return path.resolve()
-    raise LoadError(f"No workflow named {reference!r}; see 'piw list' for what is available, or pass a file path.")
+    raise LoadError(
+        f"No workflow named {reference!r}; see 'piw list' for what is available, or pass a file path."
+    )
 
 
 def import_definition(path: Path) -> WorkflowDefinition:
@@ -109,7 +111,9 @@ def import_definition(path: Path) -> WorkflowDefinition:
     if workflow is None:
         raise LoadError(f"{path}: the file does not bind `workflow`; add `workflow = define_workflow(...)`.")
     if not isinstance(workflow, WorkflowDefinition):
-        raise LoadError(f"{path}: `workflow` must be the result of define_workflow(...), not {type(workflow).__name__}.")
+        raise LoadError(
+            f"{path}: `workflow` must be the result of define_workflow(...), not {type(workflow).__name__}."
+        )
     return workflow
 
 
@@ -181,7 +185,9 @@ def parse_input_option(text: str | None) -> Any:
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
-        raise InputInvalid(f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}).") from None
+        raise InputInvalid(
+            f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})."
+        ) from None
     except ValueError as exc:
         raise InputInvalid(f"--input is not valid JSON ({exc}).") from None
 
@@ -209,7 +215,8 @@ def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
             validated = model.model_validate({} if raw is None else raw).model_dump(mode="json")
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(part) for part in error['loc']) or 'input'}: {error['msg']}" for error in exc.errors()
+                f"{'.'.join(str(part) for part in error['loc']) or 'input'}: {error['msg']}"
+                for error in exc.errors()
             )
             raise InputInvalid(f"Invalid input for {definition.name}: {problems}.") from None
         return _json_input(definition, validated)

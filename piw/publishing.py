@@ -22,6 +22,7 @@ from piw.updates import (
 )
 from piw.writer import RunWriter
 
+
 class UpdatePublisher:
     """Accepts updates for one run: the engine makes one per writer and hands it to every attempt, so the run's
     publishers (actions, shell readers, the agent tool, ``run_agent`` children) share one token bucket. A resumed
@@ -96,7 +97,9 @@ class UpdatePublisher:
         )
         receipt = UpdateReceipt(payload["updateId"], event.seq, event.at, update.type, update.key)
         if idempotency_key is not None and attempt_id in self._keyed:
-            self._keyed[attempt_id][idempotency_key] = _Previous(update.type, update.key, update.data, receipt)
+            self._keyed[attempt_id][idempotency_key] = _Previous(
+                update.type, update.key, update.data, receipt
+            )
         return receipt
 
     def _find_idempotent(self, attempt_id: str, key: str) -> _Previous | None:
@@ -108,9 +111,17 @@ class UpdatePublisher:
             seen: dict[str, _Previous] = {}
             for event in read_trace(self.writer.bundle.trace_path).events:
                 payload = event.payload
-                if event.type == "update_published" and event.attempt_id == attempt_id and "idempotencyKey" in payload:
-                    receipt = UpdateReceipt(payload["updateId"], event.seq, event.at, payload["type"], payload["key"])
-                    seen[payload["idempotencyKey"]] = _Previous(payload["type"], payload["key"], payload["data"], receipt)
+                if (
+                    event.type == "update_published"
+                    and event.attempt_id == attempt_id
+                    and "idempotencyKey" in payload
+                ):
+                    receipt = UpdateReceipt(
+                        payload["updateId"], event.seq, event.at, payload["type"], payload["key"]
+                    )
+                    seen[payload["idempotencyKey"]] = _Previous(
+                        payload["type"], payload["key"], payload["data"], receipt
+                    )
             self._keyed[attempt_id] = seen
         return self._keyed[attempt_id].get(key)
 

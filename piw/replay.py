@@ -7,6 +7,7 @@ Every reader — the engine after each append, resume, ``inspect``, ``watch``, e
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -134,30 +135,62 @@ class _Folder:
 
     def __init__(self, state: RunState) -> None:
         self.state = state
-        self.outputs = dict(state.outputs)
-        self.results = dict(state.results)
-        self.steps = list(state.steps)
-        self.updates = dict(state.updates)
-        self.mounts = dict(state.mounts)
+        # The containers are shared with ``state`` until an event changes one (``own``): most events of a live
+        # run (``node_started``, attempt events) only move ``current``, and copying every step per event would
+        # make each append cost as much as the whole run so far.
+        self.outputs: dict[str, Any] = state.outputs  # type: ignore[assignment]
+        self.results: dict[str, StepRecord] = state.results  # type: ignore[assignment]
+        self.steps: list[StepRecord] = state.steps  # type: ignore[assignment]
+        self.updates: dict[tuple[str, str], UpdateRecord] = state.updates  # type: ignore[assignment]
+        self.mounts: dict[str, dict[str, Any]] = state.mounts  # type: ignore[assignment]
+        self.owned = False
         self.fields: dict[str, Any] = {}
         self.current = state.current
+        self.started: TraceEvent | None = None
+        """A ``node_started`` not yet turned into ``current``: most attempts end before anything reads it."""
 
-    def apply(self, event: TraceEvent) -> None:
-        handler = _HANDLERS.get(event.type)
-        if handler is not None:
-            handler(self, event)
-        self.fields["trace_seq"] = event.seq
-        self.fields["updated_at"] = event.at
+    def attempt(self) -> CurrentAttempt | None:
+        """The attempt in progress, built from its ``node_started`` the first time it is needed."""
+        started = self.started
+        if started is not None:
+            payload = started.payload
+            self.current = CurrentAttempt(
+                node_id=started.node_id or "",
+                attempt_id=started.attempt_id or "",
+                node_type=payload.get("nodeType", ""),
+                started_at=started.at,
+                status_detail=payload.get("statusDetail"),
+                timeout_ms=payload.get("timeoutMs"),
+            )
+            self.started = None
+        return self.current
 
-    def result(self) -> RunState:
+    def own(self) -> None:
+        """Copy the shared containers before the first change, so the input state is never mutated."""
+        if not self.owned:
+            state = self.state
+            self.outputs = dict(state.outputs)
+            self.results = dict(state.results)
+            self.steps = list(state.steps)
+            self.updates = dict(state.updates)
+            self.mounts = dict(state.mounts)
+            self.owned = True
+
+    def result(self, last: TraceEvent | None) -> RunState:
+        if last is not None:
+            self.fields["trace_seq"] = last.seq
+            self.fields["updated_at"] = last.at
+        current = self.attempt()
+        if not self.owned and current is self.state.current and not self.fields:
+            return self.state
         return replace(
             self.state,
             outputs=self.outputs,
             results=self.results,
-            steps=tuple(self.steps),
+            steps=tuple(self.steps) if self.owned else self.state.steps,
             updates=self.updates,
             mounts=self.mounts,
-            current=self.current,
+            current=current,
             **self.fields,
         )
 
@@ -185,6 +218,7 @@ class _Folder:
             self.fields["human_decision"] = continued.get("humanDecision")
         carried = payload.get("carried")
         if isinstance(carried, dict):
+            self.own()
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
                 self.steps.append(_step_from_json(raw))
@@ -198,7 +232,8 @@ class _Folder:
     def run_resumed(self, event: TraceEvent) -> None:
         self.fields["paused"] = False
         abandoned = event.payload.get("abandonedAttemptId")
-        if abandoned and self.current is not None and self.current.attempt_id == abandoned:
+        current = self.attempt()
+        if abandoned and current is not None and current.attempt_id == abandoned:
             self.current = None
 
     def run_terminal(self, event: TraceEvent) -> None:
@@ -212,9 +247,10 @@ class _Folder:
         if payload.get("error") is not None:
             self.fields["error"] = payload["error"]
         if event.type != "run_waiting":
-            self.current = None
+            self.started = self.current = None
 
     def include_entered(self, event: TraceEvent) -> None:
+        self.own()
         path = "/".join(event.payload.get("mountPath", []))
         self.mounts[path] = {
             "invocation": event.payload.get("invocation", 1),
@@ -223,6 +259,7 @@ class _Folder:
         }
 
     def include_exited(self, event: TraceEvent) -> None:
+        self.own()
         path = "/".join(event.payload.get("mountPath", []))
         self.outputs[path] = event.payload.get("output")
         mount = dict(self.mounts.get(path, {}))
@@ -232,18 +269,11 @@ class _Folder:
     # ---- attempt-scoped events ---------------------------------------------------------------------------
 
     def node_started(self, event: TraceEvent) -> None:
-        payload = event.payload
-        self.current = CurrentAttempt(
-            node_id=event.node_id or "",
-            attempt_id=event.attempt_id or "",
-            node_type=payload.get("nodeType", ""),
-            started_at=event.at,
-            status_detail=payload.get("statusDetail"),
-            timeout_ms=payload.get("timeoutMs"),
-        )
+        self.started = event
+        self.current = None
 
     def _current_for(self, event: TraceEvent) -> CurrentAttempt | None:
-        current = self.current
+        current = self.attempt()
         if current is not None and current.attempt_id == event.attempt_id:
             return current
         return None
@@ -266,6 +296,7 @@ class _Folder:
             self.current = replace(current, children=(*current.children, dict(event.payload)))
 
     def update_published(self, event: TraceEvent) -> None:
+        self.own()
         payload = event.payload
         pair = (payload.get("type", ""), payload.get("key", ""))
         self.updates.pop(pair, None)
@@ -282,25 +313,41 @@ class _Folder:
         )
 
     def node_terminal(self, event: TraceEvent) -> None:
+        self.own()
         payload = event.payload
         node_id = event.node_id or ""
-        current = self._current_for(event)
         outcome = payload.get("outcome", "ok" if event.type == "node_finished" else "failed")
+        started = self.started
+        node_type: str = payload.get("nodeType", "")
+        started_at: str | None = None
+        prompt: str | None = None
+        completion: dict[str, Any] | None = None
+        children: tuple[dict[str, Any], ...] = ()
+        if started is not None and started.attempt_id == event.attempt_id:
+            # the common case: nothing happened between start and end, so no CurrentAttempt was ever needed
+            node_type, started_at = started.payload.get("nodeType", ""), started.at
+            self.started = None
+        else:
+            current = self.attempt()
+            if current is not None and current.attempt_id == event.attempt_id:
+                node_type, started_at, prompt = current.node_type, current.started_at, current.prompt
+                completion, children = current.assistant_completion, current.children
+                self.current = None
         step = StepRecord(
             attempt_id=event.attempt_id or "",
             node_id=node_id,
-            node_type=current.node_type if current else payload.get("nodeType", ""),
+            node_type=node_type,
             outcome=outcome,
-            started_at=current.started_at if current else None,
+            started_at=started_at,
             finished_at=event.at,
             duration_ms=payload.get("durationMs"),
-            prompt=current.prompt if current else None,
+            prompt=prompt,
             output=payload.get("output"),
             error=payload.get("error"),
             action=payload.get("action"),
             conversation=payload.get("conversation"),
-            assistant_completion=current.assistant_completion if current else None,
-            children=current.children if current else (),
+            assistant_completion=completion,
+            children=children,
             usage=payload.get("usage"),
         )
         self.steps.append(step)
@@ -311,8 +358,6 @@ class _Folder:
             self.outputs.pop(node_id, None)
         if step.usage is not None:
             self.fields["usage"] = add_usage(self.fields.get("usage", self.state.usage), step.usage)
-        if current is not None:
-            self.current = None
 
 
 _HANDLERS = {
@@ -330,7 +375,14 @@ _HANDLERS = {
     "node_failed": _Folder.node_terminal,
     **{
         name: _Folder.run_terminal
-        for name in ("run_completed", "run_waiting", "run_failed", "run_timed_out", "run_cancelled", "run_interrupted")
+        for name in (
+            "run_completed",
+            "run_waiting",
+            "run_failed",
+            "run_timed_out",
+            "run_cancelled",
+            "run_interrupted",
+        )
     },
 }
 
@@ -338,9 +390,21 @@ _HANDLERS = {
 def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
     """Apply more events to a state; pure (the input state is never changed)."""
     folder = _Folder(state)
-    for event in events:
-        folder.apply(event)
-    return folder.result()
+    handlers = _HANDLERS
+    last: TraceEvent | None = None
+    # The fold allocates many small objects and no reference cycles; pausing the cyclic collector keeps it from
+    # traversing the growing state again and again (a third of the time of a long replay).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for last in events:
+            handler = handlers.get(last.type)
+            if handler is not None:
+                handler(folder, last)
+    finally:
+        if collecting:
+            gc.enable()
+    return folder.result(last)
 
 
 def fold(events: Iterable[TraceEvent]) -> RunState:

@@ -86,7 +86,9 @@ def decide(
                 return Decision(exits, None, _fail(outcome, error or f"Node {source} {outcome}."))
             mount = graph.mount_of(node_id)
             if mount is None:
-                return Decision(exits, None, ("run_completed", {"status": "completed", "finalOutput": output}))
+                return Decision(
+                    exits, None, ("run_completed", {"status": "completed", "finalOutput": output})
+                )
             name = graph.exit_name(node_id)
             if name is None:
                 message = (

@@ -69,7 +69,9 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
         raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
     if state.is_terminal:
         raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
-    workflow = load_workflow(workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known())
+    workflow = load_workflow(
+        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+    )
     return _engine(workflow, home, options).resume(run_id)
 
 

@@ -46,14 +46,23 @@ def _parse_prefix(data: bytes, source: str) -> tuple[list[SessionEntry], int]:
     failed_at: int | None = None
     for end, line in iter_lines(data):
         if failed_at is not None:
-            raise TraceCorrupt(f"{source} line {failed_at} is damaged; the file was left untouched.", failed_at)
+            raise TraceCorrupt(
+                f"{source} line {failed_at} is damaged; the file was left untouched.", failed_at
+            )
         try:
             raw = json.loads(line.decode("utf-8"))
             entry = raw["entry"]
             if raw["seq"] != len(entries) + 1:
                 raise ValueError("seq out of order")
             entries.append(
-                SessionEntry(raw["seq"], raw["at"], entry["id"], entry.get("parentId"), entry["timestamp"], entry["message"])
+                SessionEntry(
+                    raw["seq"],
+                    raw["at"],
+                    entry["id"],
+                    entry.get("parentId"),
+                    entry["timestamp"],
+                    entry["message"],
+                )
             )
             valid = end
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):

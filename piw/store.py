@@ -152,7 +152,7 @@ class Bundle:
         """Load artifact refs inside a persisted value."""
         from piw.artifacts import resolve
 
-        return resolve(value, self.artifacts.read)
+        return resolve(value, lambda ref: self.artifacts.read(ref))  # the store only when a ref is met
 
 
 def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: Manifest) -> Bundle:

@@ -7,6 +7,7 @@ the fold knows their shapes (``persistence.md`` §4).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -97,20 +98,37 @@ def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
         start = end + 1
 
 
+def _valid_events(lines: Iterable[bytes], source: str) -> Iterator[tuple[int, TraceEvent]]:
+    """``(bytes up to and including this line, event)`` for the valid prefix of a trace's lines.
+
+    An unterminated tail ends the prefix; a terminated line that fails is a torn tail when no terminated line
+    follows it, and ``TraceCorrupt`` otherwise (``persistence.md`` §5).
+    """
+    offset = 0
+    expected = 1
+    pending: tuple[int, str] | None = None
+    for line in lines:
+        if not line.endswith(b"\n"):
+            return
+        if pending is not None:
+            number, reason = pending
+            raise TraceCorrupt(f"{source} line {number} is damaged ({reason}); the file was left untouched.", number)
+        try:
+            event = decode_event(line, expected)
+        except (ValueError, UnicodeDecodeError) as exc:
+            pending = (expected, str(exc))
+            continue
+        offset += len(line)
+        expected += 1
+        yield offset, event
+
+
 def parse_trace(data: bytes, source: str = "trace.ndjson") -> TraceRead:
     """Parse trace bytes: ignore an unterminated tail and a torn last line; raise ``TraceCorrupt`` otherwise."""
     events: list[TraceEvent] = []
     valid = 0
-    pending_error: tuple[int, str] | None = None
-    for end, line in iter_lines(data):
-        if pending_error is not None:
-            number, reason = pending_error
-            raise TraceCorrupt(f"{source} line {number} is damaged ({reason}); the file was left untouched.", number)
-        try:
-            events.append(decode_event(line, len(events) + 1))
-            valid = end
-        except (ValueError, UnicodeDecodeError) as exc:
-            pending_error = (len(events) + 1, str(exc))
+    for valid, event in _valid_events(io.BytesIO(data), source):
+        events.append(event)
     return TraceRead(events, valid, len(data) - valid)
 
 
@@ -121,6 +139,17 @@ def read_trace(path: Path) -> TraceRead:
     except FileNotFoundError:
         return TraceRead([], 0, 0)
     return parse_trace(data, str(path))
+
+
+def iter_trace(path: Path) -> Iterator[TraceEvent]:
+    """Stream the valid prefix of a trace file line by line, so folding a long trace never holds all of it."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for _, event in _valid_events(handle, str(path)):
+            yield event
 
 
 class FileLayer:

@@ -147,7 +147,11 @@ class RunWriter:
             manifest.finished_at,
         ):
             self.manifest = manifest.model_copy(
-                update={"status": state.status, "run_title": state.run_title, "finished_at": state.finished_at}
+                update={
+                    "status": state.status,
+                    "run_title": state.run_title,
+                    "finished_at": state.finished_at,
+                }
             )
             self.bundle.write_manifest(self.manifest)
 

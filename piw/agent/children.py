@@ -99,10 +99,14 @@ class ChildRunner:
         if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
             raise DefinitionError(f"run_agent key {key!r} must match [A-Za-z0-9][A-Za-z0-9._:/-]{{0,127}}")
         if isinstance(expected_output, AssistantMessage):
-            raise DefinitionError("run_agent children complete by submission; assistant_message() is not available")
+            raise DefinitionError(
+                "run_agent children complete by submission; assistant_message() is not available"
+            )
         with self.keys_lock:
             if key in self.used_keys:
-                raise DefinitionError(f"run_agent key {key!r} is used twice in one visit of {self.attempt.node_id}")
+                raise DefinitionError(
+                    f"run_agent key {key!r} is used twice in one visit of {self.attempt.node_id}"
+                )
             self.used_keys.add(key)
         recorded = self._recorded(key)
         if recorded is not None:
@@ -133,7 +137,9 @@ class ChildRunner:
                 return ChildResult("ok", self.attempt.writer.bundle.resolve(payload.get("output")))
         return None
 
-    def _run(self, prompt: str, key: str, expected: Any, tools: tuple[str, ...], timeout_s: float | None) -> ChildResult:
+    def _run(
+        self, prompt: str, key: str, expected: Any, tools: tuple[str, ...], timeout_s: float | None
+    ) -> ChildResult:
         parent = self.attempt
         remaining = parent.remaining_s()
         limits = [t for t in (timeout_s, remaining) if t is not None]
@@ -152,7 +158,9 @@ class ChildRunner:
             origin_session_id=parent.origin_session_id,
             publisher=parent.publisher,
         )
-        contract = make_contract(parent.run_id, parent.ctx.workflow_name, child_id, child_attempt_id, expected)
+        contract = make_contract(
+            parent.run_id, parent.ctx.workflow_name, child_id, child_attempt_id, expected
+        )
         run = _AttemptRun(self.executor, child, node, contract, child=True)
         run.update_owner = parent
         outcome = run.run(format_step_prompt(prompt, contract)) if prompt.strip() else None

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from piw.agent.contract import AgentStepContract, format_step_prompt, make_contract
+from piw.agent.loop import Deadline
 from piw.agent.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
 from piw.agent.workflow_tool import lenient_json
 from piw.definition import AgentNode
 from piw.executors import Attempt, NodeOutcome
 from piw.messages import MESSAGE_ADAPTER, AssistantMessage, Message
 from piw.session import SessionEntry, current_branch
-from piw.wire import sha256_hex
+from piw.wire import parse_time, sha256_hex
 
 
 def _contract_of(entry: SessionEntry) -> dict[str, Any] | None:
@@ -68,6 +69,7 @@ def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeO
     run = _AttemptRun(executor, attempt, node, contract if contract == recorded else recorded)
     run.first_entry_id = branch[first].id
     run.messages = _messages(branch[first + 1 :])
+    _charge_time_used(run, attempt, branch[first:])
     after = _range_after(branch, latest)
     state_current = attempt.writer.state.current
     receipt = state_current.assistant_completion if state_current else None
@@ -93,6 +95,19 @@ def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeO
         return run.run(None)
     original = branch[first].message.get("content", "")
     return run.run(original if isinstance(original, str) else format_step_prompt("", contract), "resume")
+
+
+def _charge_time_used(run: _AttemptRun, attempt: Attempt, entries: list[SessionEntry]) -> None:
+    """A reattached attempt keeps the deadline it had: loop time used before the park or crash is spent.
+
+    Active time is measured from the attempt's start to its last recorded conversation entry; the time the
+    run sat parked or crashed after that is not charged.
+    """
+    current = attempt.writer.state.current
+    if attempt.timeout_s is None or current is None or not entries:
+        return
+    used = (parse_time(entries[-1].timestamp) - parse_time(current.started_at)).total_seconds()
+    run.deadline = Deadline(max(0.001, attempt.timeout_s - max(0.0, used)))
 
 
 def _from_receipt(run: _AttemptRun, attempt: Attempt, receipt: dict[str, Any]) -> NodeOutcome:

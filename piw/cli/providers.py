@@ -28,7 +28,9 @@ def providers(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON
         return 0
     console = make_console()
     if not summaries:
-        console.print(safe_text(f"No providers configured in {config_path(home)}; 'scripted' is always available."))
+        console.print(
+            safe_text(f"No providers configured in {config_path(home)}; 'scripted' is always available.")
+        )
         return 0
     table = Table(box=None, pad_edge=False)
     for column in ("provider", "api", "base url", "key", "models"):
@@ -37,7 +39,9 @@ def providers(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON
         name = summary.name + (" (default)" if summary.is_default else "")
         key = summary.api_key + ("" if summary.key_available else " (unset)")
         models = ", ".join(model.id for model in summary.models)
-        table.add_row(safe_text(name), summary.api, safe_text(summary.base_url or ""), safe_text(key), safe_text(models))
+        table.add_row(
+            safe_text(name), summary.api, safe_text(summary.base_url or ""), safe_text(key), safe_text(models)
+        )
     console.print(table)
     console.print("'scripted' (deterministic, offline) is always available.")
     return 0

@@ -58,9 +58,13 @@ def run(
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")] = None,
-    script: Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")] = None,
+    script: Annotated[
+        str | None, typer.Option("--script", help="Replies file for the scripted provider.")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Expand step cards.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
+    ] = False,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted."""
     raw_input = parse_input_option(input)
@@ -75,9 +79,13 @@ def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
     provider: Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")] = None,
-    script: Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")] = None,
+    script: Annotated[
+        str | None, typer.Option("--script", help="Replies file for the scripted provider.")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Expand step cards.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
+    ] = False,
 ) -> int:
     """Continue an interrupted run from its trace; completed steps are not run again."""
     home = piw_home()
@@ -112,7 +120,9 @@ def runs(
         table.add_row(
             row.run_id,
             row.status,
-            safe_text(single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")),
+            safe_text(
+                single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")
+            ),
             row.started_at or "",
             safe_text(row.current_node or ""),
         )
@@ -121,7 +131,9 @@ def runs(
 
 
 @app.command("list")
-def list_workflows(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False) -> int:
+def list_workflows(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> int:
     """List built-in workflows and discovered workflow files."""
     home = piw_home()
     rows: list[dict[str, Any]] = []

@@ -7,6 +7,8 @@ attempt-scoped events through the writer, e.g. updates and notifications).
 from __future__ import annotations
 
 import json
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -148,8 +150,7 @@ def run_with_deadline(attempt: Attempt, fn: Callable[[], Any]) -> tuple[str, Any
         finally:
             done.set()
 
-    worker = threading.Thread(target=target, name=f"piw-{attempt.node_id}", daemon=True)
-    worker.start()
+    _submit(target)
     while not done.is_set():
         remaining = attempt.remaining_s()
         if remaining is not None and remaining <= 0:
@@ -165,3 +166,41 @@ def run_with_deadline(attempt: Attempt, fn: Callable[[], Any]) -> tuple[str, Any
     if "error" in box:
         return "error", box["error"]
     return "ok", box.get("value")
+
+
+class _Worker(threading.Thread):
+    """A reusable daemon thread for action functions: starting a thread per step cost more than the step.
+
+    A worker returns to the idle pool only when its job has returned, so one left running by a timed-out
+    attempt is never handed a new job; the pool grows to the number of such stragglers plus one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(name="piw-action", daemon=True)
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        while True:
+            self.jobs.get()()
+            _IDLE.put(self)
+
+
+_IDLE: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+
+
+def _submit(job: Callable[[], None]) -> None:
+    try:
+        worker = _IDLE.get_nowait()
+    except queue.Empty:
+        worker = _Worker()
+        worker.start()
+    worker.jobs.put(job)
+
+
+def _forget_workers() -> None:
+    """A forked child has none of its parent's threads: never hand it a job to a worker that does not exist."""
+    global _IDLE
+    _IDLE = queue.SimpleQueue()
+
+
+os.register_at_fork(after_in_child=_forget_workers)

@@ -28,7 +28,9 @@ class FunctionActionExecutor:
     def _outcome(self, attempt: Attempt, status: str, value: Any, receipt: dict[str, Any]) -> NodeOutcome:
         if status == "timed_out":
             return NodeOutcome.failed(
-                f"Action {attempt.node_id} timed out after {attempt.timeout_s:g}s.", "timed_out", action=receipt
+                f"Action {attempt.node_id} timed out after {attempt.timeout_s:g}s.",
+                "timed_out",
+                action=receipt,
             )
         if status == "cancelled" or isinstance(value, Cancelled) and attempt.cancel.is_set():
             return NodeOutcome.failed(f"Action {attempt.node_id} was cancelled.", "cancelled", action=receipt)

@@ -29,7 +29,9 @@ class NotifyExecutor:
         except Exception as exc:
             return NodeOutcome.failed(describe_exception(exc))
         if not isinstance(text, str):
-            return NodeOutcome.failed(f"Notify {attempt.node_id}: message must be a string, got {type(text).__name__}.")
+            return NodeOutcome.failed(
+                f"Notify {attempt.node_id}: message must be a string, got {type(text).__name__}."
+            )
         writer = attempt.writer
         index = 1 + sum(1 for s in writer.state.steps if s.node_id == attempt.node_id and s.outcome == "ok")
         ident = notification_id(attempt.run_id, attempt.node_id, index)

@@ -30,7 +30,9 @@ def to_command(value: Any, node_id: str) -> ShellCommand:
     elif isinstance(value, Mapping):
         unknown = set(value) - _COMMAND_FIELDS
         if unknown:
-            raise DefinitionError(f"shell node {node_id}: unknown command field(s) {', '.join(sorted(unknown))}")
+            raise DefinitionError(
+                f"shell node {node_id}: unknown command field(s) {', '.join(sorted(unknown))}"
+            )
         if "command" not in value:
             raise DefinitionError(f"shell node {node_id}: exec must return a 'command'")
         command = ShellCommand(**value)
@@ -139,7 +141,11 @@ class ShellActionExecutor:
             " ".join([command.command, *command.args]) if command.shell else [command.command, *command.args]
         )
         env = {**os.environ, **command.env} if command.env else None
-        receipt: dict[str, Any] = {"actionType": "shell", "command": command.command, "args": list(command.args)}
+        receipt: dict[str, Any] = {
+            "actionType": "shell",
+            "command": command.command,
+            "args": list(command.args),
+        }
         if command.cwd:
             receipt["cwd"] = command.cwd
         started = time.monotonic()
@@ -157,7 +163,9 @@ class ShellActionExecutor:
             )
         except OSError as exc:
             receipt.update(exitCode=None, signal=None, durationMs=0)
-            return NodeOutcome.failed(f"Could not start {command.command!r}: {exc.strerror or exc}", action=receipt)
+            return NodeOutcome.failed(
+                f"Could not start {command.command!r}: {exc.strerror or exc}", action=receipt
+            )
         updates = node.shell.updates
         readers = {
             stream: _StreamReader(
@@ -213,7 +221,9 @@ class ShellActionExecutor:
         for reader in readers.values():
             reader.join(timeout=2.0)
         duration = int((time.monotonic() - started) * 1000)
-        exit_code, sig = (process.returncode, None) if process.returncode >= 0 else (None, -process.returncode)
+        exit_code, sig = (
+            (process.returncode, None) if process.returncode >= 0 else (None, -process.returncode)
+        )
         signal_name = signal.Signals(sig).name if sig else None
         receipt.update(exitCode=exit_code, signal=signal_name, durationMs=duration)
         stdout = readers["stdout"].capture.finish()
@@ -238,7 +248,9 @@ class ShellActionExecutor:
             detail = f"exit code {exit_code}" if exit_code is not None else f"signal {signal_name}"
             tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
             suffix = f": {tail[0][:200]}" if tail else ""
-            return NodeOutcome.failed(f"Command {command.command!r} failed with {detail}{suffix}", action=receipt)
+            return NodeOutcome.failed(
+                f"Command {command.command!r} failed with {detail}{suffix}", action=receipt
+            )
         try:
             output = node.shell.parse(result, attempt.ctx) if node.shell.parse else result
             return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)

@@ -38,9 +38,21 @@ def cassette_mode(env: Mapping[str, str] | None = None) -> CassetteMode:
 
 
 def _ids(request: ChatRequest) -> list[tuple[str, str]]:
+    """Run-specific ids and their placeholders: this step's ids, then earlier steps' attempt ids in the context.
+
+    Earlier step messages carry their own attempt ids (fresh every run), so a multi-step conversation only
+    replays when those are generalized too, numbered in order of appearance.
+    """
     if request.step is None:
         return []
     pairs = [(getattr(request.step, field), placeholder) for field, placeholder in _PLACEHOLDERS]
+    earlier: list[str] = []
+    for message in request.messages:
+        details = getattr(message, "details", None) or {}
+        attempt = (details.get("contract") or {}).get("attemptId") if isinstance(details, dict) else None
+        if isinstance(attempt, str) and attempt != request.step.attempt_id and attempt not in earlier:
+            earlier.append(attempt)
+    pairs += [(attempt, f"<attemptId:{index}>") for index, attempt in enumerate(earlier, 1)]
     return [(value, placeholder) for value, placeholder in pairs if len(value) >= _MIN_ID_LENGTH]
 
 

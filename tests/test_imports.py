@@ -1,0 +1,125 @@
+"""Dependencies point one way (style.md "Shape"): checked by walking every ``import`` with ``ast``.
+
+The engine and everything it pulls in never import the views or the CLI; views and watch read bundles and never
+import the engine, executors, providers, agent steps or the runner; shipped workflow files import only the
+public ``piw`` API. Imports inside functions and under ``TYPE_CHECKING`` count too: an arrow is an arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "piw"
+WORKFLOWS = REPO / "workflows"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported(path: Path) -> set[str]:
+    """Every module a file imports (absolute names; ``from a import b`` yields ``a`` and ``a.b``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+GRAPH = {name: {dep for dep in imported(path) if dep in MODULES and dep != name} for name, path in MODULES.items()}
+
+
+def closure(roots: Iterable[str]) -> dict[str, list[str]]:
+    """Every piw module reachable from ``roots`` by explicit imports, with one path that reaches it."""
+    paths = {root: [root] for root in roots}
+    todo = list(paths)
+    while todo:
+        current = todo.pop()
+        for dep in sorted(GRAPH[current]):
+            if dep == "piw":  # the package __init__ is the public facade, not an arrow of its own
+                continue
+            if dep not in paths:
+                paths[dep] = [*paths[current], dep]
+                todo.append(dep)
+    return paths
+
+
+def in_group(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def test_the_walker_sees_the_package() -> None:
+    assert {"piw.engine", "piw.replay", "piw.cli", "piw.cli.runs", "piw.executors.shell"} <= set(MODULES)
+    assert "piw.replay" in closure(["piw.engine"])
+    assert imported(PACKAGE / "executors" / "compute.py") >= {"piw.definition", "piw.executors"}
+
+
+def test_the_engine_never_imports_views_or_the_cli() -> None:
+    reached = closure(["piw.engine", "piw.runner"])
+    wrong = {name: path for name, path in reached.items() if in_group(name, ("piw.views", "piw.cli", "piw.watch"))}
+    assert not wrong, [" → ".join(path) for path in wrong.values()]
+
+
+@pytest.mark.parametrize("root", sorted(name for name in MODULES if in_group(name, ("piw.views", "piw.watch"))))
+def test_views_never_import_the_engine_side(root: str) -> None:
+    forbidden = ("piw.engine", "piw.executors", "piw.providers", "piw.agent", "piw.runner", "piw.writer")
+    wrong = {name: path for name, path in closure([root]).items() if in_group(name, forbidden)}
+    assert not wrong, [" → ".join(path) for path in wrong.values()]
+
+
+def test_core_modules_stay_below_the_engine() -> None:
+    """Definition, graph, trace, fold and store never reach up to the engine or anything above it."""
+    core = ["piw.definition", "piw.graph", "piw.trace", "piw.replay", "piw.store", "piw.artifacts", "piw.wire"]
+    forbidden = ("piw.engine", "piw.runner", "piw.cli", "piw.views", "piw.executors", "piw.agent", "piw.providers")
+    wrong = {name: path for name, path in closure(core).items() if in_group(name, forbidden)}
+    assert not wrong, [" → ".join(path) for path in wrong.values()]
+
+
+SHIPPED = sorted(WORKFLOWS.rglob("*.workflow.py"))
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The modules named by ``import m`` and ``from m import …`` (not the names imported from them)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." * node.level + (node.module or ""))
+    return found
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_workflows_import_only_the_public_api(path: Path) -> None:
+    allowed = {"piw", "piw.progress", "piw.plan"}
+    wrong = {name for name in imported_modules(path) if name.split(".")[0] == "piw" and name not in allowed}
+    assert not wrong, f"{path.name} imports {sorted(wrong)}; use the public piw API"
+    assert not any(name.startswith(".") for name in imported_modules(path))
+
+
+def test_the_shipped_check_catches_private_imports(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.workflow.py"
+    bad.write_text("import piw.engine\nfrom piw.store import piw_home\nfrom piw import compute\n")
+    assert imported_modules(bad) == {"piw.engine", "piw.store", "piw"}
+
+
+def test_there_are_shipped_workflows() -> None:
+    assert any(p.name == "hello.workflow.py" for p in SHIPPED)

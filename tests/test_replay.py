@@ -1,0 +1,184 @@
+"""The fold: the one path from trace events to ``RunState``; its laws, and ``state.json`` as a cache of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import RunWorkflow, WorkflowMaker
+
+from piw.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store import Bundle, load_state
+from piw.trace import TraceEvent, read_trace
+
+WORKFLOW = """
+from piw import ShellCommand, action, compute, define_workflow, edge, include, notify, shell, switch
+
+child = define_workflow(name="child", start_at="c", nodes={"c": compute(lambda c: {"in": c.input, "seen": list(c.outputs)})})
+
+def act(ctx):
+    ctx.publish_update("build.step", "one", {"n": 1})
+    ctx.publish_update("build.step", "two", {"n": 2})
+    ctx.publish_update("build.step", "one", {"n": 3})
+    return {"done": True}
+
+workflow = define_workflow(
+    name="folded",
+    start_at="count",
+    max_steps=50,
+    nodes={
+        "count": compute(lambda c: {"n": c.outputs.get("count", {"n": 0})["n"] + 1, 1: ("tuple", "kept")}),
+        "again": compute(lambda c: {"again": c.outputs["count"]["n"] < 3}),
+        "broken": compute(lambda c: 1 / 0),
+        "act": action(act),
+        "cmd": shell(ShellCommand(command="printf", args=["%s", "x" * 5000])),
+        "tell": notify("done"),
+        "last": compute(lambda c: {"keys": sorted(c.outputs), "first": c.outputs["count"]}),
+    },
+    includes={"sub": include(child, input=lambda c: {"count": c.outputs["count"]["n"]})},
+    edges=[
+        edge("count", "again"),
+        switch("again", on="$.again", cases={"true": "count", "false": "broken"}),
+        switch("broken", on="$result.outcome", cases={"failed": "act", "ok": "act"}),
+        edge("act", "cmd"), edge("cmd", "tell"), edge("tell", "sub"), edge("sub", "last"),
+    ],
+)
+"""
+
+
+@pytest.fixture
+def finished(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path) -> tuple[Any, Path]:
+    state = run_workflow(make_workflow("folded", WORKFLOW))
+    assert state.status == "completed", state.error
+    return state, piw_home / "runs" / state.run_id
+
+
+def events_of(bundle: Path) -> list[TraceEvent]:
+    return read_trace(bundle / "trace.ndjson").events
+
+
+def test_state_json_is_the_fold_of_the_trace(finished: tuple[Any, Path]) -> None:
+    state, bundle = finished
+    events = events_of(bundle)
+    on_disk = json.loads((bundle / "state.json").read_text(encoding="utf-8"))
+    assert state_to_json(fold(events)) == on_disk
+    assert fold(events) == state  # the engine's live state is exactly the replay of its trace
+    assert on_disk["traceSeq"] == len(events) and on_disk["status"] == "completed"
+
+
+def test_live_state_sees_what_a_replay_sees(finished: tuple[Any, Path]) -> None:
+    state, _ = finished
+    # JSON has string keys and lists; the live run folded the line as written, not the Python value returned.
+    assert state.outputs["count"] == {"n": 3, "1": ["tuple", "kept"]}
+    assert state.final_output["first"] == {"n": 3, "1": ["tuple", "kept"]}
+    assert state.final_output["keys"] == ["act", "again", "cmd", "count", "sub", "tell"]
+
+
+def test_fold_law_at_every_split(finished: tuple[Any, Path]) -> None:
+    _, bundle = finished
+    events = events_of(bundle)
+    whole = fold(events)
+    for split in range(len(events) + 1):
+        assert fold_more(fold(events[:split]), events[split:]) == whole, split
+    # one event at a time, as the engine does
+    state = RunState()
+    for event in events:
+        state = fold_more(state, [event])
+    assert state == whole
+
+
+def test_fold_is_pure(finished: tuple[Any, Path]) -> None:
+    _, bundle = finished
+    events = events_of(bundle)
+    for split in range(len(events)):
+        prefix = fold(events[:split])
+        snapshot = state_to_json(prefix)
+        fold_more(prefix, events[split : split + 1])
+        fold_more(prefix, events[split:])
+        assert state_to_json(prefix) == snapshot, split  # the input state is never changed
+
+
+def test_projection_details(finished: tuple[Any, Path]) -> None:
+    state, _ = finished
+    data = state_to_json(state)
+    assert [s["nodeId"] for s in data["steps"]].count("count") == 3  # every attempt is a step
+    assert data["results"]["count"]["attemptId"] == data["steps"][4]["attemptId"]  # latest attempt wins
+    assert data["results"]["broken"]["outcome"] == "failed" and "output" not in data["results"]["broken"]
+    assert "broken" not in data["outputs"]  # a failed attempt removes the output
+    assert data["outputs"]["sub"] == {"in": {"count": 3}, "seen": []}  # include_exited sets the mount output
+    assert [(u["key"], u["data"]) for u in data["updates"]] == [("two", {"n": 2}), ("one", {"n": 3})]
+    assert all(step["prompt"] is None for step in data["steps"])  # nullable: always present
+    assert data["outputs"]["cmd"]["stdout"]["$artifact"]["bytes"] == 5000  # large strings live in artifacts
+    for key in ("currentNode", "currentAttemptId", "paused", "waitingOn", "error"):
+        assert key not in data
+    assert state_from_json(data) == state
+
+
+def test_failed_attempt_then_ok_attempt(finished: tuple[Any, Path]) -> None:
+    """A later ok attempt brings the output back; a later failed one removes it (latest attempt wins)."""
+    _, bundle = finished
+    events = events_of(bundle)
+    base = fold(events)
+    run_id = base.run_id
+
+    def ev(seq: int, kind: str, payload: dict[str, Any], attempt: str) -> TraceEvent:
+        return TraceEvent(seq, "2026-01-01T00:00:00.000Z", "node", kind, run_id, payload, "count", attempt)
+
+    n = len(events)
+    failed = fold_more(base, [ev(n + 1, "node_started", {"nodeType": "compute"}, "x1"),
+                              ev(n + 2, "node_failed", {"outcome": "failed", "error": "E"}, "x1")])  # fmt: skip
+    assert "count" not in failed.outputs and failed.results["count"].error == "E"
+    ok = fold_more(failed, [ev(n + 3, "node_started", {"nodeType": "compute"}, "x2"),
+                            ev(n + 4, "node_finished", {"outcome": "ok", "output": 5}, "x2")])  # fmt: skip
+    assert ok.outputs["count"] == 5 and len(ok.steps) == len(base.steps) + 2
+
+
+def test_current_attempt_and_usage() -> None:
+    def ev(seq: int, scope: str, kind: str, payload: dict[str, Any], attempt: str | None = None) -> TraceEvent:
+        node = "n" if attempt else None
+        return TraceEvent(seq, f"2026-01-01T00:00:0{seq}.000Z", scope, kind, "r", payload, node, attempt)
+
+    usage = {"requests": 1, "input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "cost": 0.5}
+    events = [
+        ev(1, "run", "run_started", {"workflowName": "w", "input": {"a": 1}, "maxSteps": 4}),
+        ev(2, "node", "node_started", {"nodeType": "agent", "statusDetail": "thinking", "timeoutMs": 5}, "a1"),
+        ev(3, "agent", "agent_prompt_sent", {"prompt": "P1", "completion": "submit"}, "a1"),
+        ev(4, "agent", "agent_prompt_sent", {"prompt": "P2", "completion": "submit"}, "a1"),
+    ]
+    running = fold(events)
+    data = state_to_json(running)
+    assert (data["currentNode"], data["currentAttemptId"], data["statusDetail"]) == ("n", "a1", "thinking")
+    assert data["currentNodeStartedAt"] == "2026-01-01T00:00:02.000Z" and data["status"] == "running"
+    done = fold_more(running, [ev(5, "node", "node_finished", {"outcome": "ok", "output": 1, "usage": usage}, "a1"),
+                               ev(6, "node", "node_started", {"nodeType": "agent"}, "a2"),
+                               ev(7, "node", "node_finished", {"outcome": "ok", "output": 2, "usage": usage}, "a2"),
+                               ev(8, "run", "run_completed", {"status": "completed", "finalOutput": 2})])  # fmt: skip
+    assert done.steps[0].prompt == "P1" and done.steps[1].prompt is None  # first prompt of the attempt
+    assert done.usage == {"requests": 2, "input": 20, "output": 10, "cacheRead": 0, "cacheWrite": 0, "cost": 1.0}
+    assert done.current is None and done.finished_at == "2026-01-01T00:00:08.000Z"
+    interrupted = fold_more(running, [ev(5, "run", "run_interrupted", {"error": "boom"})])
+    assert interrupted.status == "failed" and interrupted.error == "boom"
+
+
+def _write_state(bundle: Path, data: Any) -> None:
+    (bundle / "state.json").write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+
+
+@pytest.mark.parametrize("case", ["deleted", "garbage", "other-run", "ahead", "stale", "fresh"])
+def test_load_state_tolerates_any_state_json(case: str, finished: tuple[Any, Path]) -> None:
+    state, path = finished
+    events = events_of(path)
+    bundle = Bundle(state.run_id, path)
+    if case == "deleted":
+        (path / "state.json").unlink()
+    elif case == "garbage":
+        _write_state(path, "{not json")
+    elif case == "other-run":
+        _write_state(path, {**state_to_json(state), "runId": "someone-else"})
+    elif case == "ahead":
+        _write_state(path, {**state_to_json(state), "traceSeq": len(events) + 5})
+    elif case == "stale":
+        _write_state(path, state_to_json(fold(events[:5])))
+    assert load_state(bundle) == fold(events)
