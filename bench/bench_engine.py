@@ -16,6 +16,7 @@ Targets (spec): a compute step under ``effects`` costs no fsync and ≤ 0.2 ms; 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -97,7 +98,7 @@ def step_overhead(kind: str, durability: str, steps: int, folder: Path) -> tuple
     state = start_run(str(source), home, {}, None, options)
     total = time.perf_counter() - started
     assert state.status == "completed", state.error
-    gaps = [b - a for a, b in zip(finished, finished[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(finished)]
     in_run = statistics.median(files.fsync_s) * 1000 if files.fsync_s else 0.0
     return statistics.median(gaps) * 1000, total / len(finished) * 1000, files.fsyncs / len(finished), in_run
 
@@ -108,11 +109,26 @@ def write_trace(path: Path, events: int) -> None:
     nodes = [f"node_{i}" for i in range(12)]
     with path.open("w", encoding="utf-8") as handle:
         seq = 1
-        handle.write(json.dumps({"seq": 1, "at": "2026-01-01T00:00:00.000Z", "scope": "run", "type": "run_started",
-                                 "runId": run_id, "payload": {"workflowName": "bench", "input": {},
-                                 "workflowSource": {"kind": "file", "path": "/bench.workflow.py", "hash": "0" * 64},
-                                 "definitionDigest": "sha256:" + "0" * 64, "maxSteps": events}},
-                                separators=(",", ":")) + "\n")  # fmt: skip
+        handle.write(
+            json.dumps(
+                {
+                    "seq": 1,
+                    "at": "2026-01-01T00:00:00.000Z",
+                    "scope": "run",
+                    "type": "run_started",
+                    "runId": run_id,
+                    "payload": {
+                        "workflowName": "bench",
+                        "input": {},
+                        "workflowSource": {"kind": "file", "path": "/bench.workflow.py", "hash": "0" * 64},
+                        "definitionDigest": "sha256:" + "0" * 64,
+                        "maxSteps": events,
+                    },
+                },
+                separators=(",", ":"),
+            )
+            + "\n"
+        )
         while seq < events:
             node = nodes[seq % len(nodes)]
             attempt = uuid.uuid4().hex
@@ -120,15 +136,24 @@ def write_trace(path: Path, events: int) -> None:
             at = f"2026-01-01T00:{(seq // 60000) % 60:02d}:{(seq // 1000) % 60:02d}.{ms:03d}Z"
             base = {"at": at, "scope": "node", "runId": run_id, "nodeId": node, "attemptId": attempt}
             seq += 1
-            handle.write(json.dumps({"seq": seq, **base, "type": "node_started", "payload": {"nodeType": "compute"}},
-                                    separators=(",", ":")) + "\n")  # fmt: skip
+            handle.write(
+                json.dumps(
+                    {"seq": seq, **base, "type": "node_started", "payload": {"nodeType": "compute"}},
+                    separators=(",", ":"),
+                )
+                + "\n"
+            )
             if seq >= events:
                 break
             seq += 1
             output = {"n": seq, "label": f"item {seq}", "ok": True}
             payload = {"outcome": "ok", "durationMs": seq % 17, "output": output}
-            handle.write(json.dumps({"seq": seq, **base, "type": "node_finished", "payload": payload},
-                                    separators=(",", ":")) + "\n")  # fmt: skip
+            handle.write(
+                json.dumps(
+                    {"seq": seq, **base, "type": "node_finished", "payload": payload}, separators=(",", ":")
+                )
+                + "\n"
+            )
 
 
 def fold_child(path: str) -> None:
@@ -148,8 +173,17 @@ def fold_child(path: str) -> None:
     started = time.perf_counter()
     fold(events)
     folded = time.perf_counter() - started
-    print(json.dumps({"events": count, "streamed_s": streamed, "rss_streamed_mb": rss_streamed,
-                      "parse_s": parsed, "fold_s": folded}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "events": count,
+                "streamed_s": streamed,
+                "rss_streamed_mb": rss_streamed,
+                "parse_s": parsed,
+                "fold_s": folded,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -164,35 +198,48 @@ def main() -> None:
     os.environ.pop("PIW_DURABILITY", None)
     with tempfile.TemporaryDirectory(prefix="piw-bench-", dir=os.environ.get("PIW_BENCH_DIR")) as tmp:
         folder = Path(tmp)
-        # The probe runs right before each loop (a shared disk is noisy); the unit is the median of all probes.
+        # The probe runs right before each loop (a shared disk is noisy); the unit is the median of probes.
         rows, probes = [], []
         for kind in ("compute", "action"):
             for durability in ("effects", "always", "flush"):
                 probes.append(fsync_append_ms(folder))
                 rows.append((kind, durability, *step_overhead(kind, durability, args.steps, folder)))
         unit = statistics.median(probes)
-        print(f"one fsync'd append: {unit:.3f} ms (median of {len(probes)} probes of 200; "
-              f"range {min(probes):.3f}–{max(probes):.3f}; {folder})")  # fmt: skip
+        print(
+            f"one fsync'd append: {unit:.3f} ms (median of {len(probes)} probes of 200; "
+            f"range {min(probes):.3f}–{max(probes):.3f}; {folder})"
+        )
         print(f"per-step overhead, {args.steps}-step loops (median gap between node_finished events):")
         for kind, durability, median, mean, fsyncs, in_run in rows:
             ratio = f"  = {median / unit:.2f} × fsync'd append" if kind == "action" else ""
             fsync_note = f" (in-run fsync {in_run:.3f} ms)" if fsyncs else ""
-            print(f"  {kind:8} {durability:8} median {median:7.3f} ms  mean {mean:7.3f} ms  "
-                  f"fsyncs/step {fsyncs:4.2f}{fsync_note}{ratio}")  # fmt: skip
+            print(
+                f"  {kind:8} {durability:8} median {median:7.3f} ms  mean {mean:7.3f} ms  "
+                f"fsyncs/step {fsyncs:4.2f}{fsync_note}{ratio}"
+            )
         trace = folder / "trace.ndjson"
         started = time.perf_counter()
         write_trace(trace, args.events)
         size = trace.stat().st_size / 1e6
-        print(f"replay: {args.events:,} events, {size:.0f} MB (generated in {time.perf_counter() - started:.1f} s)")
+        print(
+            f"replay: {args.events:,} events, {size:.0f} MB "
+            f"(generated in {time.perf_counter() - started:.1f} s)"
+        )
         results = []
         for _ in range(3):  # best of three fresh processes: the machine may be shared
-            child = subprocess.run([sys.executable, __file__, "--fold-child", str(trace)], capture_output=True,
-                                   text=True, check=True)  # fmt: skip
+            child = subprocess.run(
+                [sys.executable, __file__, "--fold-child", str(trace)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             results.append(json.loads(child.stdout))
         result = {key: min(r[key] for r in results) for key in results[0]}
         n = result["events"]
-        print(f"  read+parse+fold, streaming: {n / result['streamed_s']:,.0f} events/s "
-              f"({result['streamed_s']:.2f} s), peak RSS {result['rss_streamed_mb']:.0f} MB")  # fmt: skip
+        print(
+            f"  read+parse+fold, streaming: {n / result['streamed_s']:,.0f} events/s "
+            f"({result['streamed_s']:.2f} s), peak RSS {result['rss_streamed_mb']:.0f} MB"
+        )
         print(f"  parse only (read_trace):    {n / result['parse_s']:,.0f} events/s")
         print(f"  fold only (parsed events):  {n / result['fold_s']:,.0f} events/s")
 

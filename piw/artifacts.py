@@ -63,7 +63,7 @@ class ArtifactStore:
         self._fsync = fsync
 
     def write(self, text: str) -> dict[str, Any]:
-        """Store ``text`` (deduplicated) and return its ref body; the file and its name are durable on return."""
+        """Store ``text`` (deduplicated) and return its ref body; file and name are durable on return."""
         data = text.encode("utf-8")
         hex_digest = sha256_hex(data)
         name = f"sha256-{hex_digest}.txt"

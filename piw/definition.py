@@ -420,7 +420,7 @@ def define_workflow(
     if not isinstance(nodes, Mapping) or not nodes:
         raise DefinitionError(f"workflow {name!r}: nodes must be a non-empty mapping of node id -> node")
     mounts = dict(includes or {})
-    for node_id, node in [*nodes.items(), *mounts.items()]:
+    for node_id in [*nodes, *mounts]:
         if not isinstance(node_id, str) or not NODE_ID_PATTERN.fullmatch(node_id):
             raise DefinitionError(
                 f"workflow {name!r}: node id {node_id!r} must match [A-Za-z_][A-Za-z0-9_-]*"

@@ -6,6 +6,7 @@ views all read the same ``RunState``. Resume continues from the trace alone (``p
 
 from __future__ import annotations
 
+import math
 import threading
 import uuid
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from piw.executors.notify import NotifyExecutor
 from piw.executors.shell import ShellActionExecutor
 from piw.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.publishing import UpdatePublisher
-from piw.replay import RunState, TERMINAL_STATUSES, fold, result_to_json
+from piw.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.routing import Decision, decide, next_invocation
 from piw.session import SessionLog
 from piw.store import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
@@ -118,7 +119,7 @@ class Engine:
                 "run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True
             )
         except BaseException:
-            # Until run_started commits the bundle is incomplete; nothing was started, so leave nothing behind.
+            # Until run_started commits the bundle is incomplete: nothing started, so leave nothing behind.
             writer.close()
             assert self.session is not None
             self.session.close()
@@ -211,7 +212,7 @@ class Engine:
                 return self._route_after(step.node_id, step.outcome, step.output, step.error)
             if event.type == "include_exited":
                 mount_path = "/".join(event.payload.get("mountPath", []))
-                output = self._resolve(event.payload.get("output"))
+                output = event.payload.get("output")  # wire form: _route_after resolves it exactly once
                 return self._route_after(mount_path, "ok", output, None, exit_name=event.payload.get("exit"))
             if event.type == "include_entered":
                 mount = self.graph.mounts["/".join(event.payload.get("mountPath", []))]
@@ -282,7 +283,11 @@ class Engine:
                 payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
                 writer.append("run", "run_waiting", payload, sync=True)
                 return
-            decision = self._route_after(node_id, outcome.outcome, outcome.output, outcome.error)
+            # Route on the output as committed (wire form, resolved once in _route_after), never on the raw
+            # value: user data with an "$artifact" key must not be read as an artifact ref.
+            committed = writer.state.results.get(node_id)
+            output = committed.output if committed is not None else None
+            decision = self._route_after(node_id, outcome.outcome, output, outcome.error)
             node_id = self._apply(decision)
 
     def _route_after(
@@ -322,7 +327,7 @@ class Engine:
                 raw = evaluate(mount.input, ctx) if mount.input is not None else None
                 child_input = prepare_input(mount.definition, raw)
             except Exception as exc:
-                # The include's input is author code run by the engine: a failure ends the run, never the process.
+                # The include's input is author code: a failure ends the run, never the process.
                 reason = str(exc) if isinstance(exc, PiwError) else describe_exception(exc)
                 error = f"Include {mount.path} could not start: {reason}"
                 writer.append("run", "run_failed", {"status": "failed", "error": error}, sync=True)
@@ -346,8 +351,12 @@ class Engine:
         attempt_holder: list[Attempt] = []
         ctx = self._context(node_id, attempt_id, attempt_holder)
         timeout_s: float | None = None
+        timeout_error: str | None = None
         if isinstance(node, AgentNode | ActionNode):
-            timeout_s = evaluate(node.timeout_s, ctx)
+            try:
+                timeout_s = _timeout_value(evaluate(node.timeout_s, ctx))
+            except Exception as exc:  # author code: the attempt fails, the run goes on routing
+                timeout_error = f"timeout_s of {node_id} failed: {describe_exception(exc)}"
         started: dict[str, Any] = {"nodeType": node.node_type}
         detail = getattr(node, "status_detail", None)
         if detail:
@@ -375,7 +384,7 @@ class Engine:
                 executor: Executor = self._shell if node.shell is not None else self._function
             else:
                 executor = self.executors[node.node_type]
-            outcome = executor.execute(attempt)
+            outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
         finally:
             attempt.active = False
             self.active = None
@@ -455,6 +464,15 @@ class Engine:
         self.publisher.publish(
             attempt.node_id, attempt.attempt_id, raw, is_active=attempt.is_live, wait_for_token=attempt.cancel
         )
+
+
+def _timeout_value(value: Any) -> float | None:
+    """A node deadline in seconds from a ``timeout_s`` function: ``None`` or a finite number > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"timeout_s must be None or a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def _scoped(state: RunState, mount_path: str, start: int) -> tuple[dict[str, Any], dict[str, Any]]:

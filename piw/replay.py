@@ -7,12 +7,11 @@ Every reader — the engine after each append, resume, ``inspect``, ``watch``, e
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from piw.trace import TraceEvent
+from piw.trace import TraceEvent, paused_gc
 from piw.wire import RUN_STATE_SCHEMA
 
 RUN_STATUSES = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
@@ -392,18 +391,11 @@ def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
     folder = _Folder(state)
     handlers = _HANDLERS
     last: TraceEvent | None = None
-    # The fold allocates many small objects and no reference cycles; pausing the cyclic collector keeps it from
-    # traversing the growing state again and again (a third of the time of a long replay).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         for last in events:
             handler = handlers.get(last.type)
             if handler is not None:
                 handler(folder, last)
-    finally:
-        if collecting:
-            gc.enable()
     return folder.result(last)
 
 

@@ -17,7 +17,6 @@ from piw.errors import TraceCorrupt
 from piw.trace import Durability, FileLayer, LineAppender, iter_lines, truncate_tail
 from piw.wire import dumps_line, now_iso
 
-
 NEWEST = object()
 """Default ``parent_id`` of :meth:`SessionLog.append`: chain after the newest entry."""
 
@@ -111,7 +110,7 @@ class SessionLog:
         return self.entries[-1].id if self.entries else None
 
     def append(
-        self, message: dict[str, Any], *, parent_id: str | None | object = NEWEST, sync: bool = True
+        self, message: dict[str, Any], *, parent_id: str | object | None = NEWEST, sync: bool = True
     ) -> SessionEntry:
         """Append one settled message after ``parent_id`` (default: the newest entry; ``None`` starts a root)."""
         timestamp = now_iso()

@@ -39,8 +39,8 @@ def _kill_point(variable: str) -> int | None:
     """Test-only crash hook: the trace ``seq`` at which this process SIGKILLs itself, if the variable is set.
 
     The crash-matrix tests set ``PIW_TEST_KILL_AFTER_APPEND=k`` (or ``…_BEFORE_APPEND``) to die
-    deterministically right after (before) the line with ``seq == k`` is written, before any fsync; nothing else
-    uses it.
+    deterministically right after (before) the line with ``seq == k`` is written, before any fsync; nothing
+    else uses it.
     """
     value = os.environ.get(variable, "")
     return int(value) if value.isdigit() else None

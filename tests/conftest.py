@@ -1,8 +1,8 @@
 """Shared fixtures: a private ``PIW_HOME`` per test, no model requests, and helpers that drive piw for real.
 
-Tests talk to piw through its public surface: the ``piw`` command in a subprocess, the public API, and the files
-a run leaves on disk. ``cli`` runs the real console script; ``run_workflow`` starts a run in-process through the
-same library call ``piw run`` makes (``piw.runner.start_run``), for tests that need a fake file layer.
+Tests talk to piw through its public surface: the ``piw`` command in a subprocess, the public API, and the
+files a run leaves on disk. ``cli`` runs the real console script; ``run_workflow`` starts a run in-process
+through the same library call ``piw run`` makes (``piw.runner.start_run``), e.g. with a fake file layer.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 WORKFLOW_FIXTURES = FIXTURES / "workflows"
 _SCRIPT = Path(sys.executable).with_name("piw")
-PIW_COMMAND = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-c", "from piw.cli import main; main()"]
+PIW_COMMAND = (
+    [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-c", "from piw.cli import main; main()"]
+)
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +50,10 @@ def piw_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     home = tmp_path_factory.mktemp("piw-home")
     monkeypatch.setenv("PIW_HOME", str(home))
     for key in list(os.environ):
-        if key.startswith(("OPENAI_", "ANTHROPIC_", "PIW_TEST_")) or key in ("PIW_DURABILITY", "PIW_PROVIDER"):
+        if key.startswith(("OPENAI_", "ANTHROPIC_", "PIW_TEST_")) or key in (
+            "PIW_DURABILITY",
+            "PIW_PROVIDER",
+        ):
             monkeypatch.delenv(key, raising=False)
     if _providers is not None:
         monkeypatch.setattr(_providers, "ALLOW_MODEL_REQUESTS", False)
@@ -65,7 +70,13 @@ class Cli:
     def __call__(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0
     ) -> subprocess.CompletedProcess[str]:
-        full_env = {**os.environ, "PIW_HOME": str(self.home), "NO_COLOR": "1", "COLUMNS": "100", **(env or {})}
+        full_env = {
+            **os.environ,
+            "PIW_HOME": str(self.home),
+            "NO_COLOR": "1",
+            "COLUMNS": "100",
+            **(env or {}),
+        }
         return subprocess.run(
             [*PIW_COMMAND, *args],
             cwd=self.cwd,
@@ -77,7 +88,13 @@ class Cli:
         )
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        full_env = {**os.environ, "PIW_HOME": str(self.home), "NO_COLOR": "1", "COLUMNS": "100", **(env or {})}
+        full_env = {
+            **os.environ,
+            "PIW_HOME": str(self.home),
+            "NO_COLOR": "1",
+            "COLUMNS": "100",
+            **(env or {}),
+        }
         return subprocess.Popen(
             [*PIW_COMMAND, *args],
             cwd=self.cwd,
@@ -123,7 +140,7 @@ RunWorkflow = Callable[..., Any]
 
 @pytest.fixture
 def run_workflow(piw_home: Path) -> RunWorkflow:
-    """Start a run in-process (``piw.runner.start_run``, as ``piw run`` does) and return its final ``RunState``."""
+    """Start a run in-process (``piw.runner.start_run``, as ``piw run`` does); return its ``RunState``."""
     from piw.runner import ForegroundOptions, start_run
 
     def run(

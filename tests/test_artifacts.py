@@ -1,4 +1,4 @@
-"""Artifacts: large strings leave the trace, are deduplicated, escaped correctly and never read outside a bundle."""
+"""Artifacts: large strings leave the trace, deduplicated and escaped, and are never read outside a bundle."""
 
 from __future__ import annotations
 
@@ -120,11 +120,15 @@ def test_a_run_writes_the_artifact_durably_before_the_line_naming_it(
     assert len(names) == 2
     for name in names:
         named_at = next(
-            i for i, (op, where, data) in enumerate(files.ops)
+            i
+            for i, (op, where, data) in enumerate(files.ops)
             if op == "write" and where.endswith("trace.ndjson") and name.encode() in data
-        )  # fmt: skip
+        )
         before = files.ops[:named_at]
-        dir_synced = max(i for i, (op, where, _) in enumerate(before) if op == "fsync" and where == artifact_dir)
+        dir_synced = max(
+            i for i, (op, where, _) in enumerate(before) if op == "fsync" and where == artifact_dir
+        )
         assert any(
-            op == "fsync" and where.startswith(artifact_dir + "/.tmp-") for op, where, _ in before[:dir_synced]
+            op == "fsync" and where.startswith(artifact_dir + "/.tmp-")
+            for op, where, _ in before[:dir_synced]
         )

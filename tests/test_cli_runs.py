@@ -1,4 +1,4 @@
-"""End-to-end CLI tests for ``piw run``, ``resume``, ``runs``, ``list`` and ``validate`` (real subprocesses)."""
+"""End-to-end tests of ``piw run``, ``resume``, ``runs``, ``list`` and ``validate`` (real subprocesses)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ BAD_DEFINITIONS = {
     "unknown-edge-target": (
         """
         from piw import compute, define_workflow, edge
-        workflow = define_workflow(name="x", start_at="a", nodes={"a": compute(1)}, edges=[edge("a", "nowhere")])
+        workflow = define_workflow(name="x", start_at="a", nodes={"a": compute(1)},
+                                   edges=[edge("a", "nowhere")])
         """,
         ["'a'", "unknown node 'nowhere'"],
     ),
@@ -150,7 +151,9 @@ def test_invalid_input_json(value: str, needles: list[str], cli: Cli, piw_home: 
     assert_no_bundle(piw_home)
 
 
-def test_input_file_and_model_errors_name_the_field(cli: Cli, make_workflow: WorkflowMaker, piw_home: Path) -> None:
+def test_input_file_and_model_errors_name_the_field(
+    cli: Cli, make_workflow: WorkflowMaker, piw_home: Path
+) -> None:
     path = make_workflow(
         "typed",
         """
@@ -160,10 +163,13 @@ def test_input_file_and_model_errors_name_the_field(cli: Cli, make_workflow: Wor
         class In(BaseModel):
             count: int
 
-        workflow = define_workflow(name="typed", start_at="a", input=In, nodes={"a": compute(lambda c: c.input)})
+        workflow = define_workflow(name="typed", start_at="a", input=In,
+                                   nodes={"a": compute(lambda c: c.input)})
         """,
     )
-    assert_one_error_line(cli("run", str(path), "--input", '{"count": "many"}'), "Invalid input for typed", "count")
+    assert_one_error_line(
+        cli("run", str(path), "--input", '{"count": "many"}'), "Invalid input for typed", "count"
+    )
     assert_one_error_line(cli("run", str(path)), "count")  # --input omitted means {}
     assert_no_bundle(piw_home)
     (cli.cwd / "in.json").write_text('{"count": 3}', encoding="utf-8")
@@ -292,7 +298,9 @@ def test_runs_json_shape_order_filters(cli: Cli, make_workflow: WorkflowMaker) -
     assert text.returncode == 0 and first in text.stdout and second in text.stdout
 
 
-def test_runs_shows_an_interrupted_run_as_running_with_its_node(cli: Cli, make_workflow: WorkflowMaker) -> None:
+def test_runs_shows_an_interrupted_run_as_running_with_its_node(
+    cli: Cli, make_workflow: WorkflowMaker
+) -> None:
     path = make_workflow(
         "stuck",
         """
@@ -357,7 +365,8 @@ def test_validate_ok(cli: Cli, make_workflow: WorkflowMaker, piw_home: Path) -> 
         "tools",
         """
         from piw import agent, define_workflow
-        workflow = define_workflow(name="tools", start_at="a", nodes={"a": agent(prompt="x", tools=["no_such_tool"])})
+        workflow = define_workflow(name="tools", start_at="a",
+                                   nodes={"a": agent(prompt="x", tools=["no_such_tool"])})
         """,
     )
     assert_one_error_line(cli("validate", str(path)), "unknown tool 'no_such_tool'")
@@ -373,3 +382,17 @@ def test_every_command_has_help(command: str, cli: Cli) -> None:
 def test_resume_of_a_finished_run_is_refused(cli: Cli) -> None:
     run_id = json.loads(cli("run", "hello", "--json").stdout)["runId"]
     assert_one_error_line(cli("resume", run_id), f"Run {run_id} already ended (completed)")
+
+
+def test_run_json_final_output_is_resolved(cli: Cli, make_workflow: WorkflowMaker) -> None:
+    path = make_workflow(
+        "big",
+        """
+        from piw import compute, define_workflow
+        workflow = define_workflow(name="big", start_at="a", nodes={"a": compute(
+            lambda c: {"text": "é" * 5000, "user": {"$artifact": "mine"}})})
+        """,
+    )
+    done = cli("run", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finalOutput"] == {"text": "é" * 5000, "user": {"$artifact": "mine"}}

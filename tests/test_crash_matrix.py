@@ -1,12 +1,13 @@
 """The crash matrix: SIGKILL a run before and after every trace append, resume it, check the result.
 
-The test-only hook ``PIW_TEST_KILL_AFTER_APPEND=k`` (``…_BEFORE_APPEND``) makes the writer kill its own process
-right after (before) trace line ``k`` is written. A process crash keeps every written byte, so "before fsync" and
-"after fsync" are the same point here; "before the write" is the moment after the previous line plus whatever
-effect ran in between (a shell command, a notification's session entry).
+The test-only hook ``PIW_TEST_KILL_AFTER_APPEND=k`` (``…_BEFORE_APPEND``) makes the writer kill its own
+process right after (before) trace line ``k`` is written. A process crash keeps every written byte, so "before
+fsync" and "after fsync" are the same point here; "before the write" is the moment after the previous line
+plus whatever effect ran in between (a shell command, a notification's session entry).
 
-The matrix forks a child per start and per resume (the same library calls ``piw run`` and ``piw resume`` make),
-which keeps ~80 crashes fast; the CLI path is crashed for real at a few points below and in ``test_resume.py``.
+The matrix forks a child per start and per resume (the library calls ``piw run`` and ``piw resume`` make),
+which keeps ~80 crashes fast; the CLI path is crashed for real at a few points below and in
+``test_resume.py``.
 """
 
 from __future__ import annotations
@@ -78,13 +79,17 @@ class Case:
         from piw.runner import ForegroundOptions, start_run
 
         raw = {"log": str(self.log)}
-        return in_child(lambda: self._report(lambda: start_run(str(WORKFLOW), self.home, raw, None,
-                                                               ForegroundOptions())), env)  # fmt: skip
+        return in_child(
+            lambda: self._report(lambda: start_run(str(WORKFLOW), self.home, raw, None, ForegroundOptions())),
+            env,
+        )
 
     def resume(self, **env: str) -> int:
         from piw.runner import ForegroundOptions, resume_run
 
-        return in_child(lambda: self._report(lambda: resume_run(self.run_id, self.home, ForegroundOptions())), env)
+        return in_child(
+            lambda: self._report(lambda: resume_run(self.run_id, self.home, ForegroundOptions())), env
+        )
 
     def result(self) -> dict[str, Any]:
         return json.loads(self.result_file.read_text())
@@ -92,8 +97,15 @@ class Case:
     def piw(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("PIW_TEST_")}
         full_env.update(PIW_HOME=str(self.home), NO_COLOR="1", **env)
-        return subprocess.run([*PIW_COMMAND, *args], env=full_env, capture_output=True, text=True, timeout=60,
-                              check=False, cwd=self.root)  # fmt: skip
+        return subprocess.run(
+            [*PIW_COMMAND, *args],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=self.root,
+        )
 
     @property
     def run_id(self) -> str:
@@ -133,9 +145,16 @@ def matrix(reference: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
 
 def test_reference_run_uses_every_non_agent_event(reference: dict[str, Any]) -> None:
     assert set(reference["types"]) == {
-        "run_started", "node_started", "node_finished", "node_failed", "update_published", "notification_queued",
-        "include_entered", "include_exited", "run_completed",
-    }  # fmt: skip
+        "run_started",
+        "node_started",
+        "node_finished",
+        "node_failed",
+        "update_published",
+        "notification_queued",
+        "include_entered",
+        "include_exited",
+        "run_completed",
+    }
     assert reference["final"]["broken"] == "failed" and reference["final"]["sub"] == {"doubled": 42}
 
 
@@ -154,13 +173,20 @@ def check(result: dict[str, Any], reference: dict[str, Any]) -> None:
     final = fold(events)
     assert final.status == "completed" and final.final_output == reference["final"]
     assert load_state(Bundle(case.run_id, case.bundle)) == final  # a stale cache never shows through
-    assert [e.type in RUN_TERMINAL_TYPES for e in events].count(True) == 1 and events[-1].type == "run_completed"
+    assert [e.type in RUN_TERMINAL_TYPES for e in events].count(True) == 1 and events[
+        -1
+    ].type == "run_completed"
 
     terminal = {e.attempt_id: e for e in events if e.type in NODE_TERMINAL_TYPES}
     finished_nodes = Counter(e.node_id for e in terminal.values())
-    assert finished_nodes == Counter(NODES)  # every node finished exactly once: none re-executed after finishing
-    abandoned = {e.payload["abandonedAttemptId"] for e in events if e.type == "run_resumed"
-                 and "abandonedAttemptId" in e.payload}  # fmt: skip
+    assert finished_nodes == Counter(
+        NODES
+    )  # every node finished exactly once: none re-executed after finishing
+    abandoned = {
+        e.payload["abandonedAttemptId"]
+        for e in events
+        if e.type == "run_resumed" and "abandonedAttemptId" in e.payload
+    }
     executions = Counter(tuple(line.split()) for line in case.log.read_text().splitlines())
     for (node, attempt), times in executions.items():
         assert times == 1, (node, attempt)  # an attempt id is never reused
@@ -202,14 +228,18 @@ def test_matrix_covers_interrupted_effects(matrix: list[dict[str, Any]]) -> None
 
 def test_a_crash_before_run_started_leaves_no_run(tmp_path: Path) -> None:
     case = Case(tmp_path)
-    done = case.piw("run", str(WORKFLOW), "--input", json.dumps({"log": str(case.log)}),
-                    PIW_TEST_KILL_BEFORE_APPEND="1")  # fmt: skip
+    done = case.piw(
+        "run", str(WORKFLOW), "--input", json.dumps({"log": str(case.log)}), PIW_TEST_KILL_BEFORE_APPEND="1"
+    )
     assert done.returncode == -9
     listed = case.piw("runs", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []  # readers skip an incomplete bundle
     refused = case.piw("resume", case.run_id)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert refused.stderr == f"Error: Run {case.run_id} never started (its trace is empty); start it again with piw run.\n"
+    assert (
+        refused.stderr
+        == f"Error: Run {case.run_id} never started (its trace is empty); start it again with piw run.\n"
+    )
 
 
 @pytest.mark.parametrize(("mode", "k"), [("after", 7), ("before", 12), ("after", 12)])
@@ -217,13 +247,21 @@ def test_cli_crash_and_resume(tmp_path: Path, reference: dict[str, Any], mode: s
     """The same crash through the real console script: ``piw run`` killed, ``piw resume`` finishes it."""
     case = Case(tmp_path)
     raw = json.dumps({"log": str(case.log)})
-    done = case.piw("run", str(WORKFLOW), "--input", raw, "--json", **{f"PIW_TEST_KILL_{mode.upper()}_APPEND": str(k)})
+    done = case.piw(
+        "run", str(WORKFLOW), "--input", raw, "--json", **{f"PIW_TEST_KILL_{mode.upper()}_APPEND": str(k)}
+    )
     assert done.returncode == -9 and done.stdout == ""
     resumed = case.piw("resume", case.run_id, "--json")
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout) == {"runId": case.run_id, "status": "completed",
-                                          "finalOutput": reference["final"], "error": None}  # fmt: skip
-    check({"case": case, "crashed": -9, "resumed": 0, "result": {"finalOutput": reference["final"]}}, reference)
+    assert json.loads(resumed.stdout) == {
+        "runId": case.run_id,
+        "status": "completed",
+        "finalOutput": reference["final"],
+        "error": None,
+    }
+    check(
+        {"case": case, "crashed": -9, "resumed": 0, "result": {"finalOutput": reference["final"]}}, reference
+    )
 
 
 def test_repeated_crashes_during_resume(tmp_path: Path, reference: dict[str, Any]) -> None:
@@ -233,7 +271,7 @@ def test_repeated_crashes_during_resume(tmp_path: Path, reference: dict[str, Any
         if code != -9:
             break
         seq = len(read_trace(case.bundle / "trace.ndjson").events)
-        # +4 always lets one more attempt finish (run_resumed, node_started, one attempt event, terminal event)
+        # +4 always lets one more attempt finish: run_resumed, node_started, an attempt event, its terminal
         code = case.resume(PIW_TEST_KILL_AFTER_APPEND=str(seq + 4))
     assert code == 0 and case.result()["finalOutput"] == reference["final"]
     events = read_trace(case.bundle / "trace.ndjson").events

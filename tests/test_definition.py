@@ -118,7 +118,9 @@ def test_valid_definitions_are_frozen_values() -> None:
         name="full",
         start_at="ask",
         nodes={
-            "ask": agent(prompt=lambda c: "go", expected_output=Out, timeout_s=lambda c: 5.0, tools=("bash",)),
+            "ask": agent(
+                prompt=lambda c: "go", expected_output=Out, timeout_s=lambda c: 5.0, tools=("bash",)
+            ),
             "reply": agent(prompt="say", expected_output=assistant_message(max_chars=80)),
             "pick": decision("which?", ["x", "y"]),
             "calc": compute(lambda c: 1, status_detail="adding"),

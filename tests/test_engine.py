@@ -1,10 +1,11 @@
-"""The engine through real runs: node contexts, actions, timeouts, checkpoints, notify, includes, durability."""
+"""The engine through real runs: contexts, actions, timeouts, checkpoints, notify, includes, durability."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ def test_node_context(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, p
         from piw import ActionContext, NodeContext, action, compute, define_workflow, edge
 
         def look(ctx):
-            return {"type": type(ctx).__name__, "run": ctx.run_id, "node": ctx.node_id, "attempt": ctx.attempt_id,
+            return {"type": type(ctx).__name__, "run": ctx.run_id, "node": ctx.node_id,
+                    "attempt": ctx.attempt_id,
                     "input": ctx.input, "outputs": dict(ctx.outputs), "results": sorted(ctx.results),
                     "now": ctx.now().tzinfo is not None}
 
@@ -30,7 +32,8 @@ def test_node_context(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, p
             receipt = ctx.publish_update("demo.step", "k", {"v": 1})
             return {"type": type(ctx).__name__, "receipt": [receipt.type, receipt.key], "node": ctx.node_id}
 
-        workflow = define_workflow(name="ctx", start_at="one", nodes={"one": compute(look), "two": action(act),
+        workflow = define_workflow(name="ctx", start_at="one",
+                                   nodes={"one": compute(look), "two": action(act),
                                    "three": compute(look)}, edges=[edge("one", "two"), edge("two", "three")])
         """,
     )
@@ -43,7 +46,11 @@ def test_node_context(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, p
     assert three["outputs"]["one"] == one and three["results"] == ["one", "two"]
     assert two["receipt"] == ["demo.step", "k"]
     (update,) = state.updates.values()
-    assert (update.node_id, update.attempt_id, update.data) == ("two", state.results["two"].attempt_id, {"v": 1})
+    assert (update.node_id, update.attempt_id, update.data) == (
+        "two",
+        state.results["two"].attempt_id,
+        {"v": 1},
+    )
     attempts = {step.attempt_id for step in state.steps}
     assert len(attempts) == 3  # a fresh attempt id for every attempt
 
@@ -60,8 +67,9 @@ def test_non_json_output_fails_the_node(make_workflow: WorkflowMaker, run_workfl
     assert state.status == "failed" and "not JSON" in state.error
 
 
-def test_action_timeout_refuses_late_updates(make_workflow: WorkflowMaker, run_workflow: RunWorkflow,
-                                             tmp_path: Path) -> None:  # fmt: skip
+def test_action_timeout_refuses_late_updates(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, tmp_path: Path
+) -> None:
     marker = tmp_path / "late.txt"
     path = make_workflow(
         "late",
@@ -85,15 +93,16 @@ def test_action_timeout_refuses_late_updates(make_workflow: WorkflowMaker, run_w
     assert state.status == "timed_out" and state.results["a"].outcome == "timed_out"
     assert state.error == "Action a timed out after 0.2s."
     assert state.steps[0].action["actionType"] == "function"
-    deadline = __import__("time").monotonic() + 5
-    while not marker.exists() and __import__("time").monotonic() < deadline:
-        __import__("time").sleep(0.05)
+    deadline = time.monotonic() + 5
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert marker.read_text() == "AttemptInactive"
     assert state.updates == {}
 
 
-def test_per_node_timeout_from_a_function(make_workflow: WorkflowMaker, run_workflow: RunWorkflow,
-                                          piw_home: Path) -> None:  # fmt: skip
+def test_per_node_timeout_from_a_function(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path
+) -> None:
     path = make_workflow(
         "fnto",
         """
@@ -108,8 +117,9 @@ def test_per_node_timeout_from_a_function(make_workflow: WorkflowMaker, run_work
     assert started["payload"] == {"nodeType": "action", "timeoutMs": 250}
 
 
-def test_checkpoint_ends_the_run_waiting(make_workflow: WorkflowMaker, run_workflow: RunWorkflow,
-                                         piw_home: Path) -> None:  # fmt: skip
+def test_checkpoint_ends_the_run_waiting(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path
+) -> None:
     path = make_workflow(
         "wait",
         """
@@ -120,10 +130,18 @@ def test_checkpoint_ends_the_run_waiting(make_workflow: WorkflowMaker, run_workf
         """,
     )
     state = run_workflow(path)
-    assert (state.status, state.waiting_on, state.final_output) == ("waiting", "ask", {"question": "go on?", "a": 1})
+    assert (state.status, state.waiting_on, state.final_output) == (
+        "waiting",
+        "ask",
+        {"question": "go on?", "a": 1},
+    )
     events = trace_lines(piw_home, state.run_id)
     assert events[-1]["type"] == "run_waiting"
-    assert events[-1]["payload"] == {"status": "waiting", "waitingOn": "ask", "finalOutput": state.final_output}
+    assert events[-1]["payload"] == {
+        "status": "waiting",
+        "waitingOn": "ask",
+        "finalOutput": state.final_output,
+    }
     assert "after" not in state.outputs
     gate = make_workflow(
         "gate",
@@ -138,8 +156,9 @@ def test_checkpoint_ends_the_run_waiting(make_workflow: WorkflowMaker, run_workf
     assert gated.final_output == {"audience": "ops", "choices": ["ship", "hold"], "request": "Ship it?"}
 
 
-def test_notify_is_recorded_once_per_execution(make_workflow: WorkflowMaker, run_workflow: RunWorkflow,
-                                               piw_home: Path) -> None:  # fmt: skip
+def test_notify_is_recorded_once_per_execution(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path
+) -> None:
     path = make_workflow(
         "tell",
         """
@@ -154,7 +173,9 @@ def test_notify_is_recorded_once_per_execution(make_workflow: WorkflowMaker, run
     assert state.status == "failed" and "max_steps" in state.error  # two loops of (n, say)
     events = trace_lines(piw_home, state.run_id)
     queued = [e["payload"] for e in events if e["type"] == "notification_queued"]
-    assert [q["notificationIndex"] for q in queued] == [1, 2] and len({q["notificationId"] for q in queued}) == 2
+    assert [q["notificationIndex"] for q in queued] == [1, 2] and len(
+        {q["notificationId"] for q in queued}
+    ) == 2
     origin = events[0]["payload"]["originSession"]["id"]
     assert all(q["kind"] == "final" and q["targetSessionId"] == origin for q in queued)
     session = (piw_home / "runs" / state.run_id / "session" / "entries.ndjson").read_text().splitlines()
@@ -163,18 +184,23 @@ def test_notify_is_recorded_once_per_execution(make_workflow: WorkflowMaker, run
     assert entries[0]["customType"] == "pi-workflows-notification"
     assert entries[0]["details"]["notificationId"] == queued[0]["notificationId"]
     finished = [e for e in events if e["type"] == "node_finished" and e["nodeId"] == "say"]
-    assert finished[0]["payload"]["output"] == {"notificationId": queued[0]["notificationId"], "targetSessionId": origin}
+    assert finished[0]["payload"]["output"] == {
+        "notificationId": queued[0]["notificationId"],
+        "targetSessionId": origin,
+    }
 
 
-def test_include_events_and_scoped_context(make_workflow: WorkflowMaker, run_workflow: RunWorkflow,
-                                           piw_home: Path) -> None:  # fmt: skip
+def test_include_events_and_scoped_context(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path
+) -> None:
     path = make_workflow(
         "mount",
         """
         from piw import compute, define_workflow, edge, include
         child = define_workflow(name="child", start_at="first", nodes={
             "first": compute(lambda c: {"input": c.input, "outputs": sorted(c.outputs), "node": c.node_id}),
-            "second": compute(lambda c: {"first": c.outputs["first"]["input"], "results": sorted(c.results)})},
+            "second": compute(lambda c: {"first": c.outputs["first"]["input"],
+                                         "results": sorted(c.results)})},
             edges=[edge("first", "second")])
         workflow = define_workflow(name="parent", start_at="first", nodes={
             "first": compute(lambda c: {"top": True}),
@@ -185,22 +211,49 @@ def test_include_events_and_scoped_context(make_workflow: WorkflowMaker, run_wor
     )
     state = run_workflow(path)
     assert state.status == "completed", state.error
-    assert [s.node_id for s in state.steps] == ["first", "ready_summary/first", "ready_summary/second", "after"]
+    assert [s.node_id for s in state.steps] == [
+        "first",
+        "ready_summary/first",
+        "ready_summary/second",
+        "after",
+    ]
     inner = state.outputs["ready_summary/first"]
-    # inside the mount: the include's input, only this invocation's nodes, by local id; node ids are mount paths
+    # inside the mount: the include's input, only this invocation's nodes by local id; ids are mount paths
     assert inner == {"input": {"from_parent": {"top": True}}, "outputs": [], "node": "ready_summary/first"}
-    assert state.outputs["ready_summary/second"] == {"first": {"from_parent": {"top": True}}, "results": ["first"]}
+    assert state.outputs["ready_summary/second"] == {
+        "first": {"from_parent": {"top": True}},
+        "results": ["first"],
+    }
     assert state.final_output == {
         "child": {"first": {"from_parent": {"top": True}}, "results": ["first"]},
         "keys": ["first", "ready_summary"],
     }
-    events = [(e["type"], e["payload"]) for e in trace_lines(piw_home, state.run_id) if e["type"].startswith("include")]
+    events = [
+        (e["type"], e["payload"])
+        for e in trace_lines(piw_home, state.run_id)
+        if e["type"].startswith("include")
+    ]
     assert events == [
-        ("include_entered", {"mountPath": ["ready_summary"], "workflowName": "child", "invocation": 1,
-                             "input": {"from_parent": {"top": True}}}),
-        ("include_exited", {"mountPath": ["ready_summary"], "workflowName": "child", "invocation": 1, "exit": "done",
-                            "output": state.outputs["ready_summary"]}),
-    ]  # fmt: skip
+        (
+            "include_entered",
+            {
+                "mountPath": ["ready_summary"],
+                "workflowName": "child",
+                "invocation": 1,
+                "input": {"from_parent": {"top": True}},
+            },
+        ),
+        (
+            "include_exited",
+            {
+                "mountPath": ["ready_summary"],
+                "workflowName": "child",
+                "invocation": 1,
+                "exit": "done",
+                "output": state.outputs["ready_summary"],
+            },
+        ),
+    ]
 
 
 # ---- durability --------------------------------------------------------------------------------------------
@@ -254,7 +307,9 @@ class Recorder(FileLayer):
 
 
 @pytest.fixture
-def durable_run(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, monkeypatch: pytest.MonkeyPatch) -> Any:
+def durable_run(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, monkeypatch: pytest.MonkeyPatch
+) -> Any:
     path = make_workflow("durable", DURABLE)
 
     def run(durability: str) -> tuple[Any, list[tuple[str, str, Any]]]:
@@ -300,7 +355,7 @@ def test_flush_never_fsyncs(durable_run: Any) -> None:
 
 def test_effects_fsyncs_exactly_at_effect_boundaries(durable_run: Any) -> None:
     _, ops = durable_run("effects")
-    # Compress to a readable sequence: trace writes by label, "SYNC" for a trace fsync, effects and session ops.
+    # A readable sequence: trace writes by label, "SYNC" for a trace fsync, effects and session ops.
     seq: list[str] = []
     for kind, op, data in ops:
         if kind == "trace":
@@ -310,22 +365,65 @@ def test_effects_fsyncs_exactly_at_effect_boundaries(durable_run: Any) -> None:
         else:
             seq.append(f"effect:{op}")
     assert seq == [
-        "run_started:", "SYNC",  # run-scoped
-        "node_started:c1", "node_finished:c1", "node_started:c2", "node_finished:c2",  # a compute-only stretch:
-        "node_started:c3", "node_finished:c3",  # no fsync at all
-        "node_started:a1", "effect:action", "node_finished:a1", "SYNC",  # started rides along with the terminal
-        "node_started:c4", "node_finished:c4",
-        "node_started:a2", "update_published:a2", "SYNC", "effect:after-receipt",  # a receipt waits for its fsync
-        "node_finished:a2", "SYNC",
-        "node_started:sh", "node_finished:sh", "SYNC",
-        "node_started:n", "session-write", "session-fsync", "notification_queued:n", "SYNC", "node_finished:n", "SYNC",
-        "node_started:c5", "node_finished:c5",
-        "node_started:wait", "node_finished:wait", "SYNC",  # a checkpoint is an effect boundary too
-        "run_waiting:", "SYNC",
-    ]  # fmt: skip
+        "run_started:",
+        "SYNC",  # run-scoped
+        "node_started:c1",
+        "node_finished:c1",
+        "node_started:c2",
+        "node_finished:c2",  # a compute-only stretch:
+        "node_started:c3",
+        "node_finished:c3",  # no fsync at all
+        "node_started:a1",
+        "effect:action",
+        "node_finished:a1",
+        "SYNC",  # started rides along with the terminal
+        "node_started:c4",
+        "node_finished:c4",
+        "node_started:a2",
+        "update_published:a2",
+        "SYNC",
+        "effect:after-receipt",  # a receipt waits for its fsync
+        "node_finished:a2",
+        "SYNC",
+        "node_started:sh",
+        "node_finished:sh",
+        "SYNC",
+        "node_started:n",
+        "session-write",
+        "session-fsync",
+        "notification_queued:n",
+        "SYNC",
+        "node_finished:n",
+        "SYNC",
+        "node_started:c5",
+        "node_finished:c5",
+        "node_started:wait",
+        "node_finished:wait",
+        "SYNC",  # a checkpoint is an effect boundary too
+        "run_waiting:",
+        "SYNC",
+    ]
 
 
 def test_env_durability_wins(cli: Cli, piw_home: Path) -> None:
     done = cli("run", "hello", "--json", env={"PIW_DURABILITY": "sometimes"})
     assert done.returncode == 2 and done.stderr.startswith("Error: Unknown durability 'sometimes'")
     assert cli("run", "hello", "--json", env={"PIW_DURABILITY": "flush"}).returncode == 0
+
+
+@pytest.mark.parametrize("value", ["lambda c: 1 / 0", "lambda c: 'soon'", "lambda c: -1"])
+def test_a_failing_timeout_function_fails_the_node(
+    value: str, make_workflow: WorkflowMaker, run_workflow: RunWorkflow
+) -> None:
+    path = make_workflow(
+        "badto",
+        f"""
+        from piw import action, compute, define_workflow, switch
+        workflow = define_workflow(name="badto", start_at="a", nodes={{
+            "a": action(lambda c: "ran", timeout_s={value}),
+            "b": compute(lambda c: c.results["a"]["error"])}},
+            edges=[switch("a", on="$result.outcome", cases={{"failed": "b"}})])
+        """,
+    )
+    state = run_workflow(path)
+    assert state.status == "completed" and state.final_output.startswith("timeout_s of a failed: ")

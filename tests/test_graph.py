@@ -61,8 +61,15 @@ def parent() -> Any:
 def test_includes_flatten_to_mount_path_ids() -> None:
     graph = flatten(parent())
     assert sorted(graph.nodes) == [
-        "accept", "pre", "reject", "sub/bad", "sub/c1", "sub/deep/i1", "sub/deep/i2", "sub/good",
-    ]  # fmt: skip
+        "accept",
+        "pre",
+        "reject",
+        "sub/bad",
+        "sub/c1",
+        "sub/deep/i1",
+        "sub/deep/i2",
+        "sub/good",
+    ]
     deep = graph.nodes["sub/deep/i2"]
     assert (deep.local_id, deep.mount_path) == ("i2", ("sub", "deep"))
     assert graph.mounts["sub"].start == "sub/c1"
@@ -76,9 +83,12 @@ def test_includes_flatten_to_mount_path_ids() -> None:
 
 def test_a_start_that_is_an_include_enters_it() -> None:
     workflow = define_workflow(
-        name="p", start_at="m", nodes={"after": compute(1)}, includes={"m": include(inner())},
+        name="p",
+        start_at="m",
+        nodes={"after": compute(1)},
+        includes={"m": include(inner())},
         edges=[edge("m", "after")],
-    )  # fmt: skip
+    )
     graph = flatten(workflow)
     assert graph.start_at == "m/i1"
     assert successors(graph, "m/i2") == ["after"]
@@ -87,29 +97,39 @@ def test_a_start_that_is_an_include_enters_it() -> None:
 @pytest.mark.parametrize(
     ("build", "needle"),
     [
-        (lambda: define_workflow(name="w", start_at="zz", nodes={"a": compute(1)}), "start_at 'zz' is not a node"),
+        (
+            lambda: define_workflow(name="w", start_at="zz", nodes={"a": compute(1)}),
+            "start_at 'zz' is not a node",
+        ),
         (
             lambda: define_workflow(name="w", start_at="a", nodes={"a": compute(1)}, edges=[edge("q", "a")]),
             "edge from unknown node 'q'",
         ),
         (
             lambda: define_workflow(
-                name="w", start_at="a", nodes={"a": compute(1), "b": compute(1)},
+                name="w",
+                start_at="a",
+                nodes={"a": compute(1), "b": compute(1)},
                 edges=[edge("a", "b"), switch("a", on="$.x", cases={"1": "b"})],
-            ),  # fmt: skip
+            ),
             "more than one outgoing edge",
         ),
         (
             lambda: define_workflow(
-                name="w", start_at="a", nodes={"a": compute(1)}, edges=[switch("a", on="$.x", cases={"1": "zz"})]
+                name="w",
+                start_at="a",
+                nodes={"a": compute(1)},
+                edges=[switch("a", on="$.x", cases={"1": "zz"})],
             ),
             "targets unknown node 'zz'",
         ),
         (
             lambda: define_workflow(
-                name="w", start_at="a", nodes={"a": compute(1), "b": compute(1)},
+                name="w",
+                start_at="a",
+                nodes={"a": compute(1), "b": compute(1)},
                 edges=[switch("a", on="$exit", cases={"done": "b"})],
-            ),  # fmt: skip
+            ),
             "'$exit' needs an include",
         ),
         (
@@ -118,20 +138,32 @@ def test_a_start_that_is_an_include_enters_it() -> None:
         ),
         (
             lambda: define_workflow(
-                name="w", start_at="a", nodes={"a": compute(1)},
-                includes={"m": include(define_workflow(name="c", start_at="x", nodes={"x": compute(1)},
-                                                       exits={"out": {"from_": "nope"}}))},
+                name="w",
+                start_at="a",
+                nodes={"a": compute(1)},
+                includes={
+                    "m": include(
+                        define_workflow(
+                            name="c", start_at="x", nodes={"x": compute(1)}, exits={"out": {"from_": "nope"}}
+                        )
+                    )
+                },
                 edges=[edge("a", "m")],
-            ),  # fmt: skip
+            ),
             "exit 'out' names unknown node 'nope'",
         ),
         (
             lambda: define_workflow(
-                name="w", start_at="a", nodes={"a": compute(1)},
-                includes={"m": include(define_workflow(name="c", start_at="x", nodes={"x": compute(1),
-                                                                                      "lost": compute(2)}))},
+                name="w",
+                start_at="a",
+                nodes={"a": compute(1)},
+                includes={
+                    "m": include(
+                        define_workflow(name="c", start_at="x", nodes={"x": compute(1), "lost": compute(2)})
+                    )
+                },
                 edges=[edge("a", "m")],
-            ),  # fmt: skip
+            ),
             "workflow 'c': node 'lost' is unreachable",
         ),
     ],
@@ -152,8 +184,13 @@ def test_unknown_tools_are_refused_when_a_registry_is_given() -> None:
 def test_include_cycle_is_found_by_identity_not_by_name() -> None:
     leaf = define_workflow(name="same", start_at="x", nodes={"x": compute(1)})
     # A different workflow that happens to share its parent's name is not a cycle.
-    top = define_workflow(name="same", start_at="m", nodes={"y": compute(1)}, includes={"m": include(leaf)},
-                          edges=[edge("m", "y")])  # fmt: skip
+    top = define_workflow(
+        name="same",
+        start_at="m",
+        nodes={"y": compute(1)},
+        includes={"m": include(leaf)},
+        edges=[edge("m", "y")],
+    )
     assert "m/x" in flatten(top).nodes
     leaf.includes["back"] = include(top)  # closing the loop needs mutation; the DSL alone cannot build one
     with pytest.raises(DefinitionError, match=r"include cycle \(same → same → same\)"):
@@ -170,21 +207,33 @@ def test_snapshot_is_json_without_functions_and_digest_is_stable() -> None:
             max_steps=9,
             nodes={
                 "ask": agent(prompt=lambda c: "x", expected_output=Verdict, status_detail="asking"),
-                "reply": agent(prompt="y", expected_output=assistant_message(max_chars=50), timeout_s=lambda c: 3),
+                "reply": agent(
+                    prompt="y", expected_output=assistant_message(max_chars=50), timeout_s=lambda c: 3
+                ),
                 "act": action(lambda c: 1, effect="idempotent"),
                 "cmd": shell(lambda c: {"command": "true"}, timeout_s=2.5),
                 "gate": human_decision("ops", ["yes", "no"], "ok?"),
             },
             includes={"sub": include(inner())},
-            edges=[edge("ask", "reply"), edge("reply", "act"), edge("act", "cmd"), edge("cmd", "sub"),
-                   edge("sub", "gate")],
-        )  # fmt: skip
+            edges=[
+                edge("ask", "reply"),
+                edge("reply", "act"),
+                edge("act", "cmd"),
+                edge("cmd", "sub"),
+                edge("sub", "gate"),
+            ],
+        )
 
     data = snapshot(flatten(build()))
     text = json.dumps(data)
     assert "<function" not in text and "lambda" not in text
     assert data["schema"] == "pi-workflows.definition-snapshot.v1"
-    assert (data["name"], data["contractId"], data["revision"], data["startAt"]) == ("snap", "snap.v1", "7", "ask")
+    assert (data["name"], data["contractId"], data["revision"], data["startAt"]) == (
+        "snap",
+        "snap.v1",
+        "7",
+        "ask",
+    )
     nodes = data["nodes"]
     assert nodes["ask"]["expectedOutput"]["kind"] == "json-schema"
     assert nodes["ask"]["statusDetail"] == "asking" and nodes["ask"]["timeoutMs"] == 900_000

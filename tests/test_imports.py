@@ -1,8 +1,8 @@
 """Dependencies point one way (style.md "Shape"): checked by walking every ``import`` with ``ast``.
 
-The engine and everything it pulls in never import the views or the CLI; views and watch read bundles and never
-import the engine, executors, providers, agent steps or the runner; shipped workflow files import only the
-public ``piw`` API. Imports inside functions and under ``TYPE_CHECKING`` count too: an arrow is an arrow.
+The engine and everything it pulls in never import the views or the CLI; views and watch read bundles and
+never import the engine, executors, providers, agent steps or the runner; shipped workflow files import only
+the public ``piw`` API. Imports inside functions and under ``TYPE_CHECKING`` count too: an arrow is an arrow.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ def imported(path: Path) -> set[str]:
 
 
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
-GRAPH = {name: {dep for dep in imported(path) if dep in MODULES and dep != name} for name, path in MODULES.items()}
+GRAPH = {
+    name: {dep for dep in imported(path) if dep in MODULES and dep != name} for name, path in MODULES.items()
+}
 
 
 def closure(roots: Iterable[str]) -> dict[str, list[str]]:
@@ -74,11 +76,15 @@ def test_the_walker_sees_the_package() -> None:
 
 def test_the_engine_never_imports_views_or_the_cli() -> None:
     reached = closure(["piw.engine", "piw.runner"])
-    wrong = {name: path for name, path in reached.items() if in_group(name, ("piw.views", "piw.cli", "piw.watch"))}
+    wrong = {
+        name: path for name, path in reached.items() if in_group(name, ("piw.views", "piw.cli", "piw.watch"))
+    }
     assert not wrong, [" → ".join(path) for path in wrong.values()]
 
 
-@pytest.mark.parametrize("root", sorted(name for name in MODULES if in_group(name, ("piw.views", "piw.watch"))))
+@pytest.mark.parametrize(
+    "root", sorted(name for name in MODULES if in_group(name, ("piw.views", "piw.watch")))
+)
 def test_views_never_import_the_engine_side(root: str) -> None:
     forbidden = ("piw.engine", "piw.executors", "piw.providers", "piw.agent", "piw.runner", "piw.writer")
     wrong = {name: path for name, path in closure([root]).items() if in_group(name, forbidden)}
@@ -87,8 +93,24 @@ def test_views_never_import_the_engine_side(root: str) -> None:
 
 def test_core_modules_stay_below_the_engine() -> None:
     """Definition, graph, trace, fold and store never reach up to the engine or anything above it."""
-    core = ["piw.definition", "piw.graph", "piw.trace", "piw.replay", "piw.store", "piw.artifacts", "piw.wire"]
-    forbidden = ("piw.engine", "piw.runner", "piw.cli", "piw.views", "piw.executors", "piw.agent", "piw.providers")
+    core = [
+        "piw.definition",
+        "piw.graph",
+        "piw.trace",
+        "piw.replay",
+        "piw.store",
+        "piw.artifacts",
+        "piw.wire",
+    ]
+    forbidden = (
+        "piw.engine",
+        "piw.runner",
+        "piw.cli",
+        "piw.views",
+        "piw.executors",
+        "piw.agent",
+        "piw.providers",
+    )
     wrong = {name: path for name, path in closure(core).items() if in_group(name, forbidden)}
     assert not wrong, [" → ".join(path) for path in wrong.values()]
 

@@ -90,7 +90,9 @@ def test_identity_of_a_file_is_its_hash(make_workflow: WorkflowMaker, piw_home: 
     assert again.source["hash"] != digest and again.digest == loaded.digest  # same graph, new source
 
 
-def test_included_children_are_identified_by_their_own_files(make_workflow: WorkflowMaker, piw_home: Path) -> None:
+def test_included_children_are_identified_by_their_own_files(
+    make_workflow: WorkflowMaker, piw_home: Path
+) -> None:
     child = make_workflow("kid", SIMPLE.format(name="kid", value=1))
     parent = make_workflow(
         "mom",
@@ -107,12 +109,16 @@ def test_included_children_are_identified_by_their_own_files(make_workflow: Work
     loaded = load_workflow(parent, piw_home)
     (entry,) = loaded.sources
     assert entry["mountPath"] == ["k"] and entry["workflowName"] == "kid"
-    assert entry["source"] == {"kind": "file", "path": str(child.resolve()),
-                               "hash": hashlib.sha256(child.read_bytes()).hexdigest()}  # fmt: skip
+    assert entry["source"] == {
+        "kind": "file",
+        "path": str(child.resolve()),
+        "hash": hashlib.sha256(child.read_bytes()).hexdigest(),
+    }
 
 
-def test_builtins_are_identified_by_id_and_revision(tmp_path: Path, piw_home: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_builtins_are_identified_by_id_and_revision(
+    tmp_path: Path, piw_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = tmp_path / "shipped"
     (fake / "builtins").mkdir(parents=True)
     monkeypatch.setattr(piw.loader, "shipped_workflows_dir", lambda: fake)
@@ -124,7 +130,9 @@ def test_builtins_are_identified_by_id_and_revision(tmp_path: Path, piw_home: Pa
         load_workflow(path, piw_home)
 
 
-def test_shipped_workflows_dir_prefers_the_wheel_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shipped_workflows_dir_prefers_the_wheel_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo_layout = shipped_workflows_dir()
     assert (repo_layout / "examples" / "hello.workflow.py").is_file()
     package = tmp_path / "site-packages" / "piw"

@@ -18,11 +18,25 @@ REPO = Path(__file__).resolve().parent.parent
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "--no-index",
-         "-q", "-w", str(out)],
-        capture_output=True, text=True, check=False, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(REPO),
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
         env={**os.environ, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     (built,) = out.glob("piw-*.whl")
     return built
@@ -33,8 +47,11 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "piw/__init__.py" in names and "piw/engine.py" in names and "piw/cli/__init__.py" in names
     assert "piw/workflows/examples/hello.workflow.py" in names
     shipped = {n for n in names if n.startswith("piw/workflows/")}
-    repo_files = {f"piw/{p.relative_to(REPO).as_posix()}" for p in (REPO / "workflows").rglob("*") if p.is_file()
-                  and "__pycache__" not in p.parts}  # fmt: skip
+    repo_files = {
+        f"piw/{p.relative_to(REPO).as_posix()}"
+        for p in (REPO / "workflows").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     assert repo_files <= shipped
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -44,28 +61,57 @@ def test_wheel_contents(wheel: Path) -> None:
 def test_an_installed_copy_runs_shipped_workflows(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "-q", "--target", str(target),
-         str(wheel)],
-        capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     env = {**os.environ, "PYTHONPATH": str(target), "PIW_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
     probe = subprocess.run(
-        [sys.executable, "-c", "import piw, piw.loader; print(piw.__file__); print(piw.loader.shipped_workflows_dir())"],
-        capture_output=True, text=True, check=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import piw, piw.loader; print(piw.__file__); print(piw.loader.shipped_workflows_dir())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
     package_file, shipped = probe.stdout.splitlines()
     assert Path(package_file).parent == target / "piw"  # the installed copy, not the repository
     assert Path(shipped) == target / "piw" / "workflows"
     run = subprocess.run(
         [sys.executable, "-c", "from piw.cli import main; main()", "run", "hello", "--json"],
-        capture_output=True, text=True, check=False, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["status"] == "completed"
     listed = subprocess.run(
         [sys.executable, "-c", "from piw.cli import main; main()", "list", "--json"],
-        capture_output=True, text=True, check=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
     hello = next(row for row in json.loads(listed.stdout) if row["id"] == "hello")
     assert hello["source"]["path"] == str(target / "piw" / "workflows" / "examples" / "hello.workflow.py")

@@ -16,7 +16,8 @@ from piw.trace import TraceEvent, read_trace
 WORKFLOW = """
 from piw import ShellCommand, action, compute, define_workflow, edge, include, notify, shell, switch
 
-child = define_workflow(name="child", start_at="c", nodes={"c": compute(lambda c: {"in": c.input, "seen": list(c.outputs)})})
+child = define_workflow(name="child", start_at="c",
+                        nodes={"c": compute(lambda c: {"in": c.input, "seen": list(c.outputs)})})
 
 def act(ctx):
     ctx.publish_update("build.step", "one", {"n": 1})
@@ -127,23 +128,37 @@ def test_failed_attempt_then_ok_attempt(finished: tuple[Any, Path]) -> None:
         return TraceEvent(seq, "2026-01-01T00:00:00.000Z", "node", kind, run_id, payload, "count", attempt)
 
     n = len(events)
-    failed = fold_more(base, [ev(n + 1, "node_started", {"nodeType": "compute"}, "x1"),
-                              ev(n + 2, "node_failed", {"outcome": "failed", "error": "E"}, "x1")])  # fmt: skip
+    failed = fold_more(
+        base,
+        [
+            ev(n + 1, "node_started", {"nodeType": "compute"}, "x1"),
+            ev(n + 2, "node_failed", {"outcome": "failed", "error": "E"}, "x1"),
+        ],
+    )
     assert "count" not in failed.outputs and failed.results["count"].error == "E"
-    ok = fold_more(failed, [ev(n + 3, "node_started", {"nodeType": "compute"}, "x2"),
-                            ev(n + 4, "node_finished", {"outcome": "ok", "output": 5}, "x2")])  # fmt: skip
+    ok = fold_more(
+        failed,
+        [
+            ev(n + 3, "node_started", {"nodeType": "compute"}, "x2"),
+            ev(n + 4, "node_finished", {"outcome": "ok", "output": 5}, "x2"),
+        ],
+    )
     assert ok.outputs["count"] == 5 and len(ok.steps) == len(base.steps) + 2
 
 
 def test_current_attempt_and_usage() -> None:
-    def ev(seq: int, scope: str, kind: str, payload: dict[str, Any], attempt: str | None = None) -> TraceEvent:
+    def ev(
+        seq: int, scope: str, kind: str, payload: dict[str, Any], attempt: str | None = None
+    ) -> TraceEvent:
         node = "n" if attempt else None
         return TraceEvent(seq, f"2026-01-01T00:00:0{seq}.000Z", scope, kind, "r", payload, node, attempt)
 
     usage = {"requests": 1, "input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "cost": 0.5}
     events = [
         ev(1, "run", "run_started", {"workflowName": "w", "input": {"a": 1}, "maxSteps": 4}),
-        ev(2, "node", "node_started", {"nodeType": "agent", "statusDetail": "thinking", "timeoutMs": 5}, "a1"),
+        ev(
+            2, "node", "node_started", {"nodeType": "agent", "statusDetail": "thinking", "timeoutMs": 5}, "a1"
+        ),
         ev(3, "agent", "agent_prompt_sent", {"prompt": "P1", "completion": "submit"}, "a1"),
         ev(4, "agent", "agent_prompt_sent", {"prompt": "P2", "completion": "submit"}, "a1"),
     ]
@@ -151,12 +166,24 @@ def test_current_attempt_and_usage() -> None:
     data = state_to_json(running)
     assert (data["currentNode"], data["currentAttemptId"], data["statusDetail"]) == ("n", "a1", "thinking")
     assert data["currentNodeStartedAt"] == "2026-01-01T00:00:02.000Z" and data["status"] == "running"
-    done = fold_more(running, [ev(5, "node", "node_finished", {"outcome": "ok", "output": 1, "usage": usage}, "a1"),
-                               ev(6, "node", "node_started", {"nodeType": "agent"}, "a2"),
-                               ev(7, "node", "node_finished", {"outcome": "ok", "output": 2, "usage": usage}, "a2"),
-                               ev(8, "run", "run_completed", {"status": "completed", "finalOutput": 2})])  # fmt: skip
+    done = fold_more(
+        running,
+        [
+            ev(5, "node", "node_finished", {"outcome": "ok", "output": 1, "usage": usage}, "a1"),
+            ev(6, "node", "node_started", {"nodeType": "agent"}, "a2"),
+            ev(7, "node", "node_finished", {"outcome": "ok", "output": 2, "usage": usage}, "a2"),
+            ev(8, "run", "run_completed", {"status": "completed", "finalOutput": 2}),
+        ],
+    )
     assert done.steps[0].prompt == "P1" and done.steps[1].prompt is None  # first prompt of the attempt
-    assert done.usage == {"requests": 2, "input": 20, "output": 10, "cacheRead": 0, "cacheWrite": 0, "cost": 1.0}
+    assert done.usage == {
+        "requests": 2,
+        "input": 20,
+        "output": 10,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+        "cost": 1.0,
+    }
     assert done.current is None and done.finished_at == "2026-01-01T00:00:08.000Z"
     interrupted = fold_more(running, [ev(5, "run", "run_interrupted", {"error": "boom"})])
     assert interrupted.status == "failed" and interrupted.error == "boom"

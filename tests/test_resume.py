@@ -22,7 +22,8 @@ def effect(ctx):
 
 workflow = define_workflow(
     name="linear", start_at="a", max_steps=MAX_STEPS,
-    nodes={"a": compute(lambda c: {"a": 1}), "b": action(effect), "c": compute(lambda c: {"c": c.outputs["b"]}),
+    nodes={"a": compute(lambda c: {"a": 1}), "b": action(effect),
+           "c": compute(lambda c: {"c": c.outputs["b"]}),
            "d": action(effect)},
     edges=[edge("a", "b"), edge("b", "c"), edge("c", "d")],
 )
@@ -54,7 +55,9 @@ def snapshot_bundle(home: Path, run_id: str) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_interrupted_node_reruns_with_a_fresh_attempt(cli: Cli, linear: tuple[Path, str], tmp_path: Path) -> None:
+def test_interrupted_node_reruns_with_a_fresh_attempt(
+    cli: Cli, linear: tuple[Path, str], tmp_path: Path
+) -> None:
     path, raw = linear
     run_id = crash(cli, path, raw, after=8)  # node_started(d): d had not run yet
     events = trace_lines(cli.home, run_id)
@@ -66,7 +69,11 @@ def test_interrupted_node_reruns_with_a_fresh_attempt(cli: Cli, linear: tuple[Pa
     resumed = after[8]
     assert resumed["type"] == "run_resumed"
     assert resumed["payload"] == {"replayedSteps": 3, "resumeAt": "d", "abandonedAttemptId": abandoned}
-    assert after[9]["type"] == "node_started" and after[9]["nodeId"] == "d" and after[9]["attemptId"] != abandoned
+    assert (
+        after[9]["type"] == "node_started"
+        and after[9]["nodeId"] == "d"
+        and after[9]["attemptId"] != abandoned
+    )
     log = (tmp_path / "effects.log").read_text().splitlines()
     assert [line.split()[0] for line in log] == ["b", "d"]  # b never ran again
     assert [e["seq"] for e in after] == list(range(1, len(after) + 1))
@@ -101,7 +108,8 @@ def test_crash_after_a_checkpoint_writes_only_run_waiting(cli: Cli, make_workflo
         "cp",
         """
         from piw import checkpoint, compute, define_workflow, edge
-        workflow = define_workflow(name="cp", start_at="a", nodes={"a": compute(1), "ask": checkpoint({"q": 1}),
+        workflow = define_workflow(name="cp", start_at="a",
+                                   nodes={"a": compute(1), "ask": checkpoint({"q": 1}),
                                    "never": compute(2)}, edges=[edge("a", "ask"), edge("ask", "never")])
         """,
     )
@@ -114,22 +122,31 @@ def test_crash_after_a_checkpoint_writes_only_run_waiting(cli: Cli, make_workflo
     assert done.returncode == 2 and done.stderr.startswith(f"Error: Run {run_id} already ended (waiting)")
 
 
-def test_crash_after_an_unrouted_failure_writes_only_run_failed(cli: Cli, make_workflow: WorkflowMaker) -> None:
+def test_crash_after_an_unrouted_failure_writes_only_run_failed(
+    cli: Cli, make_workflow: WorkflowMaker
+) -> None:
     path = make_workflow(
         "f",
         """
         from piw import compute, define_workflow, edge
-        workflow = define_workflow(name="f", start_at="a", nodes={"a": compute(lambda c: 1 / 0), "b": compute(2)},
+        workflow = define_workflow(name="f", start_at="a",
+                                   nodes={"a": compute(lambda c: 1 / 0), "b": compute(2)},
                                    edges=[edge("a", "b")])
         """,
     )
     run_id = crash(cli, path, "{}", after=3)
     code, payload, _ = resume_json(cli, run_id)
-    assert code == 1 and payload["status"] == "failed" and payload["error"] == "ZeroDivisionError: division by zero"
+    assert (
+        code == 1
+        and payload["status"] == "failed"
+        and payload["error"] == "ZeroDivisionError: division by zero"
+    )
     assert [e["type"] for e in trace_lines(cli.home, run_id)][-2:] == ["node_failed", "run_failed"]
 
 
-def test_replayed_steps_count_toward_max_steps(cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path) -> None:
+def test_replayed_steps_count_toward_max_steps(
+    cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
+) -> None:
     path = make_workflow("limited", LINEAR.replace("MAX_STEPS", "3"))
     raw = json.dumps({"log": str(tmp_path / "effects.log")})
     run_id = crash(cli, path, raw, after=6)  # a, b done; c started
@@ -137,7 +154,9 @@ def test_replayed_steps_count_toward_max_steps(cli: Cli, make_workflow: Workflow
     assert code == 1 and payload["status"] == "failed"
     assert payload["error"].startswith("Run stopped before d: it reached max_steps (3).")
     events = trace_lines(cli.home, run_id)
-    assert [e["type"] for e in events if e["type"] in ("node_finished", "node_failed")] == ["node_finished"] * 3
+    assert [e["type"] for e in events if e["type"] in ("node_finished", "node_failed")] == [
+        "node_finished"
+    ] * 3
 
 
 def test_torn_tail_is_ignored_by_readers_and_repaired_by_resume(cli: Cli, linear: tuple[Path, str]) -> None:
@@ -196,7 +215,8 @@ def test_changed_source_is_refused_with_guidance_and_nothing_written(
     done = cli("resume", run_id)
     assert done.returncode == 2
     assert done.stderr == (
-        f"Error: Workflow source changed since run {run_id} started ({path}). Completed steps cannot be replayed "
+        f"Error: Workflow source changed since run {run_id} started ({path}). "
+        "Completed steps cannot be replayed "
         f"against a different definition. Cancel it with 'piw cancel {run_id}' and start again with "
         "'piw run linear'.\n"
     )
@@ -204,8 +224,11 @@ def test_changed_source_is_refused_with_guidance_and_nothing_written(
 
 
 def test_changed_included_child_is_refused(cli: Cli, make_workflow: WorkflowMaker) -> None:
-    child = make_workflow("kid", 'from piw import compute, define_workflow\n'
-                                 'workflow = define_workflow(name="kid", start_at="k", nodes={"k": compute(1)})\n')  # fmt: skip
+    child = make_workflow(
+        "kid",
+        "from piw import compute, define_workflow\n"
+        'workflow = define_workflow(name="kid", start_at="k", nodes={"k": compute(1)})\n',
+    )
     parent = make_workflow(
         "mom",
         f"""
@@ -215,7 +238,8 @@ def test_changed_included_child_is_refused(cli: Cli, make_workflow: WorkflowMake
         kid = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(kid)
         workflow = define_workflow(name="mom", start_at="a", nodes={{"a": compute(1), "z": compute(2)}},
-                                   includes={{"m": include(kid.workflow)}}, edges=[edge("a", "m"), edge("m", "z")])
+                                   includes={{"m": include(kid.workflow)}},
+                                   edges=[edge("a", "m"), edge("m", "z")])
         """,
     )
     run_id = crash(cli, parent, "{}", after=2)
@@ -245,7 +269,8 @@ def test_session_torn_tail_is_repaired_before_new_entries(
         "talk",
         """
         from piw import compute, define_workflow, edge, notify
-        workflow = define_workflow(name="talk", start_at="one", nodes={"one": notify("first"), "mid": compute(1),
+        workflow = define_workflow(name="talk", start_at="one",
+                                   nodes={"one": notify("first"), "mid": compute(1),
                                    "two": notify("second")}, edges=[edge("one", "mid"), edge("mid", "two")])
         """,
     )
@@ -260,3 +285,25 @@ def test_session_torn_tail_is_repaired_before_new_entries(
     digest = hashlib.sha256(b"second").hexdigest()
     queued = [e for e in trace_lines(piw_home, run_id) if e["type"] == "notification_queued"]
     assert queued[-1]["payload"]["contentSha256"] == f"sha256:{digest}"
+
+
+def test_resume_after_an_include_exit_routes_on_the_committed_output(
+    cli: Cli, make_workflow: WorkflowMaker
+) -> None:
+    path = make_workflow(
+        "exits",
+        """
+        from piw import compute, define_workflow, include, switch
+        child = define_workflow(name="child", start_at="c", nodes={"c": compute(
+            lambda c: {"route": "go", "$artifact": {"path": "../x"}, "big": "z" * 5000})})
+        workflow = define_workflow(name="exits", start_at="m",
+                                   nodes={"go": compute(lambda c: c.outputs["m"]["$artifact"])},
+                                   includes={"m": include(child)},
+                                   edges=[switch("m", on="$.route", cases={"go": "go"})])
+        """,
+    )
+    run_id = crash(cli, path, "{}", after=5)  # include_exited(m)
+    assert trace_lines(cli.home, run_id)[-1]["type"] == "include_exited"
+    code, payload, stderr = resume_json(cli, run_id)
+    assert code == 0, stderr
+    assert payload["finalOutput"] == {"path": "../x"}

@@ -1,4 +1,4 @@
-"""Routing rules, exercised by real runs: output paths, outcomes, missing cases, failures, includes, max_steps."""
+"""Routing rules through real runs: output paths, outcomes, missing cases, failures, includes, max_steps."""
 
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def test_a_missing_case_fails_the_run_with_a_routing_error(route: Any, raw: Any,
     state = route(PICK.format(path="$.route", cases={"one": "x", "two": "y"}), raw)
     assert state.status == "failed" and visited(state) == ["a"]
     assert state.error == (
-        f"Routing error at a: $.route is {shown}, which matches no case (one, two). Add a case or fix the node's "
+        f"Routing error at a: $.route is {shown}, which matches no case (one, two). "
+        "Add a case or fix the node's "
         "output."
     )
     assert state.results["a"].outcome == "ok"  # the node itself succeeded
@@ -72,7 +73,8 @@ def slow(ctx):
 
 workflow = define_workflow(
     name="after-failure", start_at="a",
-    nodes={{"a": {node}, "x": compute(lambda c: {{"seen": c.results["a"]["outcome"], "err": c.results["a"]["error"],
+    nodes={{"a": {node}, "x": compute(lambda c: {{"seen": c.results["a"]["outcome"],
+                                                 "err": c.results["a"]["error"],
                                                  "has_output": "a" in c.outputs}})}},
     edges=[{edge}],
 )
@@ -83,18 +85,26 @@ workflow = define_workflow(
     ("node", "edge", "status", "final"),
     [
         # only a $result. switch can route after a failure ...
-        ('compute(lambda c: 1 / 0)', 'switch("a", on="$result.outcome", cases={"failed": "x", "ok": "x"})',
-         "completed", {"seen": "failed", "err": "ZeroDivisionError: division by zero", "has_output": False}),
-        ('action(slow, timeout_s=0.2)', 'switch("a", on="$result.outcome", cases={"timed_out": "x"})',
-         "completed", {"seen": "timed_out", "err": "Action a timed out after 0.2s.", "has_output": False}),
+        (
+            "compute(lambda c: 1 / 0)",
+            'switch("a", on="$result.outcome", cases={"failed": "x", "ok": "x"})',
+            "completed",
+            {"seen": "failed", "err": "ZeroDivisionError: division by zero", "has_output": False},
+        ),
+        (
+            "action(slow, timeout_s=0.2)",
+            'switch("a", on="$result.outcome", cases={"timed_out": "x"})',
+            "completed",
+            {"seen": "timed_out", "err": "Action a timed out after 0.2s.", "has_output": False},
+        ),
         # ... an output switch or a plain edge ends the run with the node's outcome
-        ('compute(lambda c: 1 / 0)', 'switch("a", on="$.route", cases={"failed": "x"})', "failed", None),
-        ('compute(lambda c: 1 / 0)', 'edge("a", "x")', "failed", None),
-        ('action(slow, timeout_s=0.2)', 'edge("a", "x")', "timed_out", None),
+        ("compute(lambda c: 1 / 0)", 'switch("a", on="$.route", cases={"failed": "x"})', "failed", None),
+        ("compute(lambda c: 1 / 0)", 'edge("a", "x")', "failed", None),
+        ("action(slow, timeout_s=0.2)", 'edge("a", "x")', "timed_out", None),
         # a $result switch without a case for the outcome is a routing error
-        ('compute(lambda c: 1 / 0)', 'switch("a", on="$result.outcome", cases={"ok": "x"})', "failed", None),
+        ("compute(lambda c: 1 / 0)", 'switch("a", on="$result.outcome", cases={"ok": "x"})', "failed", None),
     ],
-)  # fmt: skip
+)
 def test_after_a_failure_only_a_result_switch_routes(
     route: Any, node: str, edge: str, status: str, final: Any
 ) -> None:
@@ -121,7 +131,8 @@ def test_a_node_without_an_edge_ends_the_run(route: Any) -> None:
 EXITS = """
 child = define_workflow(
     name="child", start_at="judge",
-    nodes={"judge": compute(lambda c: {"good": c.input["n"] > 0}), "yes": compute(lambda c: {"verdict": "yes"}),
+    nodes={"judge": compute(lambda c: {"good": c.input["n"] > 0}),
+           "yes": compute(lambda c: {"verdict": "yes"}),
            "no": compute(lambda c: {"verdict": "no"})},
     edges=[switch("judge", on="$.good", cases={"true": "yes", "false": "no"})],
     exits={"accepted": {"from_": "yes"}, "rejected": {"from_": "no"}},
@@ -156,7 +167,10 @@ workflow = define_workflow(name="p", start_at="m", nodes={"z": compute(3)}, incl
 """
     )
     assert state.status == "failed"
-    assert state.error == "Node m/c ended include m outside its exits (out); declare it in exits= or add an edge."
+    assert (
+        state.error
+        == "Node m/c ended include m outside its exits (out); declare it in exits= or add an edge."
+    )
 
 
 def test_an_include_whose_input_fails_ends_the_run(route: Any) -> None:
@@ -189,7 +203,8 @@ def test_max_steps_bounds_a_loop(route: Any) -> None:
     state = route(LOOP.format(max_steps=5))
     assert state.status == "failed" and len(state.steps) == 5
     assert state.error == (
-        "Run stopped before tick: it reached max_steps (5). Raise max_steps in define_workflow if the loop is intended."
+        "Run stopped before tick: it reached max_steps (5). "
+        "Raise max_steps in define_workflow if the loop is intended."
     )
     enough = route(LOOP.format(max_steps=11))
     assert enough.status == "completed" and enough.final_output == {"n": 10} and len(enough.steps) == 11
@@ -217,3 +232,22 @@ workflow = define_workflow(
     # each visit of the mount sees only its own invocation's outputs, by local id
     assert state.final_output == {"a": {"saw": [], "in": {"round": 2}}, "results": ["a"]}
     assert state.mounts["m"]["invocation"] == 3
+
+
+SENTINELS = """
+child = define_workflow(name="child", start_at="c", nodes={"c": compute(
+    lambda c: {"route": "go", "$artifact": {"path": "../../../../etc/passwd"}, "big": "z" * 5000})})
+workflow = define_workflow(
+    name="sentinel", start_at="m",
+    nodes={"go": compute(lambda c: {"child": c.outputs["m"]["$artifact"],
+                                    "big": len(c.outputs["m"]["big"])})},
+    includes={"m": include(child)},
+    edges=[switch("m", on="$.route", cases={"go": "go"})],
+)
+"""
+
+
+def test_user_data_that_looks_like_an_artifact_ref_is_routed_as_data(route: Any) -> None:
+    state = route(SENTINELS)
+    assert state.status == "completed", state.error
+    assert state.final_output == {"child": {"path": "../../../../etc/passwd"}, "big": 5000}

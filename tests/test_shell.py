@@ -22,8 +22,13 @@ PY = sys.executable
 def run_shell(make_workflow: WorkflowMaker, run_workflow: RunWorkflow) -> Any:
     def run(exec_source: str, extra: str = "", **node: Any) -> Any:
         options = "".join(f", {key}={value}" for key, value in node.items())
-        source = HEADER + extra + (
-            f'\nworkflow = define_workflow(name="sh", start_at="cmd", nodes={{"cmd": shell({exec_source}{options})}})\n'
+        source = (
+            HEADER
+            + extra
+            + (
+                f'\nworkflow = define_workflow(name="sh", start_at="cmd",'
+                f' nodes={{"cmd": shell({exec_source}{options})}})\n'
+            )
         )
         return run_workflow(make_workflow("sh", source))
 
@@ -51,7 +56,8 @@ def wait_dead(pid: int, seconds: float = 5.0) -> bool:
 def test_default_output_shape(run_shell: Any, tmp_path: Path) -> None:
     state = run_shell(
         f'ShellCommand(command=PY, args=["-c", "import os,sys; print(os.getcwd()); print(os.environ[\'X\']);'
-        f' print(sys.stdin.read()); print(\'err\', file=sys.stderr)"], cwd={str(tmp_path)!r}, env={{"X": "ex"}},'
+        f" print(sys.stdin.read()); print('err', file=sys.stderr)\"], cwd={str(tmp_path)!r},"
+        f' env={{"X": "ex"}},'
         f' stdin="from stdin")'
     )
     assert state.status == "completed", state.error
@@ -74,7 +80,9 @@ def test_arguments_never_go_through_a_shell_unless_explicit(run_shell: Any) -> N
 
 
 def test_nonzero_exit_fails_unless_allowed(run_shell: Any) -> None:
-    failing = run_shell('{"command": PY, "args": ["-c", "import sys; print(\'why\', file=sys.stderr); sys.exit(3)"]}')
+    failing = run_shell(
+        '{"command": PY, "args": ["-c", "import sys; print(\'why\', file=sys.stderr); sys.exit(3)"]}'
+    )
     assert failing.status == "failed"
     assert failing.error == f"Command {failing.steps[0].action['command']!r} failed with exit code 3: why"
     assert failing.steps[0].action["exitCode"] == 3
@@ -83,8 +91,11 @@ def test_nonzero_exit_fails_unless_allowed(run_shell: Any) -> None:
 
 
 def test_parse_maps_the_result(run_shell: Any) -> None:
-    state = run_shell('{"command": "echo", "args": ["{\\"n\\": 5}"]}', parse="lambda r, c: json.loads(r['stdout'])",
-                      extra="import json\n")  # fmt: skip
+    state = run_shell(
+        '{"command": "echo", "args": ["{\\"n\\": 5}"]}',
+        parse="lambda r, c: json.loads(r['stdout'])",
+        extra="import json\n",
+    )
     assert state.final_output == {"n": 5}
     broken = run_shell('{"command": "echo", "args": ["x"]}', parse="lambda r, c: 1 / 0")
     assert broken.status == "failed" and broken.error == "parse failed: ZeroDivisionError: division by zero"
@@ -123,7 +134,9 @@ child.wait()
 
 
 @pytest.mark.parametrize(("mode", "signal_name"), [("obey", "SIGTERM"), ("ignore", "SIGKILL")])
-def test_timeout_kills_the_whole_process_group(run_shell: Any, tmp_path: Path, mode: str, signal_name: str) -> None:
+def test_timeout_kills_the_whole_process_group(
+    run_shell: Any, tmp_path: Path, mode: str, signal_name: str
+) -> None:
     script = tmp_path / "spawn.py"
     script.write_text(GRANDCHILD, encoding="utf-8")
     pid_file = tmp_path / "pids.txt"
@@ -141,12 +154,15 @@ def test_timeout_kills_the_whole_process_group(run_shell: Any, tmp_path: Path, m
 
 def test_command_timeout_and_large_unread_stdin(run_shell: Any) -> None:
     state = run_shell(
-        '{"command": PY, "args": ["-c", "import time; time.sleep(30)"], "stdin": "x" * 5_000_000, "timeout_s": 0.5}'
+        '{"command": PY, "args": ["-c", "import time; time.sleep(30)"], "stdin": "x" * 5_000_000,'
+        ' "timeout_s": 0.5}'
     )
     assert state.status == "timed_out" and "timed out after 0.5s" in state.error
 
 
-def test_shell_updates_publish_lines(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path) -> None:
+def test_shell_updates_publish_lines(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path
+) -> None:
     path = make_workflow(
         "upd",
         HEADER
@@ -163,7 +179,9 @@ workflow = define_workflow(name="upd", start_at="cmd", nodes={"cmd": shell(
     )
     state = run_workflow(path)
     assert state.status == "completed", state.error
-    published = [e["payload"]["data"] for e in trace_lines(piw_home, state.run_id) if e["type"] == "update_published"]
+    published = [
+        e["payload"]["data"] for e in trace_lines(piw_home, state.run_id) if e["type"] == "update_published"
+    ]
     assert published == [{"n": 1}, {"n": 2}]
     assert state.final_output["stdout"] == "noise\nstep 1\nstep 2\n"
 
@@ -188,7 +206,8 @@ def command(ctx):
     return {{"command": PY, "args": [{str(script)!r}, {str(pid_file)!r}, "obey"]}}
 
 workflow = define_workflow(name="long", start_at="cmd", nodes={{
-    "cmd": shell(command), "done": compute(lambda c: c.outputs["cmd"]["stdout"])}}, edges=[edge("cmd", "done")])
+    "cmd": shell(command), "done": compute(lambda c: c.outputs["cmd"]["stdout"])}},
+    edges=[edge("cmd", "done")])
 """,
     )
     process = cli.popen("run", str(path), "--json")
@@ -197,7 +216,7 @@ workflow = define_workflow(name="long", start_at="cmd", nodes={{
         time.sleep(0.05)
     parent, grandchild = (int(pid) for pid in pid_file.read_text().split())
     process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=20)
+    _, stderr = process.communicate(timeout=20)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "piw resume" in stderr.splitlines()[-1]
     assert wait_dead(parent) and wait_dead(grandchild)

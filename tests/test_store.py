@@ -99,7 +99,8 @@ def test_every_directory_and_file_of_a_run_is_private(
         """
         from piw import compute, define_workflow, edge, notify
         workflow = define_workflow(name="private", start_at="big", nodes={
-            "big": compute(lambda c: {"text": "é" * 3000}), "tell": notify("hi")}, edges=[edge("big", "tell")])
+            "big": compute(lambda c: {"text": "é" * 3000}), "tell": notify("hi")},
+            edges=[edge("big", "tell")])
         """,
     )
     old = os.umask(0o022)  # a typical umask: piw must not rely on it
@@ -129,12 +130,17 @@ def test_writer_lock_is_exclusive_across_processes(piw_home: Path, tmp_path: Pat
         with pytest.raises(RunLocked):
             WriterLock(bundle).acquire()
         probe = subprocess.run(
-            [sys.executable, "-c",
-             "import sys; from pathlib import Path; from piw.store import Bundle, WriterLock, run_is_live;"
-             f"b = Bundle('x', Path({str(path)!r})); print(run_is_live(b));"
-             "WriterLock(b).acquire()"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path; from piw.store import Bundle, WriterLock, run_is_live;"
+                f"b = Bundle('x', Path({str(path)!r})); print(run_is_live(b));"
+                "WriterLock(b).acquire()",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert probe.stdout.strip() == "True" and "RunLocked" in probe.stderr
     finally:
         lock.release()

@@ -24,9 +24,10 @@ from piw.trace import (
 )
 
 WORKFLOW = """
-from piw import ShellCommand, action, checkpoint, compute, define_workflow, edge, include, notify, shell, switch
+from piw import ShellCommand, action, compute, define_workflow, edge, include, notify, shell, switch
 
-child = define_workflow(name="child", start_at="inside", nodes={"inside": compute(lambda c: {"got": c.input})})
+child = define_workflow(name="child", start_at="inside",
+                        nodes={"inside": compute(lambda c: {"got": c.input})})
 
 def publish(ctx):
     ctx.publish_update("build.status", "overall", {"done": 1, "total": 2})
@@ -76,8 +77,17 @@ def test_a_real_trace_keeps_the_invariants(finished_trace: Path) -> None:
     terminal = [i for i, e in enumerate(events) if e["type"] in RUN_TERMINAL_TYPES]
     assert terminal == [len(events) - 1]  # exactly one terminal event, and it is last
     types = {e["type"] for e in events}
-    assert {"run_started", "node_started", "node_finished", "node_failed", "update_published",
-            "notification_queued", "include_entered", "include_exited", "run_completed"} <= types  # fmt: skip
+    assert {
+        "run_started",
+        "node_started",
+        "node_finished",
+        "node_failed",
+        "update_published",
+        "notification_queued",
+        "include_entered",
+        "include_exited",
+        "run_completed",
+    } <= types
     attempts: dict[str, list[str]] = {}
     for event in events:
         if "attemptId" in event:
@@ -122,7 +132,9 @@ def test_torn_tail_at_every_byte_offset_is_ignored(finished_trace: Path) -> None
         lambda line: line.replace(b'"scope":"node"', b'"scope":"galaxy"'),
     ],
 )
-def test_a_damaged_middle_line_raises_trace_corrupt(finished_trace: Path, damage: Callable[[bytes], bytes]) -> None:
+def test_a_damaged_middle_line_raises_trace_corrupt(
+    finished_trace: Path, damage: Callable[[bytes], bytes]
+) -> None:
     lines = finished_trace.read_bytes().splitlines(keepends=True)
     lines[1] = damage(lines[1])
     with pytest.raises(TraceCorrupt) as info:
@@ -139,8 +151,15 @@ def test_a_missing_line_is_a_seq_gap(finished_trace: Path) -> None:
 def test_unknown_types_and_fields_are_tolerated(finished_trace: Path) -> None:
     data = finished_trace.read_bytes()
     events = read_trace(finished_trace).events
-    extra = {"seq": len(events) + 1, "at": "2026-01-01T00:00:00.000Z", "scope": "run", "type": "from_the_future",
-             "runId": events[0].run_id, "payload": {"x": 1}, "newField": True}  # fmt: skip
+    extra = {
+        "seq": len(events) + 1,
+        "at": "2026-01-01T00:00:00.000Z",
+        "scope": "run",
+        "type": "from_the_future",
+        "runId": events[0].run_id,
+        "payload": {"x": 1},
+        "newField": True,
+    }
     read = parse_trace(data + (json.dumps(extra) + "\n").encode())
     assert read.events[-1].type == "from_the_future"
     before, after = fold(read.events[:-1]), fold(read.events)
@@ -149,7 +168,9 @@ def test_unknown_types_and_fields_are_tolerated(finished_trace: Path) -> None:
 
 
 def test_encode_round_trip() -> None:
-    event = TraceEvent(3, "2026-01-01T00:00:00.000Z", "node", "node_finished", "r", {"output": "ünï"}, "n", "a")
+    event = TraceEvent(
+        3, "2026-01-01T00:00:00.000Z", "node", "node_finished", "r", {"output": "ünï"}, "n", "a"
+    )
     line = event.encode()
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert "ünï".encode() in line

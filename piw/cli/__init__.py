@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 from types import FrameType
@@ -24,10 +25,8 @@ app = typer.Typer(
 def _register() -> None:
     from piw.cli import runs, views  # noqa: F401  (modules register their commands on import)
 
-    try:
+    with contextlib.suppress(ImportError):  # the provider commands are optional until configured
         from piw.cli import providers  # noqa: F401
-    except ImportError:  # pragma: no cover - provider layer is optional until configured
-        pass
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:

@@ -198,7 +198,7 @@ def _submit(job: Callable[[], None]) -> None:
 
 
 def _forget_workers() -> None:
-    """A forked child has none of its parent's threads: never hand it a job to a worker that does not exist."""
+    """A forked child has none of its parent's threads: never hand a job to a worker that does not exist."""
     global _IDLE
     _IDLE = queue.SimpleQueue()
 

@@ -32,7 +32,7 @@ class FunctionActionExecutor:
                 "timed_out",
                 action=receipt,
             )
-        if status == "cancelled" or isinstance(value, Cancelled) and attempt.cancel.is_set():
+        if status == "cancelled" or (isinstance(value, Cancelled) and attempt.cancel.is_set()):
             return NodeOutcome.failed(f"Action {attempt.node_id} was cancelled.", "cancelled", action=receipt)
         if status == "error":
             if isinstance(value, NodeFailure):
