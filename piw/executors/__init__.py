@@ -139,6 +139,13 @@ def run_with_deadline(attempt: Attempt, fn: Callable[[], Any]) -> tuple[str, Any
     function cannot be killed, so on timeout the attempt is marked inactive (its late updates are refused) and the
     thread is left to finish on its own.
     """
+    if attempt.timeout_s is None:
+        # No deadline to watch: run inline. A thread hand-off would cost as much as the step itself, and Ctrl-C
+        # still reaches the function in the main thread (the engine parks the run).
+        try:
+            return "ok", fn()
+        except Exception as exc:
+            return "error", exc
     box: dict[str, Any] = {}
     done = threading.Event()
 
