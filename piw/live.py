@@ -1,25 +1,46 @@
-"""The step log of a foreground run: one line when a node starts and one when it ends.
+"""What a foreground run shows while it runs: a live frame on a terminal, plain step lines otherwise.
 
-It listens to committed trace events (never to executors), so what it prints is exactly what the trace holds.
+Both listen to committed trace events (never to executors), so what they show is exactly what the trace holds.
+:class:`LiveDisplay` is the listener ``piw run`` installs: on a terminal it keeps one rich ``Live`` frame
+(graph, current step card, progress panel, recent notifications) redrawn in place and bounded to the terminal
+height; when the console is not a terminal it falls back to :class:`StepLog`, one line per step, so scripts
+and CI logs see progress with no escape sequences at all.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
 from rich.text import Text
 
+from piw.errors import PiwError
+from piw.progress import parse_instant
 from piw.replay import RunState
+from piw.session import SessionEntry
+from piw.store import open_bundle, piw_home
 from piw.terminal import single_line
-from piw.trace import TraceEvent
+from piw.trace import TraceEvent, decode_event
+from piw.views.base import Lines
+from piw.views.frame import FrameModel, FrameView
+from piw.views.source import RecordStream, Tail, session_tail
 
-_MARKS = {"ok": ("✓", "green"), "failed": ("✗", "red"), "timed_out": ("⏱", "yellow"), "cancelled": ("■", "yellow")}
+_MARKS = {
+    "ok": ("✓", "green"),
+    "failed": ("✗", "red"),
+    "timed_out": ("⏱", "yellow"),
+    "cancelled": ("■", "yellow"),
+}
+NotificationText = Callable[[TraceEvent], "str | None"]
 
 
 def _clip(value: Any, limit: int = 80) -> str:
-    import json
-
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = single_line(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -30,33 +51,45 @@ def _node_label(node_id: str) -> str:
 
 
 class StepLog:
-    """A trace listener that prints step lines to a console."""
+    """A trace listener that prints step lines to a console.
 
-    def __init__(self, console: Console) -> None:
+    ``notification_text`` optionally looks up a queued notification's text (it lives in the session, not the
+    trace) so the line shows the message rather than only its id.
+    """
+
+    def __init__(self, console: Console, notification_text: NotificationText | None = None) -> None:
         self.console = console
+        self.notification_text = notification_text
 
     def __call__(self, event: TraceEvent, state: RunState) -> None:
+        line = self.line(event, state)
+        if line is not None:
+            self.console.print(line)
+
+    def line(self, event: TraceEvent, state: RunState) -> Text | None:
         kind = event.type
         line = Text()
         if kind == "run_started":
             line.append("● ", style="bold")
             line.append(single_line(state.run_title or state.workflow_name), style="bold")
-            line.append(f"  {event.run_id}", style="dim")
+            line.append(f"  {single_line(event.run_id)}", style="dim")
         elif kind == "node_started":
             line.append("▶ ", style="cyan")
             line.append(_node_label(event.node_id or ""))
-            line.append(f"  {event.payload.get('nodeType', '')}", style="dim")
+            line.append(f"  {single_line(str(event.payload.get('nodeType', '')))}", style="dim")
         elif kind in ("node_finished", "node_failed"):
-            outcome = event.payload.get("outcome", "ok")
+            outcome = str(event.payload.get("outcome", "ok"))
             mark, style = _MARKS.get(outcome, ("?", ""))
             line.append(f"{mark} ", style=style)
             line.append(_node_label(event.node_id or ""))
-            line.append(f"  {outcome}  {event.payload.get('durationMs', 0)} ms", style="dim")
+            line.append(f"  {single_line(outcome)}  {event.payload.get('durationMs', 0)} ms", style="dim")
             if outcome != "ok":
                 line.append("  " + _clip(event.payload.get("error", ""), 200), style=style)
         elif kind == "notification_queued":
-            line.append("✉ notification ", style="magenta")
-            line.append(event.payload.get("notificationId", ""), style="dim")
+            text = self.notification_text(event) if self.notification_text else None
+            line.append("✉ ", style="magenta")
+            ident = _clip(event.payload.get("notificationId", ""))
+            line.append(_clip(text, 200) if text is not None else f"notification {ident}")
         elif kind == "update_published":
             payload = event.payload
             line.append("  ↳ ", style="dim")
@@ -65,19 +98,139 @@ class StepLog:
         elif kind in ("include_entered", "include_exited"):
             arrow = "↘" if kind == "include_entered" else "↗"
             line.append(f"{arrow} ", style="dim")
-            line.append(single_line(" › ".join(event.payload.get("mountPath", []))), style="dim")
+            line.append(single_line(" › ".join(map(str, event.payload.get("mountPath", [])))), style="dim")
         elif kind == "run_resumed":
             line.append("↻ resumed", style="bold")
             if event.payload.get("resumeAt"):
-                line.append(f" at {_node_label(event.payload['resumeAt'])}")
+                line.append(f" at {_node_label(str(event.payload['resumeAt']))}")
         elif kind.startswith("run_") and kind != "run_paused":
             status = state.status
             style = "green" if status in ("completed", "waiting") else "red"
-            line.append(f"■ {status}", style=f"bold {style}")
+            line.append(f"■ {single_line(status)}", style=f"bold {style}")
             if state.waiting_on:
                 line.append(f" on {_node_label(state.waiting_on)}")
             if state.error:
                 line.append("  " + _clip(state.error, 300), style=style)
         else:
-            return
-        self.console.print(line)
+            return None
+        return line
+
+
+class _Frame:
+    """What rich ``Live`` refreshes: the frame at the current time, built under the display's lock."""
+
+    def __init__(self, display: LiveDisplay) -> None:
+        self.display = display
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.display.frame_lines(console, options.max_width)
+
+
+class LiveDisplay:
+    """The ``piw run`` listener: call it with ``(event, state)`` for every committed event, then ``close()``.
+
+    On a terminal the first event opens the bundle read-only (for the definition snapshot and the session's
+    notifications) and starts a ``Live`` region refreshed a few times a second, so clocks tick between events.
+    Anything else printed on the same console with ``console.print`` (step cards, assistant text) appears
+    above the frame. Off a terminal it is exactly :class:`StepLog`, plus the text of each notification.
+    """
+
+    def __init__(
+        self, console: Console, *, home: Path | None = None, refresh_per_second: float = 4.0
+    ) -> None:
+        self.console = console
+        self.home = home
+        self.refresh_per_second = refresh_per_second
+        self.interactive = console.is_terminal
+        self._lock = threading.RLock()
+        self._model: FrameModel | None = None
+        self._session: Tail[SessionEntry] | None = None
+        self._live: Live | None = None
+        self._opened = False
+        self._steps = StepLog(console, self._notification_text)
+
+    def _open(self, event: TraceEvent, state: RunState) -> None:
+        """Open the bundle on the first event (``run_started``, or ``run_resumed`` for a resume)."""
+        self._opened = True
+        try:
+            bundle = open_bundle(self.home or piw_home(), event.run_id)
+            self._session = session_tail(bundle)
+            if not self.interactive:
+                return
+            model = FrameModel(bundle.read_snapshot(), state)
+            model.tracks.feed(RecordStream(bundle.trace_path, decode_event, limit=event.seq - 1))
+        except PiwError:
+            return  # the step lines still work without the bundle
+        self._model = model
+        self._live = Live(
+            _Frame(self),
+            console=self.console,
+            refresh_per_second=self.refresh_per_second,
+            vertical_overflow="crop",
+        )
+        self._live.start()
+
+    def _notification_text(self, event: TraceEvent) -> str | None:
+        if self._session is None:
+            return None
+        wanted = event.payload.get("notificationId")
+        for entry in self._session.read().records:
+            details = entry.message.get("details")
+            if isinstance(details, dict) and details.get("notificationId") == wanted:
+                return str(entry.message.get("content", ""))
+        return None
+
+    def __call__(self, event: TraceEvent, state: RunState) -> None:
+        with self._lock:
+            if not self._opened:
+                self._open(event, state)
+            if self._model is None or self._session is None:
+                self._steps(event, state)
+                return
+            self._model.add_events([event], state)
+            self._model.add_entries(self._session.read().records)
+            if event.type in ("node_finished", "node_failed"):
+                self._model.end_stream()
+            if state.is_terminal and self._live is not None:
+                self._live.refresh()
+
+    def stream_text(self, delta: str) -> None:
+        """Show assistant text as it streams, under the current step card (terminal only; a no-op otherwise).
+
+        While the frame is live, text written straight to the console would tear it; an agent display that
+        streams should hand its deltas here and print only settled messages with ``console.print``.
+        """
+        with self._lock:
+            if self._model is not None:
+                self._model.stream(delta)
+
+    def end_stream(self) -> None:
+        with self._lock:
+            if self._model is not None:
+                self._model.end_stream()
+
+    def frame(self) -> FrameView | Text:
+        """The current frame (for a final print or a test); empty before the first event."""
+        with self._lock:
+            model = self._model
+            if model is None:
+                return Text("")
+            state = model.state
+            finished = parse_instant(state.finished_at) if state.is_terminal and state.finished_at else None
+            now = finished or datetime.now(UTC)
+            return model.frame(now, live=True, height=max(5, self.console.size.height - 1))
+
+    def frame_lines(self, console: Console, width: int) -> Lines:
+        """The frame drawn to lines under the lock, so the engine thread never changes it mid-draw."""
+        with self._lock:
+            frame = self.frame()
+            if isinstance(frame, Text):
+                return Lines([frame])
+            return Lines(list(frame.lines(console, width)))
+
+    def close(self) -> None:
+        """Stop redrawing and leave the last frame on screen; safe to call more than once."""
+        with self._lock:
+            live, self._live = self._live, None
+        if live is not None:
+            live.stop()

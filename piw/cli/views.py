@@ -1,54 +1,110 @@
-"""Commands that read runs: ``inspect`` (replay one view of a run)."""
+"""Commands that read runs and definitions: ``inspect`` (one view of a replayed run), ``watch``, ``graph``.
+
+Each parses its arguments, makes one library call and prints one view; none of them writes to a bundle.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.console import Console
 
 from piw.cli import app
 from piw.console import make_console
 from piw.errors import UsageError
-from piw.replay import fold, state_to_json
-from piw.store import open_bundle, piw_home
-from piw.terminal import safe_text, single_line
+from piw.replay import state_to_json
+from piw.store import check_run_id, open_bundle, piw_home
+from piw.views import VIEW_NAMES, View, load_run, view_for
+from piw.watch import Watcher, newest_run
 
-VIEWS = ("state", "steps", "trace")
+GRAPH_FORMATS = ("text", "mermaid", "dot")
+_UNSAFE_IN_JSON = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
+
+
+def json_text(value: object) -> str:
+    """Compact-ish JSON for stdout that is still terminal-safe.
+
+    ``json.dumps`` escapes C0 controls but, with ``ensure_ascii=False``, passes C1 controls and bidi overrides
+    through; those are escaped too (``\\u202e``), which is the same JSON value and harmless on a terminal.
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group(0)):04x}", text)
+
+
+def print_view(console: Console, view: View) -> None:
+    """Print a view page by page, so a long trace never sits in memory as one renderable."""
+    for page in view.pages(console, console.width):
+        console.print(page)
 
 
 @app.command()
 def inspect(
     run_id: Annotated[str, typer.Argument(help="The run to show.")],
-    view: Annotated[str, typer.Option("--view", help="state, steps or trace.")] = "state",
-    at: Annotated[int | None, typer.Option("--at", help="Replay only events 1..SEQ.")] = None,
+    view: Annotated[str, typer.Option("--view", help=f"One of: {', '.join(VIEW_NAMES)}.")] = "state",
+    node: Annotated[str | None, typer.Option("--node", help="Trace view: only this node's events.")] = None,
+    attempt: Annotated[
+        str | None, typer.Option("--attempt", help="Trace view: only this attempt (id or prefix).")
+    ] = None,
+    at: Annotated[int | None, typer.Option("--at", help="Replay only events 1..SEQ (time travel).")] = None,
+    expanded: Annotated[
+        bool, typer.Option("--expanded", help="Conversation view: expand step cards.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the replayed RunState as JSON.")] = False,
 ) -> int:
-    """Replay a run's trace and show one view."""
-    if view not in VIEWS:
-        raise UsageError(f"Unknown view {view!r}; use one of: {', '.join(VIEWS)}.")
-    bundle = open_bundle(piw_home(), run_id)
-    events = bundle.read_trace().events
-    if at is not None:
-        events = events[: max(0, at)]
-    state = fold(events)
+    """Replay a run's trace and show one view (default: state)."""
+    if view not in VIEW_NAMES:
+        raise UsageError(f"Unknown view {view!r}; use one of: {', '.join(VIEW_NAMES)}.")
+    if at is not None and at < 1:
+        raise UsageError("--at takes a trace sequence number, 1 or more; see 'piw inspect RUN --view trace'.")
+    if (node is not None or attempt is not None) and view != "trace":
+        raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
+    run = load_run(piw_home(), check_run_id(run_id), at)
     if as_json:
-        sys.stdout.write(json.dumps(state_to_json(state), ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(state_to_json(run.state)) + "\n")
         return 0
+    if run.notice and view != "state":
+        make_console(sys.stderr).print(f"Warning: {run.notice}")
     console = make_console()
-    if view == "state":
-        console.print(safe_text(f"{state.run_id}  {state.status}  {state.run_title or state.workflow_name}"))
-    elif view == "steps":
-        table = Table(box=None)
-        for column in ("node", "outcome", "ms", "output / error"):
-            table.add_column(column)
-        for step in state.steps:
-            detail = step.error if step.outcome != "ok" else json.dumps(step.output, ensure_ascii=False)
-            table.add_row(safe_text(step.node_id), step.outcome, str(step.duration_ms), safe_text(single_line(detail or "")[:80]))
-        console.print(table)
+    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded))
+    return 0
+
+
+@app.command()
+def watch(
+    run_id: Annotated[str | None, typer.Argument(help="The run to follow (default: the newest).")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+) -> int:
+    """Follow a run live until it ends (press q or Ctrl-C to stop watching)."""
+    home = piw_home()
+    bundle = open_bundle(home, check_run_id(run_id) if run_id else newest_run(home))
+    Watcher(bundle, make_console()).run(once=once)
+    return 0
+
+
+@app.command()
+def graph(
+    workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
+    format: Annotated[str, typer.Option("--format", help="text, mermaid or dot.")] = "text",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the definition snapshot as JSON.")] = False,
+) -> int:
+    """Draw a workflow definition's graph."""
+    from piw.loader import load_workflow
+    from piw.views.graph import graph_view
+    from piw.views.graph_export import to_dot, to_mermaid
+
+    if format not in GRAPH_FORMATS:
+        raise UsageError(f"Unknown format {format!r}; use one of: {', '.join(GRAPH_FORMATS)}.")
+    snapshot = load_workflow(workflow, piw_home()).snapshot
+    if as_json:
+        sys.stdout.write(json_text(snapshot) + "\n")
+    elif format == "mermaid":
+        sys.stdout.write(to_mermaid(snapshot))
+    elif format == "dot":
+        sys.stdout.write(to_dot(snapshot))
     else:
-        for event in events:
-            console.print(safe_text(f"{event.seq:>5} {event.type} {event.node_id or ''}"))
+        make_console().print(graph_view(snapshot))
     return 0

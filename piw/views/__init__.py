@@ -1,0 +1,55 @@
+"""Views: pure functions from what a run bundle holds to a rich renderable.
+
+The same views back ``piw run``, ``piw watch`` and ``piw inspect``.
+
+Every view reads — never writes — and never imports the engine, executors, providers or the agent loop (a test
+walks the imports). One module per view; :func:`view_for` picks one by name for a loaded :class:`RunData`.
+
+================ ==================================================================================
+``state``        :mod:`piw.views.state` — status, title, input digest, current node, outcome, totals
+``graph``        :mod:`piw.views.graph` — boxed node cards, edges, branch labels, loops, start and end
+``steps``        :mod:`piw.views.steps` — one row per attempt
+``updates``      :mod:`piw.views.updates` — current value per ``(type, key)`` and the full history
+``progress``     :mod:`piw.views.progress` — every progress track with its detail line
+``trace``        :mod:`piw.views.trace` — raw events, filterable by node or attempt
+``conversation`` :mod:`piw.views.conversation` — step cards, assistant text, tool calls, notifications
+================ ==================================================================================
+"""
+
+from __future__ import annotations
+
+from piw.views.base import View
+from piw.views.conversation import conversation_view
+from piw.views.graph import graph_view
+from piw.views.progress import progress_view
+from piw.views.source import RunData, load_run
+from piw.views.state import state_view
+from piw.views.steps import steps_view
+from piw.views.trace import trace_view
+from piw.views.updates import updates_view
+
+VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation")
+
+__all__ = ["VIEW_NAMES", "RunData", "View", "load_run", "view_for"]
+
+
+def view_for(
+    name: str, run: RunData, *, node: str | None = None, attempt: str | None = None, expanded: bool = False
+) -> View:
+    """The named view of a loaded run (``name`` must be one of :data:`VIEW_NAMES`)."""
+    state = run.state
+    if name == "state":
+        return state_view(state, run.now, live=run.live, notice=run.notice, at=run.at)
+    if name == "graph":
+        return graph_view(run.snapshot, state, run.now)
+    if name == "steps":
+        return steps_view(state, run.now)
+    if name == "updates":
+        return updates_view(state, run.events())
+    if name == "progress":
+        return progress_view(run.events(), run.now)
+    if name == "trace":
+        return trace_view(run.events(), node, attempt)
+    if name == "conversation":
+        return conversation_view(run.entries(), expanded)
+    raise ValueError(f"unknown view {name!r}")

@@ -1,0 +1,186 @@
+"""What every view shares: a line-based renderable, clipping to the width, and safe formatting of run data.
+
+Views produce lines of plain ``rich.text.Text`` for a given width instead of nested rich widgets. That keeps
+three promises cheap to hold: no line is ever wider than the console (down to width 1), a view can stream a
+long trace page by page without building one huge renderable, and workflow data is only ever placed into
+``Text`` (never parsed as markup or ANSI) after :func:`piw.terminal.sanitize_terminal_text`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.text import Text
+
+from piw.progress import parse_instant
+from piw.terminal import sanitize_terminal_text, single_line
+
+OUTCOME_MARKS = {"ok": "✓", "failed": "✗", "timed_out": "⏱", "cancelled": "■", "running": "▶", "waiting": "⏸"}
+STATUS_STYLES = {
+    "ok": "green",
+    "completed": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "cancelled": "yellow",
+    "running": "cyan",
+    "waiting": "magenta",
+    "pending": "dim",
+}
+
+
+class View:
+    """A renderable made of single lines; subclasses implement :meth:`lines` for a width."""
+
+    def lines(self, console: Console, width: int) -> Iterator[Text]:
+        raise NotImplementedError
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(1, options.max_width)
+        for line in self.lines(console, width):
+            yield fit(line, width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(1, options.max_width)
+
+    def pages(self, console: Console, width: int, size: int = 500) -> Iterator[Lines]:
+        """The view cut into pages, so a caller can print a huge trace without holding all of it."""
+        page: list[Text] = []
+        for line in self.lines(console, width):
+            page.append(line)
+            if len(page) >= size:
+                yield Lines(page)
+                page = []
+        if page:
+            yield Lines(page)
+
+
+class Lines(View):
+    """A fixed list of lines."""
+
+    def __init__(self, lines: Iterable[Text]) -> None:
+        self._lines = list(lines)
+
+    def lines(self, console: Console, width: int) -> Iterator[Text]:
+        yield from self._lines
+
+
+def fit(line: Text, width: int) -> Text:
+    """``line`` cut to ``width`` cells, ending in ``…`` when cut; newlines never survive."""
+    if "\n" in line.plain:
+        line = Text(" ").join(line.split("\n", allow_blank=True))
+    if line.cell_len <= width:
+        return line
+    clipped = line.copy()
+    clipped.truncate(width, overflow="ellipsis")
+    return clipped
+
+
+def clip(text: str, width: int) -> str:
+    """A plain string cut to ``width`` cells with ``…`` (callers sanitize first)."""
+    if width <= 0:
+        return ""
+    line = Text(text)
+    if line.cell_len <= width:
+        return text
+    line.truncate(width, overflow="ellipsis")
+    return line.plain
+
+
+def safe(value: str, style: str = "") -> Text:
+    """One line of workflow data as ``Text``: sanitized, newlines folded, never markup."""
+    return Text(single_line(value), style=style)
+
+
+def safe_block(value: str, style: str = "") -> Text:
+    """Multi-line workflow data as ``Text`` (newlines kept), sanitized, never markup."""
+    return Text(sanitize_terminal_text(value), style=style)
+
+
+def is_artifact(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and "$artifact" in value
+
+
+def _artifact_placeholders(value: Any) -> Any:
+    if is_artifact(value):
+        ref = value["$artifact"]
+        size = ref.get("bytes") if isinstance(ref, dict) else None
+        return f"‹artifact {size} bytes›" if isinstance(size, int) else "‹artifact›"
+    if isinstance(value, dict):
+        return {str(key): _artifact_placeholders(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_artifact_placeholders(item) for item in value]
+    return value
+
+
+def compact(value: Any, limit: int | None = None) -> str:
+    """A value as one sanitized line: strings as they are, anything else as compact JSON.
+
+    Large strings were moved to artifacts by the writer; a view shows their size, never loads them (the full
+    value is one ``--json`` away), so rendering stays cheap on any run.
+    """
+    value = _artifact_placeholders(value)
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+        except (TypeError, ValueError):
+            text = repr(value)
+    text = single_line(text)
+    if limit is not None and len(text) > limit:
+        return text[: max(0, limit - 1)] + "…"
+    return text
+
+
+def fmt_duration(ms: float | None) -> str:
+    """A short elapsed time: ``850ms``, ``12.3s``, ``4m05s``, ``2h03m``."""
+    if ms is None or not math.isfinite(ms):
+        return "—"
+    ms = max(0.0, ms)
+    if ms < 1000:
+        return f"{int(ms)}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def fmt_clock(at: str | None) -> str:
+    """``HH:MM:SS.mmm`` of a trace timestamp (the date is in ``--json``)."""
+    if not at:
+        return ""
+    moment = parse_instant(at)
+    if moment is None:
+        return single_line(at)[:12]
+    return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+
+def ms_between(start: str | None, end: datetime | None) -> float | None:
+    """Milliseconds from a trace timestamp to an instant, or ``None`` when either is unknown."""
+    began = parse_instant(start) if start else None
+    if began is None or end is None:
+        return None
+    return (end - began).total_seconds() * 1000
+
+
+def node_label(node_id: str) -> str:
+    """A flat node id as shown to people: mount path joined with `` › ``."""
+    return single_line(node_id).replace("/", " › ")
+
+
+def short_id(identifier: str | None, size: int = 8) -> str:
+    return single_line(identifier or "")[:size]
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"

@@ -1,0 +1,251 @@
+"""Reading a run bundle for the views: streamed trace and session records, incremental tails, and ``RunData``.
+
+Views never hold a whole trace: :class:`RecordStream` re-reads the file in chunks each time it is iterated and
+:class:`Tail` keeps only a byte offset and an unterminated remainder between reads. Both follow the torn-tail
+rule of ``persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored, while a bad
+line with more lines after it ends the stream with a corruption notice instead of an exception, so the valid
+prefix still shows. Nothing here writes; the only probe of the bundle is :func:`piw.store.run_is_live`, a
+shared lock taken and released at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from piw.progress import parse_instant
+from piw.replay import RunState, fold
+from piw.session import SessionEntry
+from piw.store import Bundle, open_bundle, run_is_live
+from piw.trace import TraceEvent, decode_event
+
+T = TypeVar("T")
+Decoder = Callable[[bytes, int], T]
+CHUNK = 1 << 20
+_DECODE_ERRORS = (ValueError, UnicodeDecodeError, KeyError, TypeError)
+
+
+def decode_entry(line: bytes, expected_seq: int) -> SessionEntry:
+    """One ``session/entries.ndjson`` line; raises ``ValueError`` (or ``KeyError``) when it is not one."""
+    raw = json.loads(line.decode("utf-8"))
+    entry = raw["entry"]
+    if raw["seq"] != expected_seq or not isinstance(entry["message"], dict):
+        raise ValueError("not the expected session entry")
+    return SessionEntry(
+        raw["seq"], raw["at"], entry["id"], entry.get("parentId"), entry["timestamp"], entry["message"]
+    )
+
+
+def read_lines(path: Path, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """``(end offset, line)`` for each terminated line from ``start``; reads in chunks, ignores an open
+    tail."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        handle.seek(start)
+        offset, rest = start, b""
+        while chunk := handle.read(CHUNK):
+            data = rest + chunk
+            begin = 0
+            while (end := data.find(b"\n", begin)) >= 0:
+                offset += end + 1 - begin
+                yield offset, data[begin:end]
+                begin = end + 1
+            rest = data[begin:]
+
+
+class RecordStream(Generic[T]):
+    """A re-iterable stream of the valid records of an NDJSON file, optionally only the first ``limit``."""
+
+    def __init__(self, path: Path, decode: Decoder[T], limit: int | None = None) -> None:
+        self.path = path
+        self.decode = decode
+        self.limit = limit
+        self.corruption: str | None = None
+        """Set after an iteration that stopped at a damaged line which was not the last one."""
+
+    def __iter__(self) -> Iterator[T]:
+        self.corruption = None
+        expected, damaged = 1, 0
+        for _, line in read_lines(self.path):
+            if damaged:
+                self.corruption = (
+                    f"{self.path.name} line {damaged} is damaged; showing the {damaged - 1} lines before it."
+                )
+                return
+            if self.limit is not None and expected > self.limit:
+                return
+            try:
+                record = self.decode(line, expected)
+            except _DECODE_ERRORS:
+                damaged = expected
+                continue
+            expected += 1
+            yield record
+
+
+@dataclass
+class TailRead(Generic[T]):
+    """What one :meth:`Tail.read` found: new records, and whether the file shrank so readers must start
+    over."""
+
+    records: list[T]
+    restarted: bool = False
+
+
+class Tail(Generic[T]):
+    """An incremental reader for a live NDJSON file: keeps its offset, buffers a partial last line.
+
+    A file shorter than the offset was repaired (a torn tail truncated on resume), so the tail starts again at
+    byte 0 and says so; callers then rebuild whatever they folded from the start.
+    """
+
+    def __init__(self, path: Path, decode: Decoder[T]) -> None:
+        self.path = path
+        self.decode = decode
+        self.offset = 0
+        self.partial = b""
+        self.next_seq = 1
+        self.damaged: int | None = None
+        self.corruption: str | None = None
+
+    def reset(self) -> None:
+        self.offset, self.partial, self.next_seq, self.damaged, self.corruption = 0, b"", 1, None, None
+
+    def read(self) -> TailRead[T]:
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            size = 0
+        restarted = size < self.offset
+        if restarted:
+            self.reset()
+        if size == self.offset or self.corruption:
+            return TailRead([], restarted)
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(size - self.offset)
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        return TailRead(self._decode_all(lines), restarted)
+
+    def _decode_all(self, lines: list[bytes]) -> list[T]:
+        records: list[T] = []
+        for line in lines:
+            if self.damaged is not None:
+                self.corruption = f"{self.path.name} line {self.damaged} is damaged; stopped following it."
+                break
+            try:
+                records.append(self.decode(line, self.next_seq))
+            except _DECODE_ERRORS:
+                self.damaged = self.next_seq
+                continue
+            self.next_seq += 1
+        return records
+
+
+def trace_tail(bundle: Bundle) -> Tail[TraceEvent]:
+    return Tail(bundle.trace_path, decode_event)
+
+
+def session_tail(bundle: Bundle) -> Tail[SessionEntry]:
+    return Tail(bundle.session_path, decode_entry)
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything a view may read about one run, replayed up to ``at`` when given (time travel)."""
+
+    bundle: Bundle
+    state: RunState
+    snapshot: dict[str, Any]
+    now: datetime
+    """The instant live clocks are computed for: wall time for a running run, else the last replayed event."""
+    at: int | None = None
+    live: bool | None = None
+    """Whether a writer holds the run (only probed for a running run read to its end)."""
+    notice: str | None = None
+    next_at: str | None = None
+    """When time travelling: the time of the first event after ``at`` (it bounds the session entries)."""
+
+    def events(self) -> RecordStream[TraceEvent]:
+        """A fresh stream of the trace events up to ``at``."""
+        return RecordStream(self.bundle.trace_path, decode_event, self.at)
+
+    def entries(self) -> EntryStream:
+        """Session entries written before the event after ``at`` (all of them without ``at``)."""
+        if self.at is None or self.next_at is None:
+            return EntryStream(self.bundle.session_path)
+        return EntryStream(
+            self.bundle.session_path, parse_instant(self.state.updated_at), parse_instant(self.next_at)
+        )
+
+
+class EntryStream:
+    """A re-iterable stream of session entries, cut where the replayed trace ends.
+
+    Entries and events share one clock but not one sequence, so the cut is by time: an entry belongs to the
+    replay when it was written before the next event (``before``), or no later than the last replayed one
+    (``until``), which settles entries written in the same millisecond as the last event.
+    """
+
+    def __init__(self, path: Path, until: datetime | None = None, before: datetime | None = None) -> None:
+        self.path, self.until, self.before = path, until, before
+
+    def __iter__(self) -> Iterator[SessionEntry]:
+        for entry in RecordStream(self.path, decode_entry):
+            moment = parse_instant(entry.at)
+            late = self.before is not None and moment is not None and moment >= self.before
+            if late and (self.until is None or moment is None or moment > self.until):
+                return
+            yield entry
+
+
+def load_run(
+    home: Path, run_id: str, at: int | None = None, clock: Callable[[], datetime] | None = None
+) -> RunData:
+    """Open a bundle and fold its trace (streamed) up to ``at``; ``RunNotFound`` for an unknown id."""
+    bundle = open_bundle(home, run_id)
+    stream = RecordStream(bundle.trace_path, decode_event)
+    following: list[str] = []
+
+    def prefix() -> Iterator[TraceEvent]:
+        for event in stream:
+            if at is not None and event.seq > at:
+                following.append(event.at)  # the next event's time bounds the session entries shown
+                return
+            yield event
+
+    state = fold(prefix())
+    data = run_data(bundle, state, at=at, notice=stream.corruption, clock=clock)
+    return replace(data, next_at=following[0] if following else None)
+
+
+def run_data(
+    bundle: Bundle,
+    state: RunState,
+    *,
+    at: int | None = None,
+    notice: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> RunData:
+    """Wrap a replayed state with the snapshot, the clock and the liveness probe."""
+    snapshot = bundle.read_snapshot()
+    replayed_to = state.finished_at if state.is_terminal else state.updated_at
+    fixed = parse_instant(replayed_to) if (at is not None or state.is_terminal) and replayed_to else None
+    now = fixed or (clock or _utc_now)()
+    live = run_is_live(bundle) if state.status == "running" and at is None else None
+    return RunData(bundle, state, snapshot, now, at, live, notice)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,82 @@
+"""Fixed-width text tables whose column widths depend only on the console width, never on the rows.
+
+Because widths are known before the first row, a table can stream rows from a trace of any length and its
+pages still line up; at narrow widths the lowest-priority columns are dropped rather than squeezing
+everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from piw.views.base import fit
+
+GAP = 2
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its header, minimum and preferred widths, and how readily it is dropped (lower goes
+    first)."""
+
+    name: str
+    min: int
+    max: int
+    priority: int = 0
+    flex: bool = False
+    right: bool = False
+
+
+Cell = Text | str
+
+
+def layout(columns: Sequence[Column], width: int) -> list[tuple[int, int]]:
+    """``(column index, width)`` pairs of the columns that fit in ``width``.
+
+    Columns start at their minimum; spare cells are then handed out a round at a time — one to each column
+    below its maximum, four to a flexible one — so the free-text column grows with the terminal most.
+    """
+    kept = list(range(len(columns)))
+    while len(kept) > 1 and sum(columns[i].min for i in kept) + GAP * (len(kept) - 1) > width:
+        kept.remove(min(kept, key=lambda i: (columns[i].priority, -i)))
+    if len(kept) == 1:
+        return [(kept[0], max(1, min(width, columns[kept[0]].max)))]
+    widths = {i: columns[i].min for i in kept}
+    spare = width - sum(widths.values()) - GAP * (len(kept) - 1)
+    while spare > 0:
+        growing = [i for i in kept if widths[i] < columns[i].max]
+        if not growing:
+            break
+        for i in growing:
+            step = min(spare, 4 if columns[i].flex else 1, columns[i].max - widths[i])
+            widths[i] += step
+            spare -= step
+    return [(i, widths[i]) for i in kept]
+
+
+def _cell(value: Cell, size: int, right: bool) -> Text:
+    text = value if isinstance(value, Text) else Text(value)
+    text = fit(text, size)
+    pad = size - text.cell_len
+    if pad > 0:
+        text = Text(" " * pad) + text if right else text + Text(" " * pad)
+    return text
+
+
+def table_lines(columns: Sequence[Column], rows: Iterable[Sequence[Cell]], width: int) -> Iterator[Text]:
+    """A header line, then one line per row; cells are clipped to their column and never wrap."""
+    plan = layout(columns, width)
+    header = Text(" " * GAP).join(
+        _cell(Text(columns[i].name, style="bold"), size, columns[i].right) for i, size in plan
+    )
+    yield _strip(header)
+    for row in rows:
+        yield _strip(Text(" " * GAP).join(_cell(row[i], size, columns[i].right) for i, size in plan))
+
+
+def _strip(line: Text) -> Text:
+    line.rstrip()
+    return line

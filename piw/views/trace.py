@@ -1,0 +1,110 @@
+"""The trace view: the raw events in order, optionally only one node's or one attempt's, streamed.
+
+Each row is the envelope (seq, time, type, node, attempt) and a one-line summary of the payload; the payload
+in full is in ``trace.ndjson`` itself. Filtering happens while streaming, so the view never holds the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from rich.console import Console
+from rich.text import Text
+
+from piw.trace import TraceEvent
+from piw.views.base import View, compact, fmt_clock, fmt_duration, node_label, safe, short_id
+from piw.views.table import Column, table_lines
+from piw.views.updates import EventSource
+
+COLUMNS = (
+    Column("seq", 4, 7, priority=8, right=True),
+    Column("at", 12, 12, priority=3),
+    Column("type", 12, 22, priority=9),
+    Column("node", 6, 16, priority=6),
+    Column("attempt", 8, 8, priority=2),
+    Column("payload", 10, 200, priority=7, flex=True),
+)
+_STYLES = {"node_failed": "red", "run_failed": "red", "run_timed_out": "red", "run_interrupted": "red",
+           "node_finished": "green", "run_completed": "green", "node_started": "cyan"}  # fmt: skip
+_SUMMARY_KEYS = {
+    "run_started": ("workflowName", "runTitle"),
+    "node_started": ("nodeType", "statusDetail"),
+    "node_finished": ("outcome", "durationMs", "output"),
+    "node_failed": ("outcome", "durationMs", "error"),
+    "agent_prompt_sent": ("deliveryKind", "completion", "prompt"),
+    "update_published": ("type", "key", "data"),
+    "notification_queued": ("kind", "notificationId"),
+    "assistant_completion_recorded": ("adopted", "textPreview"),
+}
+
+
+def summary(event: TraceEvent) -> str:
+    """The payload in one line: the telling values of known types joined by `` · ``, else the whole object."""
+    payload = event.payload
+    keys = _SUMMARY_KEYS.get(event.type)
+    if keys is None:
+        return compact(payload, 200) if payload else ""
+    parts = []
+    for key in keys:
+        if key in payload:
+            value = payload[key]
+            parts.append(
+                fmt_duration(value)
+                if key == "durationMs" and isinstance(value, int | float)
+                else compact(value)
+            )
+    return compact(" · ".join(parts), 200)
+
+
+def matches(event: TraceEvent, node: str | None, attempt: str | None) -> bool:
+    """Node filter: the node itself or anything mounted under it; attempt filter: the id or a prefix of it."""
+    if node is not None and not (event.node_id == node or (event.node_id or "").startswith(node + "/")):
+        return False
+    return attempt is None or (event.attempt_id or "").startswith(attempt)
+
+
+def _rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -> Iterator[list[Text | str]]:
+    for event in events:
+        if matches(event, node, attempt):
+            kind = safe(event.type, _STYLES.get(event.type, ""))
+            where = Text(node_label(event.node_id or ""))
+            yield [
+                str(event.seq),
+                fmt_clock(event.at),
+                kind,
+                where,
+                short_id(event.attempt_id),
+                safe(summary(event)),
+            ]
+
+
+class TraceView(View):
+    def __init__(self, events: EventSource, node: str | None = None, attempt: str | None = None) -> None:
+        self.events, self.node, self.attempt = events, node, attempt
+
+    def lines(self, console: Console, width: int) -> Iterator[Text]:
+        rows = _rows(self.events, self.node, self.attempt)
+        first = next(rows, None)
+        if first is None:
+            yield Text(self._nothing(), style="dim")
+            return
+        yield from table_lines(COLUMNS, _chain(first, rows), width)
+
+    def _nothing(self) -> str:
+        if self.node is not None or self.attempt is not None:
+            what = " and ".join(
+                f"{label} {value!r}"
+                for label, value in (("node", self.node), ("attempt", self.attempt))
+                if value
+            )
+            return f"No trace events for {safe(what).plain}."
+        return "No trace events."
+
+
+def _chain(first: list[Text | str], rest: Iterator[list[Text | str]]) -> Iterator[list[Text | str]]:
+    yield first
+    yield from rest
+
+
+def trace_view(events: EventSource, node: str | None = None, attempt: str | None = None) -> TraceView:
+    return TraceView(events, node, attempt)
