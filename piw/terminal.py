@@ -6,7 +6,10 @@ output, prompt or model reply reaches the terminal as a visible escape (``\\x1b`
 
 from __future__ import annotations
 
+import json
+import re
 import unicodedata
+from typing import Any
 
 from rich.text import Text
 
@@ -45,3 +48,16 @@ def single_line(text: str) -> str:
 def safe_text(text: str, style: str = "") -> Text:
     """A rich ``Text`` of sanitized workflow data: never markup, never ANSI, no highlighting."""
     return Text(sanitize_terminal_text(text), style=style)
+
+
+_UNSAFE_IN_JSON = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
+
+
+def json_text(value: Any) -> str:
+    """JSON for stdout that is still terminal-safe.
+
+    ``json.dumps`` escapes C0 controls but, with ``ensure_ascii=False``, passes C1 controls and bidi overrides
+    through; those are escaped too (``\\u202e``), which is the same JSON value and harmless on a terminal.
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group(0)):04x}", text)

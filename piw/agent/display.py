@@ -7,7 +7,7 @@ lines, so scripts and CI see the answer. Everything from the model goes through 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.text import Text
@@ -25,13 +25,26 @@ from piw.messages import AssistantMessage
 from piw.terminal import sanitize_terminal_text
 
 
-class AgentDisplay:
-    """A loop listener that renders agent activity to the origin session's console."""
+class StreamSink(Protocol):
+    """Where streamed assistant text goes while a live frame owns the terminal (``piw.live.LiveDisplay``)."""
 
-    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+    def stream_text(self, delta: str) -> None: ...
+
+    def end_stream(self) -> None: ...
+
+
+class AgentDisplay:
+    """A loop listener that renders agent activity to the origin session's console.
+
+    With a ``sink`` (a live frame on a terminal) text deltas go to the frame, which writing to the console would
+    tear, and each settled reply is printed once above it.
+    """
+
+    def __init__(self, console: Console, *, verbose: bool = False, sink: StreamSink | None = None) -> None:
         self.console = console
         self.verbose = verbose
-        self.streaming = console.is_terminal
+        self.sink = sink
+        self.streaming = console.is_terminal and sink is None
         self._open_line = False
         self._open_kind: str | None = None
 
@@ -48,6 +61,9 @@ class AgentDisplay:
             self.console.print(
                 card_text(event.details, event.content, self.console.width, expanded=self.verbose)
             )
+        elif isinstance(event, MessageUpdate) and self.sink is not None:
+            if event.delta == "text_delta":
+                self.sink.stream_text(sanitize_terminal_text(event.text))
         elif isinstance(event, MessageUpdate) and self.streaming:
             if event.delta == "text_delta" or (event.delta == "thinking_delta" and self.verbose):
                 if self._open_kind != event.delta:
@@ -62,6 +78,8 @@ class AgentDisplay:
         elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
             self._end_stream()
             message = event.message
+            if self.sink is not None:
+                self.sink.end_stream()
             if not self.streaming:
                 if self.verbose and message.thinking_text():
                     self.console.print(Text(sanitize_terminal_text(message.thinking_text()), style="dim"))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from piw.agent.contract import AgentStepContract, format_step_prompt, make_contract
-from piw.agent.loop import Deadline
 from piw.agent.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
+from piw.agent.loop import Deadline
 from piw.agent.workflow_tool import lenient_json
 from piw.definition import AgentNode
 from piw.executors import Attempt, NodeOutcome

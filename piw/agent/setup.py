@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from piw.agent.display import AgentDisplay
+from piw.agent.display import AgentDisplay, StreamSink
 from piw.agent.executor import AgentExecutor, AgentSettings
 from piw.definition import ActionNode, AgentNode
 from piw.errors import ProviderError
@@ -55,6 +55,7 @@ def agent_executor_factory(
     provider: str | None = None,
     model: str | None = None,
     script: str | None = None,
+    sink: StreamSink | None = None,
 ) -> Callable[[LoadedWorkflow], Executor | None]:
     """A factory the runner calls with the loaded workflow; it builds the agent executor if one is needed."""
 
@@ -81,7 +82,7 @@ def agent_executor_factory(
             provider_factory=lambda: instance,
             max_turns=config.agent.max_turns,
             system_prompt=config.agent.system_prompt,
-            listeners=[AgentDisplay(console, verbose=verbose)],
+            listeners=[AgentDisplay(console, verbose=verbose, sink=sink)],
         )
         return AgentExecutor(settings)
 

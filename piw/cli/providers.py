@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
@@ -14,7 +13,7 @@ from piw.console import make_console
 from piw.providers.config import config_path, load_config
 from piw.providers.selection import describe_providers
 from piw.store import piw_home
-from piw.terminal import safe_text
+from piw.terminal import json_text, safe_text
 
 
 @app.command()
@@ -24,7 +23,7 @@ def providers(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON
     summaries = describe_providers(load_config(home))
     if as_json:
         rows = [summary.model_dump(by_alias=True) for summary in summaries]
-        sys.stdout.write(json.dumps(rows, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(rows) + "\n")
         return 0
     console = make_console()
     if not summaries:

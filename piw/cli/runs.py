@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -13,12 +13,12 @@ from piw.cli import app
 from piw.console import make_console
 from piw.errors import PiwError, UsageError
 from piw.history import run_summaries
-from piw.live import StepLog
+from piw.live import LiveDisplay
 from piw.loader import discover, import_definition, load_workflow, parse_input_option, source_identity
 from piw.replay import RunState
 from piw.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store import piw_home
-from piw.terminal import safe_text, single_line
+from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
@@ -28,7 +28,7 @@ def _finish(state: RunState, as_json: bool) -> int:
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
-        sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(payload) + "\n")
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
@@ -38,17 +38,40 @@ def _foreground(
     provider: str | None = None,
     model: str | None = None,
     script: str | None = None,
-) -> ForegroundOptions:
-    """The listeners and agent wiring of a foreground run (the live view goes to stderr with --json)."""
+) -> tuple[ForegroundOptions, LiveDisplay]:
+    """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from piw.agent.setup import agent_executor_factory
 
     console = make_console(sys.stderr if as_json else sys.stdout)
-    return ForegroundOptions(
-        listeners=[StepLog(console)],
+    home = piw_home()
+    display = LiveDisplay(console, home=home)
+    sink = display if display.interactive else None
+    options = ForegroundOptions(
+        listeners=[display],
         agent_executor_factory=agent_executor_factory(
-            piw_home(), console, verbose=verbose, provider=provider, model=model, script=script
+            home, console, verbose=verbose, provider=provider, model=model, script=script, sink=sink
         ),
     )
+    return options, display
+
+
+ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
+ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")]
+ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
+VerboseOption = Annotated[bool, typer.Option("--verbose", help="Expand step cards.")]
+RunJsonOption = Annotated[
+    bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
+]
+
+
+def _follow(start: Callable[[ForegroundOptions], RunState], as_json: bool, flags: tuple[Any, ...]) -> int:
+    """Run in the foreground with the live display, closing it before the final JSON is printed."""
+    options, display = _foreground(as_json, *flags)
+    try:
+        state = start(options)
+    finally:
+        display.close()
+    return _finish(state, as_json)
 
 
 @app.command()
@@ -56,41 +79,36 @@ def run(
     workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
     input: Annotated[str | None, typer.Option("--input", help="Run input: JSON text, or @file.")] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
-    provider: Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")] = None,
-    script: Annotated[
-        str | None, typer.Option("--script", help="Replies file for the scripted provider.")
-    ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Expand step cards.")] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
-    ] = False,
+    provider: ProviderOption = None,
+    model: ModelOption = None,
+    script: ScriptOption = None,
+    verbose: VerboseOption = False,
+    as_json: RunJsonOption = False,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted."""
     raw_input = parse_input_option(input)
     home = piw_home()
-    options = _foreground(as_json, verbose, provider, model, script)
-    state = start_run(workflow, home, raw_input, title, options)
-    return _finish(state, as_json)
+    return _follow(
+        lambda options: start_run(workflow, home, raw_input, title, options),
+        as_json,
+        (verbose, provider, model, script),
+    )
 
 
 @app.command()
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
-    provider: Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")] = None,
-    script: Annotated[
-        str | None, typer.Option("--script", help="Replies file for the scripted provider.")
-    ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Expand step cards.")] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
-    ] = False,
+    provider: ProviderOption = None,
+    model: ModelOption = None,
+    script: ScriptOption = None,
+    verbose: VerboseOption = False,
+    as_json: RunJsonOption = False,
 ) -> int:
     """Continue an interrupted run from its trace; completed steps are not run again."""
     home = piw_home()
-    state = resume_run(run_id, home, _foreground(as_json, verbose, provider, model, script))
-    return _finish(state, as_json)
+    return _follow(
+        lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
+    )
 
 
 @app.command()
@@ -107,7 +125,7 @@ def runs(
         raise UsageError("--limit must be at least 1.")
     rows = list(run_summaries(piw_home(), status, limit))
     if as_json:
-        sys.stdout.write(json.dumps([row.to_json() for row in rows], ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text([row.to_json() for row in rows]) + "\n")
         return 0
     console = make_console()
     if not rows:
@@ -151,7 +169,7 @@ def list_workflows(
                          "_origin": label})  # fmt: skip
     if as_json:
         public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
-        sys.stdout.write(json.dumps(public, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(public) + "\n")
         return 0
     console = make_console()
     table = Table(box=None, pad_edge=False)

@@ -5,8 +5,6 @@ Each parses its arguments, makes one library call and prints one view; none of t
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from typing import Annotated
 
@@ -18,21 +16,11 @@ from piw.console import make_console
 from piw.errors import UsageError
 from piw.replay import state_to_json
 from piw.store import check_run_id, open_bundle, piw_home
+from piw.terminal import json_text
 from piw.views import VIEW_NAMES, View, load_run, view_for
 from piw.watch import Watcher, newest_run
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
-_UNSAFE_IN_JSON = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
-
-
-def json_text(value: object) -> str:
-    """Compact-ish JSON for stdout that is still terminal-safe.
-
-    ``json.dumps`` escapes C0 controls but, with ``ensure_ascii=False``, passes C1 controls and bidi overrides
-    through; those are escaped too (``\\u202e``), which is the same JSON value and harmless on a terminal.
-    """
-    text = json.dumps(value, ensure_ascii=False)
-    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group(0)):04x}", text)
 
 
 def print_view(console: Console, view: View) -> None:
