@@ -470,7 +470,12 @@ def _timeout_value(value: Any) -> float | None:
     """A node deadline in seconds from a ``timeout_s`` function: ``None`` or a finite number > 0."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"timeout_s must be None or a finite number > 0, got {value!r}")
     return float(value)
 

@@ -16,10 +16,14 @@ SOURCE = "The app crashes on save. Engineers found the cause and a fix ships on 
 
 def piw(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PIW_HOME": str(home), "COLUMNS": "100"}
-    return subprocess.run([sys.executable, "-m", "piw", *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "piw", *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
-def run_summary(tmp_path: Path, replies: list[Any], **input: Any) -> tuple[subprocess.CompletedProcess[str], Path]:
+def run_summary(
+    tmp_path: Path, replies: list[Any], **input: Any
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps({"summarize": replies}))
     home = tmp_path / "home"
@@ -61,7 +65,10 @@ def test_prompt_keeps_source_inside_its_nonce_block(tmp_path: Path) -> None:
     start = prompt.index("<<<DATA SOURCE ")
     end = prompt.index("<<<END SOURCE ")
     assert start < prompt.index(hostile) < end
-    entries = [json.loads(line)["entry"]["message"] for line in (bundle / "session" / "entries.ndjson").read_text().splitlines()]
+    entries = [
+        json.loads(line)["entry"]["message"]
+        for line in (bundle / "session" / "entries.ndjson").read_text().splitlines()
+    ]
     tool_results = [m for m in entries if m["role"] == "toolResult"]
     assert tool_results[0]["content"] == (
         "This step completes with a normal assistant response. Do not submit workflow output."
@@ -73,7 +80,11 @@ def test_prompt_keeps_source_inside_its_nonce_block(tmp_path: Path) -> None:
     ("reply", "extra", "error"),
     [
         ("x" * 2001, {}, "plain-summary: the summary has 2001 characters; the limit is 2000"),
-        ("One. Two. Three. Four. Five. Six.", {}, "plain-summary: the summary has 6 sentences; the limit is 5"),
+        (
+            "One. Two. Three. Four. Five. Six.",
+            {},
+            "plain-summary: the summary has 6 sentences; the limit is 5",
+        ),
     ],
 )
 def test_over_limit_reply_fails_finish_without_a_second_request(

@@ -87,7 +87,10 @@ def count_sentences(text: str) -> int:
 
 def summarize_prompt(ctx: NodeContext) -> str:
     spec = PlainSummaryInput.model_validate(ctx.input)
-    parts = ["Write a plain-language summary for the purpose in this assignment block:", data_block("PURPOSE", spec.purpose)]
+    parts = [
+        "Write a plain-language summary for the purpose in this assignment block:",
+        data_block("PURPOSE", spec.purpose),
+    ]
     if spec.must_include:
         points = "\n".join(f"{index}. {point}" for index, point in enumerate(spec.must_include, 1))
         parts += ["Cover every required point in this assignment block:", data_block("REQUIRED", points)]
@@ -118,10 +121,14 @@ def finish(ctx: NodeContext) -> dict[str, str]:
     if not text.strip():
         raise ValueError("plain-summary: the summary is empty")
     if len(text) > spec.max_chars:
-        raise ValueError(f"plain-summary: the summary has {len(text)} characters; the limit is {spec.max_chars}")
+        raise ValueError(
+            f"plain-summary: the summary has {len(text)} characters; the limit is {spec.max_chars}"
+        )
     sentences = count_sentences(text)
     if sentences > spec.max_sentences:
-        raise ValueError(f"plain-summary: the summary has {sentences} sentences; the limit is {spec.max_sentences}")
+        raise ValueError(
+            f"plain-summary: the summary has {sentences} sentences; the limit is {spec.max_sentences}"
+        )
     return {"text": text}
 
 

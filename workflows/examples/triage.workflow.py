@@ -19,7 +19,9 @@ workflow = define_workflow(
     start_at="classify",
     nodes={
         "classify": agent(
-            prompt=lambda ctx: f"Classify this report:\n{ctx.input.get('text', 'The app crashes when I save.')}",
+            prompt=lambda ctx: (
+                f"Classify this report:\n{ctx.input.get('text', 'The app crashes when I save.')}"
+            ),
             expected_output=Triage,
             status_detail="Classifying the report",
         ),
