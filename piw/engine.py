@@ -6,13 +6,16 @@ views all read the same ``RunState``. Resume continues from the trace alone (``p
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from piw.context import ActionContext, LazyOutputs, NodeContext
@@ -241,7 +244,8 @@ class Engine:
         writer = self.writer
         assert writer is not None and self.session is not None
         try:
-            body()
+            with self._interrupts_cancel_the_active_attempt():
+                body()
         except KeyboardInterrupt:
             if self.active is not None:
                 self.active.cancel.set()
@@ -255,6 +259,30 @@ class Engine:
             self.session.close()
             writer.lock.release()
         return writer.state
+
+    @contextlib.contextmanager
+    def _interrupts_cancel_the_active_attempt(self) -> Iterator[None]:
+        """Ctrl-C / SIGTERM set the active attempt's cancel event before ``KeyboardInterrupt`` unwinds the stack.
+
+        Threads the attempt started (``run_agent`` children, shell readers) then stop on their own, so an action
+        waiting for them in a ``with ThreadPoolExecutor(...)`` block is not stuck joining them while the
+        interrupt propagates.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def interrupt(signum: int, frame: FrameType | None) -> None:
+            if self.active is not None:
+                self.active.cancel.set()
+            raise KeyboardInterrupt
+
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _can_reattach(self, node_type: str, node_id: str, attempt_id: str) -> bool:
         """An in-progress agent attempt whose step prompt is in the conversation keeps its id (§8 step 5)."""
