@@ -133,7 +133,7 @@ def test_a_childs_stale_submission_is_rejected_and_its_correction_accepted(
     stale = "0" * 32
 
     def respond(body: dict[str, Any]) -> StubReply:
-        step, attempt = active_ids(body)
+        step, _ = active_ids(body)
         if len([m for m in body["messages"] if m["role"] == "tool"]) == 0:
             args = {"action": "submit", "step": step, "attempt": stale, "output": {"ok": False}}
             return StubReply.tool("workflow", args, call_id="call_stale")
