@@ -7,126 +7,45 @@ Every reader — the engine after each append, resume, ``inspect``, ``watch``, e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
+from piw.state import (
+    RUN_STATUSES,
+    TERMINAL_STATUSES,
+    CurrentAttempt,
+    RunState,
+    StepRecord,
+    UpdateRecord,
+    add_usage,
+    result_to_json,
+    state_from_json,
+    state_to_json,
+    step_from_json,
+    step_to_json,
+    update_to_json,
+)
 from piw.trace import TraceEvent, paused_gc
-from piw.wire import RUN_STATE_SCHEMA
 
-RUN_STATUSES = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
-TERMINAL_STATUSES = frozenset(RUN_STATUSES[1:])
-
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One finished attempt (``steps[]``); the latest per node is also its ``results`` entry."""
-
-    attempt_id: str
-    node_id: str
-    node_type: str
-    outcome: str
-    started_at: str | None
-    finished_at: str
-    duration_ms: int | None = None
-    prompt: str | None = None
-    output: Any = None
-    error: str | None = None
-    action: dict[str, Any] | None = None
-    conversation: dict[str, Any] | None = None
-    assistant_completion: dict[str, Any] | None = None
-    children: tuple[dict[str, Any], ...] = ()
-    usage: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateRecord:
-    """The latest ``update_published`` for one ``(type, key)`` pair."""
-
-    update_id: str
-    seq: int
-    at: str
-    run_id: str
-    node_id: str
-    attempt_id: str
-    type: str
-    key: str
-    data: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class CurrentAttempt:
-    """The attempt in progress: started, not yet finished or abandoned."""
-
-    node_id: str
-    attempt_id: str
-    node_type: str
-    started_at: str
-    status_detail: str | None = None
-    timeout_ms: int | None = None
-    prompt: str | None = None
-    children: tuple[dict[str, Any], ...] = ()
-    assistant_completion: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunState:
-    """The projection of a run's trace (``state.json``, ``pi-workflows.run-state.v1``)."""
-
-    run_id: str = ""
-    trace_seq: int = 0
-    workflow_name: str = ""
-    run_title: str | None = None
-    parent_run_id: str | None = None
-    carried_step_count: int = 0
-    human_decision: dict[str, Any] | None = None
-    workflow_source: dict[str, Any] = field(default_factory=dict)
-    workflow_sources: tuple[dict[str, Any], ...] | None = None
-    definition_digest: str = ""
-    started_at: str | None = None
-    updated_at: str | None = None
-    finished_at: str | None = None
-    status: str = "running"
-    input: Any = None
-    max_steps: int = 100
-    origin_session: dict[str, Any] | None = None
-    outputs: Mapping[str, Any] = field(default_factory=dict)
-    results: Mapping[str, StepRecord] = field(default_factory=dict)
-    steps: tuple[StepRecord, ...] = ()
-    usage: dict[str, Any] | None = None
-    updates: Mapping[tuple[str, str], UpdateRecord] = field(default_factory=dict)
-    current: CurrentAttempt | None = None
-    mounts: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    paused: bool = False
-    waiting_on: str | None = None
-    final_output: Any = None
-    error: str | None = None
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-    @property
-    def steps_taken(self) -> int:
-        """Attempts counted against ``maxSteps``: this trace's terminal node events plus carried ones."""
-        return len(self.steps)
-
-    def sorted_updates(self) -> list[UpdateRecord]:
-        return sorted(self.updates.values(), key=lambda record: record.seq)
-
-
-def add_usage(total: dict[str, Any] | None, part: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Sum two usage objects; ``cost`` stays only when both sides know it."""
-    if part is None:
-        return total
-    if total is None:
-        return dict(part)
-    summed = {key: total.get(key, 0) + part.get(key, 0) for key in ("requests", "input", "output")}
-    summed["cacheRead"] = total.get("cacheRead", 0) + part.get("cacheRead", 0)
-    summed["cacheWrite"] = total.get("cacheWrite", 0) + part.get("cacheWrite", 0)
-    if "cost" in total and "cost" in part:
-        summed["cost"] = total["cost"] + part["cost"]
-    return summed
+__all__ = [
+    # The fold is this module's own concept; the state types are re-exported because every reader of a run
+    # gets them from here together with ``fold``.
+    "RUN_STATUSES",
+    "TERMINAL_STATUSES",
+    "CurrentAttempt",
+    "RunState",
+    "StepRecord",
+    "UpdateRecord",
+    "add_usage",
+    "fold",
+    "fold_more",
+    "result_to_json",
+    "state_from_json",
+    "state_to_json",
+    "step_to_json",
+    "update_to_json",
+]
 
 
 class _Folder:
@@ -220,9 +139,9 @@ class _Folder:
             self.own()
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
-                self.steps.append(_step_from_json(raw))
+                self.steps.append(step_from_json(raw))
             for node_id, raw in (carried.get("results") or {}).items():
-                self.results[node_id] = _step_from_json(raw)
+                self.results[node_id] = step_from_json(raw)
             self.fields["carried_step_count"] = len(carried.get("steps") or [])
 
     def run_paused(self, event: TraceEvent) -> None:
@@ -402,198 +321,3 @@ def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
 def fold(events: Iterable[TraceEvent]) -> RunState:
     """Replay a whole trace into ``RunState``."""
     return fold_more(RunState(), events)
-
-
-# ---- state.json ------------------------------------------------------------------------------------------
-
-
-def _drop_none(data: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {key: value for key, value in data.items() if value is not None or key in keep}
-
-
-def step_to_json(step: StepRecord) -> dict[str, Any]:
-    """A ``steps[]`` entry in its camelCase wire shape (``prompt`` is nullable, so always present)."""
-    data = {
-        "attemptId": step.attempt_id,
-        "nodeId": step.node_id,
-        "nodeType": step.node_type,
-        "outcome": step.outcome,
-        "startedAt": step.started_at,
-        "finishedAt": step.finished_at,
-        "durationMs": step.duration_ms,
-        "prompt": step.prompt,
-        "output": step.output,
-        "error": step.error,
-        "action": step.action,
-        "conversation": step.conversation,
-        "assistantCompletion": step.assistant_completion,
-        "children": list(step.children) or None,
-        "usage": step.usage,
-    }
-    return _drop_none(data, keep=("prompt", "output"))
-
-
-def result_to_json(step: StepRecord) -> dict[str, Any]:
-    """A ``results[nodeId]`` entry: the latest attempt of that node."""
-    data = {
-        "attemptId": step.attempt_id,
-        "nodeId": step.node_id,
-        "nodeType": step.node_type,
-        "outcome": step.outcome,
-        "startedAt": step.started_at,
-        "finishedAt": step.finished_at,
-        "durationMs": step.duration_ms,
-        "output": step.output if step.outcome == "ok" else None,
-        "error": step.error,
-    }
-    return _drop_none(data)
-
-
-def update_to_json(record: UpdateRecord) -> dict[str, Any]:
-    return {
-        "updateId": record.update_id,
-        "seq": record.seq,
-        "at": record.at,
-        "runId": record.run_id,
-        "nodeId": record.node_id,
-        "attemptId": record.attempt_id,
-        "type": record.type,
-        "key": record.key,
-        "data": record.data,
-    }
-
-
-def state_to_json(state: RunState) -> dict[str, Any]:
-    """The ``state.json`` object (also ``piw inspect --json``)."""
-    current = state.current
-    data: dict[str, Any] = {
-        "schema": RUN_STATE_SCHEMA,
-        "traceSeq": state.trace_seq,
-        "runId": state.run_id,
-        "workflowName": state.workflow_name,
-        "runTitle": state.run_title,
-        "parentRunId": state.parent_run_id,
-        "carriedStepCount": state.carried_step_count or None,
-        "humanDecision": state.human_decision,
-        "workflowSource": state.workflow_source,
-        "workflowSources": list(state.workflow_sources) if state.workflow_sources else None,
-        "definitionDigest": state.definition_digest,
-        "startedAt": state.started_at,
-        "updatedAt": state.updated_at,
-        "finishedAt": state.finished_at,
-        "status": state.status,
-        "input": state.input,
-        "maxSteps": state.max_steps,
-        "originSession": state.origin_session,
-        "outputs": dict(state.outputs),
-        "results": {node: result_to_json(step) for node, step in state.results.items()},
-        "steps": [step_to_json(step) for step in state.steps],
-        "usage": state.usage,
-        "updates": [update_to_json(record) for record in state.sorted_updates()],
-        "currentNode": current.node_id if current else None,
-        "currentAttemptId": current.attempt_id if current else None,
-        "currentNodeStartedAt": current.started_at if current else None,
-        "statusDetail": current.status_detail if current else None,
-        "currentAttempt": _current_to_json(current) if current else None,
-        "mounts": dict(state.mounts) or None,
-        "paused": True if state.paused else None,
-        "waitingOn": state.waiting_on,
-        "finalOutput": state.final_output,
-        "error": state.error,
-    }
-    return _drop_none(data, keep=("input",))
-
-
-def _current_to_json(current: CurrentAttempt) -> dict[str, Any]:
-    return _drop_none(
-        {
-            "nodeType": current.node_type,
-            "timeoutMs": current.timeout_ms,
-            "prompt": current.prompt,
-            "children": list(current.children) or None,
-            "assistantCompletion": current.assistant_completion,
-        }
-    )
-
-
-def _step_from_json(raw: dict[str, Any]) -> StepRecord:
-    return StepRecord(
-        attempt_id=raw["attemptId"],
-        node_id=raw["nodeId"],
-        node_type=raw.get("nodeType", ""),
-        outcome=raw.get("outcome", "ok"),
-        started_at=raw.get("startedAt"),
-        finished_at=raw.get("finishedAt", ""),
-        duration_ms=raw.get("durationMs"),
-        prompt=raw.get("prompt"),
-        output=raw.get("output"),
-        error=raw.get("error"),
-        action=raw.get("action"),
-        conversation=raw.get("conversation"),
-        assistant_completion=raw.get("assistantCompletion"),
-        children=tuple(raw.get("children") or ()),
-        usage=raw.get("usage"),
-    )
-
-
-def state_from_json(data: dict[str, Any]) -> RunState:
-    """Rebuild ``RunState`` from ``state.json``; raises ``KeyError``/``TypeError``/``ValueError`` when malformed."""
-    if data.get("schema") != RUN_STATE_SCHEMA:
-        raise ValueError("not a run-state document")
-    steps = tuple(_step_from_json(raw) for raw in data.get("steps", []))
-    by_attempt = {step.attempt_id: step for step in steps}
-    results: dict[str, StepRecord] = {}
-    for node_id, raw in data.get("results", {}).items():
-        results[node_id] = by_attempt.get(raw["attemptId"]) or _step_from_json(raw)
-    updates: dict[tuple[str, str], UpdateRecord] = {}
-    for raw in data.get("updates", []):
-        record = UpdateRecord(
-            raw["updateId"], raw["seq"], raw["at"], raw["runId"], raw["nodeId"], raw["attemptId"],
-            raw["type"], raw["key"], raw["data"],
-        )  # fmt: skip
-        updates[(record.type, record.key)] = record
-    current = None
-    if data.get("currentNode"):
-        detail = data.get("currentAttempt") or {}
-        current = CurrentAttempt(
-            node_id=data["currentNode"],
-            attempt_id=data["currentAttemptId"],
-            node_type=detail.get("nodeType", ""),
-            started_at=data.get("currentNodeStartedAt", ""),
-            status_detail=data.get("statusDetail"),
-            timeout_ms=detail.get("timeoutMs"),
-            prompt=detail.get("prompt"),
-            children=tuple(detail.get("children") or ()),
-            assistant_completion=detail.get("assistantCompletion"),
-        )
-    sources = data.get("workflowSources")
-    return RunState(
-        run_id=data["runId"],
-        trace_seq=int(data["traceSeq"]),
-        workflow_name=data.get("workflowName", ""),
-        run_title=data.get("runTitle"),
-        parent_run_id=data.get("parentRunId"),
-        carried_step_count=data.get("carriedStepCount", 0),
-        human_decision=data.get("humanDecision"),
-        workflow_source=data.get("workflowSource", {}),
-        workflow_sources=tuple(sources) if sources else None,
-        definition_digest=data.get("definitionDigest", ""),
-        started_at=data.get("startedAt"),
-        updated_at=data.get("updatedAt"),
-        finished_at=data.get("finishedAt"),
-        status=data.get("status", "running"),
-        input=data.get("input"),
-        max_steps=data.get("maxSteps", 100),
-        origin_session=data.get("originSession"),
-        outputs=dict(data.get("outputs", {})),
-        results=results,
-        steps=steps,
-        usage=data.get("usage"),
-        updates=updates,
-        current=current,
-        mounts=dict(data.get("mounts") or {}),
-        paused=bool(data.get("paused", False)),
-        waiting_on=data.get("waitingOn"),
-        final_output=data.get("finalOutput"),
-        error=data.get("error"),
-    )
