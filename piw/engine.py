@@ -479,9 +479,7 @@ class Engine:
                 make_runner = getattr(self.executors["agent"], "child_runner", None)
                 if attempt is None or make_runner is None:
                     raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
-                if not hasattr(attempt, "_children"):
-                    attempt._children = make_runner(attempt)  # type: ignore[attr-defined]
-                return attempt._children(prompt, **kwargs)  # type: ignore[attr-defined]
+                return attempt.child_runner(make_runner)(prompt, **kwargs)
 
             return ActionContext(**common, publisher=publish, agent_runner=run_agent)
         return NodeContext(**common)

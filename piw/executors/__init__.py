@@ -69,6 +69,18 @@ class Attempt:
     usage: dict[str, Any] | None = None
     """Model usage of ``ctx.run_agent`` children, summed into the action's terminal event."""
     _usage_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _children: Any = field(default=None, repr=False)
+
+    def child_runner(self, make: Callable[[Attempt], Any]) -> Any:
+        """The attempt's one ``ctx.run_agent`` runner, made on first use.
+
+        Children are usually started from several threads at once; making the runner under the lock keeps a
+        single runner, and so a single concurrency limit and key registry, per attempt.
+        """
+        with self._usage_lock:
+            if self._children is None:
+                self._children = make(self)
+            return self._children
 
     def add_usage(self, part: dict[str, Any]) -> None:
         """Add a child's usage (thread-safe: children may run concurrently)."""
