@@ -153,20 +153,26 @@ def step_to_json(step: StepRecord) -> dict[str, Any]:
     return _drop_none(data, keep=("prompt", "output"))
 
 
+_RESULT_KEYS = (
+    "attemptId",
+    "nodeId",
+    "nodeType",
+    "outcome",
+    "startedAt",
+    "finishedAt",
+    "durationMs",
+    "output",
+    "error",
+)
+
+
 def result_to_json(step: StepRecord) -> dict[str, Any]:
-    """A ``results[nodeId]`` entry: the latest attempt of that node."""
-    data = {
-        "attemptId": step.attempt_id,
-        "nodeId": step.node_id,
-        "nodeType": step.node_type,
-        "outcome": step.outcome,
-        "startedAt": step.started_at,
-        "finishedAt": step.finished_at,
-        "durationMs": step.duration_ms,
-        "output": step.output if step.outcome == "ok" else None,
-        "error": step.error,
-    }
-    return _drop_none(data)
+    """A ``results[nodeId]`` entry: the latest attempt of that node (``output`` only when it was ``ok``)."""
+    data = step_to_json(step)
+    result = {key: data[key] for key in _RESULT_KEYS if data.get(key) is not None}
+    if step.outcome != "ok":
+        result.pop("output", None)
+    return result
 
 
 def update_to_json(record: UpdateRecord) -> dict[str, Any]:
