@@ -21,7 +21,13 @@ from rich.live import Live
 from rich.text import Text
 
 from piw.errors import PiwError
-from piw.progress import parse_instant
+from piw.progress import (
+    ProgressSample,
+    ProgressWindow,
+    estimate_progress,
+    format_progress_line,
+    parse_instant,
+)
 from piw.replay import RunState
 from piw.session import SessionEntry
 from piw.store import open_bundle, piw_home
@@ -60,6 +66,20 @@ class StepLog:
     def __init__(self, console: Console, notification_text: NotificationText | None = None) -> None:
         self.console = console
         self.notification_text = notification_text
+        self._tracks: dict[str, ProgressWindow] = {}
+
+    def _progress_line(self, event: TraceEvent) -> str | None:
+        """The track's progress line (label, counts, phase, ETA) from a bounded window of its samples."""
+        at = parse_instant(event.at)
+        key = str(event.payload.get("key", ""))
+        if at is None:
+            return None
+        window = self._tracks.setdefault(key, ProgressWindow())
+        window.add(ProgressSample(at, event.payload.get("data") or {}))
+        try:
+            return format_progress_line(estimate_progress(key, window.samples, at), at)
+        except ValueError:
+            return None
 
     def __call__(self, event: TraceEvent, state: RunState) -> None:
         line = self.line(event, state)
@@ -93,8 +113,12 @@ class StepLog:
         elif kind == "update_published":
             payload = event.payload
             line.append("  ↳ ", style="dim")
-            line.append(single_line(f"{payload.get('type')} {payload.get('key')}: "), style="dim")
-            line.append(_clip(payload.get("data"), 60), style="dim")
+            progress = self._progress_line(event) if payload.get("type") == "progress" else None
+            if progress is not None:
+                line.append(single_line(progress), style="dim")
+            else:
+                line.append(single_line(f"{payload.get('type')} {payload.get('key')}: "), style="dim")
+                line.append(_clip(payload.get("data"), 60), style="dim")
         elif kind in ("include_entered", "include_exited"):
             arrow = "↘" if kind == "include_entered" else "↗"
             line.append(f"{arrow} ", style="dim")
