@@ -22,10 +22,17 @@ from piw.agent.workflow_tool import WORKFLOW_TOOL_SPEC, ActiveStep, WorkflowTool
 from piw.definition import AgentNode
 from piw.errors import AttemptInactive
 from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
-from piw.messages import MESSAGE_ADAPTER, AssistantMessage, CustomMessage, Message, ToolResultMessage
+from piw.messages import (
+    MESSAGE_ADAPTER,
+    AssistantMessage,
+    CustomMessage,
+    Message,
+    ToolResultMessage,
+    ToolSpec,
+)
 from piw.providers.base import Provider, StepRef, force_tool
 from piw.session import SessionLog, current_branch
-from piw.tools import ToolContext, registry
+from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 
 STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
@@ -133,6 +140,18 @@ class AgentExecutor:
             node.expected_output,
         )
         return _AttemptRun(self, attempt, node, contract).run(format_step_prompt(task, contract))
+
+
+def registry_loop_tool(tool: Tool, context: ToolContext) -> LoopTool:
+    """Offer a registry tool to the loop; unparsable arguments become an error result, never a call."""
+
+    def execute(call_id: str, args: dict[str, Any], raw_error: str | None) -> ToolResult:
+        if raw_error is not None:
+            return ToolResult(f"Invalid {tool.name} call: {raw_error}", is_error=True)
+        return tool.execute(call_id, args, context)
+
+    spec = ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)
+    return LoopTool(spec, execute)
 
 
 class _AttemptRun:
@@ -248,26 +267,11 @@ class _AttemptRun:
         return loop.run(branch_messages(self.attempt.session))
 
     def _registry_tools(self) -> list[LoopTool]:
-        out: list[LoopTool] = []
-        for name in self.node.tools:
-            tool = registry.get(name)
-            context = ToolContext(
-                cwd=self.settings.cwd, timeout_s=self.deadline.remaining(), cancel=self.attempt.cancel
-            )
-
-            def execute(call_id: str, args: dict[str, Any], raw_error: str | None, _tool: Any = tool,
-                        _ctx: ToolContext = context) -> Any:  # fmt: skip
-                from piw.tools import ToolResult
-
-                if raw_error is not None:
-                    return ToolResult(f"Invalid {_tool.name} call: {raw_error}", is_error=True)
-                return _tool.execute(call_id, args, _ctx)
-
-            from piw.messages import ToolSpec
-
-            spec = ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)
-            out.append(LoopTool(spec, execute))
-        return out
+        """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""
+        context = ToolContext(
+            cwd=self.settings.cwd, timeout_s=self.deadline.remaining(), cancel=self.attempt.cancel
+        )
+        return [registry_loop_tool(registry.get(name), context) for name in self.node.tools]
 
     # ---- the attempt -------------------------------------------------------------------------------------
 
