@@ -84,6 +84,10 @@ def agent_executor_factory(
             system_prompt=config.agent.system_prompt,
             listeners=[AgentDisplay(console, verbose=verbose, sink=sink)],
         )
+        if config.agent.backend == "pi-rpc":
+            from piw.agent.pi_rpc import build_pi_rpc_executor
+
+            return build_pi_rpc_executor(selection, config, workflow, settings)
         return AgentExecutor(settings)
 
     return build
