@@ -226,6 +226,23 @@ def test_35_replay_of_a_multi_step_run(
     _record_and_replay(home, TRIAGE, openai_stub, monkeypatch, replies, 2)
 
 
+def test_35_replay_after_the_model_published_an_update(
+    home: Path, tmp_path: Path, openai_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update receipt (fresh update id and time in every run) reaches the model, yet the replay matches."""
+
+    def update(body: dict[str, Any]) -> StubReply:
+        step, attempt = active_ids(body)
+        data = {"schema": "pi-workflows.progress.v1", "status": "running", "label": "Reading"}
+        arguments = {"action": "update", "step": step, "attempt": attempt,
+                     "update": {"type": "progress", "key": "read", "data": data}}  # fmt: skip
+        return StubReply.tool("workflow", arguments, call_id="call_update")
+
+    replies = sequence(update, submit_reply({"route": "bug", "reason": "crash"}))
+    flow = one_agent(tmp_path, "agent(prompt='Classify.')")
+    _record_and_replay(home, flow, openai_stub, monkeypatch, replies, 2)
+
+
 # ---- 36: the request guard ---------------------------------------------------------------------------------
 
 

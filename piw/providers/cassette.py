@@ -13,6 +13,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -68,10 +69,21 @@ def _specialize(text: str, request: ChatRequest) -> str:
     return text
 
 
+_RUNTIME_VALUES = (
+    (re.compile(r"upd_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<updateId>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z"), "<time>"),
+)
+"""Values piw mints at run time that reach the model in tool results (update receipts), so they differ on replay."""
+
+
 def normalized_request(request: ChatRequest) -> dict[str, Any]:
-    """The request as recorded: JSON, with this run's step ids replaced by placeholders."""
-    text = json.dumps(request.model_dump(mode="json", by_alias=True), ensure_ascii=False)
-    value: dict[str, Any] = json.loads(_generalize(text, request))
+    """The request as recorded: JSON, with this run's step ids, update ids and receipt times as placeholders."""
+    text = _generalize(
+        json.dumps(request.model_dump(mode="json", by_alias=True), ensure_ascii=False), request
+    )
+    for pattern, placeholder in _RUNTIME_VALUES:
+        text = pattern.sub(placeholder, text)
+    value: dict[str, Any] = json.loads(text)
     return value
 
 
