@@ -26,6 +26,7 @@ from piw.trace import (
     LineAppender,
     TraceEvent,
     decode_event,
+    iter_trace,
 )
 from piw.wire import Manifest, now_iso
 
@@ -75,6 +76,7 @@ class RunWriter:
         self._closed = False
         artifact_fsync = (lambda fd: None) if durability == "flush" else self.files.fsync
         self._artifacts = ArtifactStore(bundle.path, fsync=artifact_fsync)
+        self._notifications: set[str] | None = None
         self._kill_before = _kill_point(KILL_BEFORE_APPEND_ENV)
         self._kill_after = _kill_point(KILL_AFTER_APPEND_ENV)
 
@@ -120,10 +122,27 @@ class RunWriter:
             if seq == self._kill_after:
                 _die()
             self.state = fold_more(self.state, [event])
+            if type == "notification_queued" and self._notifications is not None:
+                self._notifications.add(str(payload.get("notificationId")))
             self._refresh_caches(force=terminal or scope == "run")
             for listener in list(self.listeners):
                 listener(event, self.state)
             return event
+
+    def notification_queued(self, notification_id: str) -> bool:
+        """Whether the trace already holds ``notification_queued`` for this id (at most one per id).
+
+        Read from the trace once per writer (an abandoned attempt before a crash may have queued it), then kept
+        current by ``append``, so a run with many notify steps does not re-read its trace for each one.
+        """
+        with self._mutex:
+            if self._notifications is None:
+                self._notifications = {
+                    str(event.payload.get("notificationId"))
+                    for event in iter_trace(self.bundle.trace_path)
+                    if event.type == "notification_queued"
+                }
+            return notification_id in self._notifications
 
     def sync(self) -> None:
         """An external effect is about to happen: make every line it may depend on durable.

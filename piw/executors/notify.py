@@ -10,7 +10,6 @@ from typing import Any
 
 from piw.definition import NotifyNode
 from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate
-from piw.trace import read_trace
 from piw.wire import sha256_hex
 
 NOTIFICATION_CUSTOM_TYPE = "pi-workflows-notification"
@@ -47,7 +46,7 @@ class NotifyExecutor:
             )
         content = existing.message.get("content", text)
         target = attempt.origin_session_id
-        if not _already_queued(attempt, ident):
+        if not attempt.writer.notification_queued(ident):
             payload: dict[str, Any] = {
                 "notificationId": ident,
                 "notificationIndex": index,
@@ -59,8 +58,3 @@ class NotifyExecutor:
             writer.append("node", "notification_queued", payload, node_id=attempt.node_id,
                           attempt_id=attempt.attempt_id, sync=True)  # fmt: skip
         return NodeOutcome.ok({"notificationId": ident, "targetSessionId": target})
-
-
-def _already_queued(attempt: Attempt, ident: str) -> bool:
-    events = read_trace(attempt.writer.bundle.trace_path).events
-    return any(e.type == "notification_queued" and e.payload.get("notificationId") == ident for e in events)
