@@ -16,6 +16,7 @@ from piw.state import (
     TERMINAL_STATUSES,
     CurrentAttempt,
     RunState,
+    StepList,
     StepRecord,
     UpdateRecord,
     add_usage,
@@ -35,6 +36,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "CurrentAttempt",
     "RunState",
+    "StepList",
     "StepRecord",
     "UpdateRecord",
     "add_usage",
@@ -58,7 +60,8 @@ class _Folder:
         # make each append cost as much as the whole run so far.
         self.outputs: dict[str, Any] = state.outputs  # type: ignore[assignment]
         self.results: dict[str, StepRecord] = state.results  # type: ignore[assignment]
-        self.steps: list[StepRecord] = state.steps  # type: ignore[assignment]
+        self.new_steps: list[StepRecord] = []
+        """Steps finished in this call; added to the shared ``StepList`` once, in ``result``."""
         self.updates: dict[tuple[str, str], UpdateRecord] = state.updates  # type: ignore[assignment]
         self.mounts: dict[str, dict[str, Any]] = state.mounts  # type: ignore[assignment]
         self.owned = False
@@ -89,7 +92,6 @@ class _Folder:
             state = self.state
             self.outputs = dict(state.outputs)
             self.results = dict(state.results)
-            self.steps = list(state.steps)
             self.updates = dict(state.updates)
             self.mounts = dict(state.mounts)
             self.owned = True
@@ -105,7 +107,7 @@ class _Folder:
             self.state,
             outputs=self.outputs,
             results=self.results,
-            steps=tuple(self.steps) if self.owned else self.state.steps,
+            steps=self.state.steps.extended(self.new_steps),
             updates=self.updates,
             mounts=self.mounts,
             current=current,
@@ -139,7 +141,7 @@ class _Folder:
             self.own()
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
-                self.steps.append(step_from_json(raw))
+                self.new_steps.append(step_from_json(raw))
             for node_id, raw in (carried.get("results") or {}).items():
                 self.results[node_id] = step_from_json(raw)
             self.fields["carried_step_count"] = len(carried.get("steps") or [])
@@ -172,7 +174,7 @@ class _Folder:
         path = "/".join(event.payload.get("mountPath", []))
         self.mounts[path] = {
             "invocation": event.payload.get("invocation", 1),
-            "stepIndex": len(self.steps),
+            "stepIndex": len(self.state.steps) + len(self.new_steps),
             "input": event.payload.get("input"),
         }
 
@@ -268,7 +270,7 @@ class _Folder:
             children=children,
             usage=payload.get("usage"),
         )
-        self.steps.append(step)
+        self.new_steps.append(step)
         self.results[node_id] = step
         if outcome == "ok":
             self.outputs[node_id] = step.output

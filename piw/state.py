@@ -6,9 +6,9 @@ converts it to and from the cached ``state.json`` (``persistence.md`` §4).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from piw.wire import RUN_STATE_SCHEMA
 
@@ -35,6 +35,67 @@ class StepRecord:
     assistant_completion: dict[str, Any] | None = None
     children: tuple[dict[str, Any], ...] = ()
     usage: dict[str, Any] | None = None
+
+
+class StepList(Sequence[StepRecord]):
+    """The steps of a ``RunState``: an immutable view of the first ``size`` records of a list successive states share.
+
+    ``fold_more`` appends a finished step in place when its input state views the whole list (the usual case: the
+    engine folds each event into the newest state), so a live run's fold costs O(1) per step instead of copying
+    every earlier step; an older state that is folded again sees a shorter view and copies its prefix first.
+    """
+
+    __slots__ = ("_items", "_size")
+
+    def __init__(self, items: Iterable[StepRecord] = ()) -> None:
+        self._items: list[StepRecord] = list(items)
+        self._size = len(self._items)
+
+    @classmethod
+    def _view(cls, items: list[StepRecord], size: int) -> StepList:
+        view = cls.__new__(cls)
+        view._items, view._size = items, size
+        return view
+
+    def extended(self, steps: list[StepRecord]) -> StepList:
+        """A new view with ``steps`` at the end; this view is unchanged."""
+        if not steps:
+            return self
+        if len(self._items) == self._size:
+            self._items.extend(steps)
+            return StepList._view(self._items, self._size + len(steps))
+        items = [*self._items[: self._size], *steps]
+        return StepList._view(items, len(items))
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> StepRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[StepRecord, ...]: ...
+    def __getitem__(self, index: int | slice) -> StepRecord | tuple[StepRecord, ...]:
+        if isinstance(index, slice):
+            return tuple(self._items[i] for i in range(*index.indices(self._size)))
+        if index < 0:
+            index += self._size
+        if not 0 <= index < self._size:
+            raise IndexError("step index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        items = self._items
+        return (items[i] for i in range(self._size))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"StepList({list(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +151,7 @@ class RunState:
     origin_session: dict[str, Any] | None = None
     outputs: Mapping[str, Any] = field(default_factory=dict)
     results: Mapping[str, StepRecord] = field(default_factory=dict)
-    steps: tuple[StepRecord, ...] = ()
+    steps: StepList = field(default_factory=StepList)
     usage: dict[str, Any] | None = None
     updates: Mapping[tuple[str, str], UpdateRecord] = field(default_factory=dict)
     current: CurrentAttempt | None = None
@@ -266,7 +327,7 @@ def state_from_json(data: dict[str, Any]) -> RunState:
     """Rebuild ``RunState`` from ``state.json``; raises ``KeyError``/``TypeError``/``ValueError`` when malformed."""
     if data.get("schema") != RUN_STATE_SCHEMA:
         raise ValueError("not a run-state document")
-    steps = tuple(step_from_json(raw) for raw in data.get("steps", []))
+    steps = StepList(step_from_json(raw) for raw in data.get("steps", []))
     by_attempt = {step.attempt_id: step for step in steps}
     results: dict[str, StepRecord] = {}
     for node_id, raw in data.get("results", {}).items():

@@ -101,6 +101,20 @@ def test_fold_is_pure(finished: tuple[Any, Path]) -> None:
         assert state_to_json(prefix) == snapshot, split  # the input state is never changed
 
 
+def test_states_folded_from_one_parent_stay_independent(finished: tuple[Any, Path]) -> None:
+    """Successive states share their step storage; branching from an older state must not see a newer branch."""
+    _, bundle = finished
+    events = events_of(bundle)
+    whole = fold(events)
+    for split in range(len(events)):
+        parent = fold(events[:split])
+        longer = fold_more(parent, events[split:])
+        shorter = fold_more(parent, events[split : split + 1])
+        assert shorter == fold(events[: split + 1]), split
+        assert longer == whole, split
+        assert list(parent.steps) == list(fold(events[:split]).steps), split
+
+
 def test_projection_details(finished: tuple[Any, Path]) -> None:
     state, _ = finished
     data = state_to_json(state)
