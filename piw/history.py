@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError
-from piw.store import Bundle, list_bundles, load_state
+from piw.store import Bundle, list_bundles, load_state, run_is_live
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class RunSummary:
     current_node: str | None
     notice: str | None = None
     """Set when the bundle could not be replayed (e.g. a damaged trace); the row then comes from the manifest."""
+    interrupted: bool = False
+    """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +67,7 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
             started_at=state.started_at,
             finished_at=state.finished_at,
             current_node=state.current.node_id if state.current else None,
+            interrupted=state.status == "running" and not run_is_live(bundle),
         )
         count += 1
         if limit is not None and count >= limit:

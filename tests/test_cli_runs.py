@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -396,3 +397,28 @@ def test_run_json_final_output_is_resolved(cli: Cli, make_workflow: WorkflowMake
     done = cli("run", str(path), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["finalOutput"] == {"text": "é" * 5000, "user": {"$artifact": "mine"}}
+
+
+def test_runs_tells_a_crashed_run_from_a_live_one(cli: Cli, make_workflow: WorkflowMaker) -> None:
+    path = make_workflow(
+        "slow",
+        """
+        import time
+        from piw import action, define_workflow
+        workflow = define_workflow(name="slow", start_at="a", nodes={"a": action(lambda ctx: time.sleep(30))})
+        """,
+    )
+    process = cli.popen("run", str(path))
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and [row["currentNode"] for row in cli.json("runs")] != ["a"]:
+            time.sleep(0.05)
+        live = cli("runs").stdout
+        assert "running" in live and "interrupted" not in live
+    finally:
+        process.kill()
+        process.wait()
+    table = cli("runs").stdout
+    assert "running (interrupted)" in table
+    assert "continue one with 'piw resume RUN_ID'" in table
+    assert cli.json("runs")[0]["status"] == "running"  # the JSON status stays the RunState status

@@ -137,7 +137,7 @@ def runs(
     for row in rows:
         table.add_row(
             row.run_id,
-            row.status,
+            "running (interrupted)" if row.interrupted else row.status,
             safe_text(
                 single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")
             ),
@@ -145,6 +145,8 @@ def runs(
             safe_text(row.current_node or ""),
         )
     console.print(table)
+    if any(row.interrupted for row in rows):
+        console.print("Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID'.")
     return 0
 
 
