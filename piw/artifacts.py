@@ -19,11 +19,6 @@ ARTIFACT_THRESHOLD_BYTES = 4096
 _SENTINELS = ("$artifact", "$escaped")
 
 
-def is_artifact_ref(value: Any) -> bool:
-    """True for a ``{"$artifact": {...}}`` sentinel (the key must be the object's only key)."""
-    return isinstance(value, dict) and len(value) == 1 and "$artifact" in value
-
-
 def externalize(value: Any, store: Callable[[str], dict[str, Any]]) -> Any:
     """Replace string leaves over 4096 UTF-8 bytes by artifact refs and escape user objects using sentinel keys."""
     if isinstance(value, str):

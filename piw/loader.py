@@ -165,13 +165,6 @@ def _sorted_mounts(graph: FlatGraph) -> list[Mount]:
     return [graph.mounts[key] for key in sorted(graph.mounts)]
 
 
-def load_builtin(name: str, home: Path) -> LoadedWorkflow:
-    path = builtins_dir() / f"{name}{SUFFIX}"
-    if not path.is_file():
-        raise LoadError(f"No built-in workflow named {name!r}.")
-    return load_workflow(path, home)
-
-
 def parse_input_option(text: str | None) -> Any:
     """``--input JSON`` or ``--input @file``; omitted means ``{}``."""
     if text is None:

@@ -20,7 +20,7 @@ from piw.errors import DefinitionError
 from piw.executors import Attempt
 from piw.graph import GraphNode
 from piw.session import SessionEntry, SessionLog, current_branch
-from piw.trace import read_trace
+from piw.trace import iter_trace
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 DEFAULT_MAX_CONCURRENT_CHILDREN = 4
@@ -84,6 +84,16 @@ class ChildRunner:
         self.root = current_branch(attempt.session.entries)[-1].id if attempt.session.entries else None
         writer = attempt.writer
         self.visit = 1 + sum(1 for step in writer.state.steps if step.node_id == attempt.node_id)
+        # Keys are unique within a visit, so only abandoned attempts of this visit can hold a result for one: they
+        # are all in the trace before this attempt starts, and one read covers every later run_agent call.
+        self.earlier_ok: dict[str, Any] = {
+            str(event.payload.get("key")): event.payload.get("output")
+            for event in iter_trace(writer.bundle.trace_path)
+            if event.type == "child_step_finished"
+            and event.node_id == attempt.node_id
+            and event.payload.get("visit") == self.visit
+            and event.payload.get("outcome") == "ok"
+        }
         self.in_flight = 0
         self.max_in_flight = 0
 
@@ -124,18 +134,10 @@ class ChildRunner:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
     def _recorded(self, key: str) -> ChildResult | None:
-        """An ``ok`` result of this key in this node visit, from the trace (the commit point)."""
-        for event in read_trace(self.attempt.writer.bundle.trace_path).events:
-            payload = event.payload
-            if (
-                event.type == "child_step_finished"
-                and event.node_id == self.attempt.node_id
-                and payload.get("visit") == self.visit
-                and payload.get("key") == key
-                and payload.get("outcome") == "ok"
-            ):
-                return ChildResult("ok", self.attempt.writer.bundle.resolve(payload.get("output")))
-        return None
+        """An ``ok`` result of this key from an earlier attempt of this node visit (read from the trace once)."""
+        if key not in self.earlier_ok:
+            return None
+        return ChildResult("ok", self.attempt.writer.bundle.resolve(self.earlier_ok[key]))
 
     def _run(
         self, prompt: str, key: str, expected: Any, tools: tuple[str, ...], timeout_s: float | None

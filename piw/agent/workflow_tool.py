@@ -109,7 +109,6 @@ class ActiveStep:
     """Runs §1.1 steps 2–4 on a lenient-parsed value; raises ``ValueError`` (reason) or ``OutputInvalid``."""
     accepted: bool = False
     output: Any = None
-    accepted_call_id: str | None = None
     invalid_output: OutputInvalid | None = None
     closed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -186,7 +185,7 @@ class WorkflowTool:
             )
         except Exception as exc:
             return ToolResult(f"Output rejected for step {contract.node_id}: {exc}", is_error=True)
-        self.step.accepted, self.step.output, self.step.accepted_call_id = True, output, call_id
+        self.step.accepted, self.step.output = True, output
         return ToolResult(f"Output accepted for step {contract.node_id}.", terminate=True)
 
     def _update(self, call: UpdateCall, call_id: str) -> ToolResult:
