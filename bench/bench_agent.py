@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from piw.agent.setup import agent_executor_factory
-from piw.runner import ForegroundOptions, start_run
+from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply
 
 RUNS = int(os.environ.get("BENCH_RUNS", "20"))

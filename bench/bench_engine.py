@@ -29,8 +29,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from piw.runner import ForegroundOptions, start_run
-from piw.trace import FileLayer, TraceEvent
+from piw.run.runner import ForegroundOptions, start_run
+from piw.store.trace import FileLayer, TraceEvent
 
 LOOP = """
 from piw import action, compute, define_workflow, edge, switch
@@ -158,8 +158,8 @@ def write_trace(path: Path, events: int) -> None:
 
 def fold_child(path: str) -> None:
     """Read, parse and fold one trace in this (fresh) process; print timings and peak memory as JSON."""
-    from piw.replay import fold
-    from piw.trace import iter_trace, read_trace
+    from piw.store.replay import fold
+    from piw.store.trace import iter_trace, read_trace
 
     started = time.perf_counter()
     state = fold(iter_trace(Path(path)))

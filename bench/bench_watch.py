@@ -28,12 +28,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from piw.runner import ForegroundOptions, start_run
-from piw.store import Bundle
-from piw.trace import TraceEvent
+from piw.cli.watch import Watcher
+from piw.run.runner import ForegroundOptions, start_run
+from piw.store.bundle import Bundle
+from piw.store.trace import TraceEvent
 from piw.views import load_run, view_for
 from piw.views.frame import FrameView
-from piw.watch import Watcher
 
 RUN_ID = "20260101T000000000Z-bench-00000001"
 
@@ -145,7 +145,11 @@ def graph_timing(repeats: int = 20) -> tuple[float, float, float]:
             Console(file=io.StringIO(), width=80, color_system=None).print(view_for("graph", run))
             inside.append((time.perf_counter() - started) * 1000)
         env = {**os.environ, "PIW_HOME": str(home), "COLUMNS": "80"}
-        command = [sys.executable, "-c", "import sys; from piw.cli import main; sys.argv[0]='piw'; main()"]
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from piw.cli.main import main; sys.argv[0]='piw'; main()",
+        ]
         whole = []
         for _ in range(5):
             started = time.perf_counter()

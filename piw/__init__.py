@@ -8,8 +8,27 @@ This module is the public API that workflow files import (pinned by a test). Pro
 # names them) and the public ``agent()`` helper. Loading the package first lets the helper bind the attribute
 # below; later ``import piw.agent.x`` statements find the package in ``sys.modules`` and leave it alone.
 import piw.agent as _agent_package  # noqa: F401  (must precede the helper import)
-from piw.context import ActionContext, NodeContext
-from piw.definition import (
+from piw.errors import (
+    AttemptInactive,
+    Cancelled,
+    ClaimLost,
+    DefinitionError,
+    LoadError,
+    NeedsKey,
+    NodeFailure,
+    OutputInvalid,
+    PiwError,
+    ProviderError,
+    ResumeRefused,
+    RunNotFound,
+    SourceChanged,
+    TraceCorrupt,
+    UpdateRejected,
+)
+from piw.updates.envelope import UpdateInput
+from piw.updates.shell_lines import ShellLine
+from piw.workflow.context import ActionContext, NodeContext
+from piw.workflow.definition import (
     AssistantMessage,
     ShellCommand,
     ShellUpdates,
@@ -28,25 +47,6 @@ from piw.definition import (
     shell,
     switch,
 )
-from piw.errors import (
-    AttemptInactive,
-    Cancelled,
-    ClaimLost,
-    DefinitionError,
-    LoadError,
-    NeedsKey,
-    NodeFailure,
-    OutputInvalid,
-    PiwError,
-    ProviderError,
-    ResumeRefused,
-    RunNotFound,
-    SourceChanged,
-    TraceCorrupt,
-    UpdateRejected,
-)
-from piw.shell_lines import ShellLine
-from piw.updates import UpdateInput
 
 __version__ = "0.1.0"
 

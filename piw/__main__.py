@@ -1,5 +1,5 @@
 """``python -m piw`` runs the CLI (the same as the ``piw`` console script)."""
 
-from piw.cli import main
+from piw.cli.main import main
 
 main()

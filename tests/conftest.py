@@ -2,7 +2,7 @@
 
 Tests talk to piw through its public surface: the ``piw`` command in a subprocess, the public API, and the
 files a run leaves on disk. ``cli`` runs the real console script; ``run_workflow`` starts a run in-process
-through the same library call ``piw run`` makes (``piw.runner.start_run``), e.g. with a fake file layer.
+through the same library call ``piw run`` makes (``piw.run.runner.start_run``), e.g. with a fake file layer.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 WORKFLOW_FIXTURES = FIXTURES / "workflows"
 _SCRIPT = Path(sys.executable).with_name("piw")
 PIW_COMMAND = (
-    [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-c", "from piw.cli import main; main()"]
+    [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-c", "from piw.cli.main import main; main()"]
 )
 
 
@@ -140,8 +140,8 @@ RunWorkflow = Callable[..., Any]
 
 @pytest.fixture
 def run_workflow(piw_home: Path) -> RunWorkflow:
-    """Start a run in-process (``piw.runner.start_run``, as ``piw run`` does); return its ``RunState``."""
-    from piw.runner import ForegroundOptions, start_run
+    """Start a run in-process (``piw.run.runner.start_run``, as ``piw run`` does); return its ``RunState``."""
+    from piw.run.runner import ForegroundOptions, start_run
 
     def run(
         path: Path | str,
@@ -159,8 +159,8 @@ def run_workflow(piw_home: Path) -> RunWorkflow:
 
 @pytest.fixture
 def resume_workflow(piw_home: Path) -> Callable[..., Any]:
-    """Resume a run in-process (``piw.runner.resume_run``) and return its final ``RunState``."""
-    from piw.runner import ForegroundOptions, resume_run
+    """Resume a run in-process (``piw.run.runner.resume_run``) and return its final ``RunState``."""
+    from piw.run.runner import ForegroundOptions, resume_run
 
     def resume(run_id: str, *, durability: str | None = None, files: Any = None) -> Any:
         return resume_run(run_id, piw_home, ForegroundOptions(durability=durability, files=files))

@@ -33,8 +33,8 @@ from agent_harness import (
 from piw import DefinitionError, agent, assistant_message
 from piw.agent.events import AgentSettled, AutoRetryEnd, AutoRetryStart, MessageEnd
 from piw.agent.workflow_tool import ASSISTANT_STEP_SUBMIT
-from piw.messages import AssistantMessage, TextBlock, ToolCallBlock
 from piw.providers.base import ChatRequest
+from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.tools import Tool, ToolResult, register, unregister
@@ -284,8 +284,8 @@ def test_09_timeout_closes_a_held_request(
 
 
 def test_09_cancel_closes_a_held_request(home: Path, tmp_path: Path, openai_stub: OpenAIStub) -> None:
-    from piw.engine import Engine, RunOptions
-    from piw.loader import load_workflow
+    from piw.run.engine import Engine, RunOptions
+    from piw.workflow.loader import load_workflow
 
     flow = one_agent(tmp_path, ASSISTANT)
     openai_stub.respond = [StubReply.hold()]

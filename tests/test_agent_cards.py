@@ -42,10 +42,10 @@ from piw.agent.events import (
     ToolExecutionEnd,
     ToolExecutionStart,
 )
-from piw.cards import card_text, compact_card_lines, expanded_card_lines
-from piw.messages import AssistantMessage, CustomMessage, TextBlock, ThinkingBlock
+from piw.providers.messages import AssistantMessage, CustomMessage, TextBlock, ThinkingBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
+from piw.views.cards import card_text, compact_card_lines, expanded_card_lines
 
 __all__ = ["home", "openai_stub"]
 

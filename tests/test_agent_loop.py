@@ -26,9 +26,9 @@ from agent_harness import (
 from piw import DefinitionError, agent
 from piw.agent.events import AutoRetryEnd, AutoRetryStart
 from piw.agent.loop import AgentLoop, Deadline, LoopTool, TurnBudget
-from piw.messages import AssistantMessage, Message, ToolSpec, Usage, UserMessage
 from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
+from piw.providers.messages import AssistantMessage, Message, ToolSpec, Usage, UserMessage
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.tools import ToolResult
@@ -104,7 +104,7 @@ def test_event_order_for_a_tool_turn_then_text() -> None:
 
 
 def test_unknown_tools_bad_arguments_and_exceptions_become_error_results() -> None:
-    from piw.messages import ToolCallBlock
+    from piw.providers.messages import ToolCallBlock
 
     calls = [
         ToolCallBlock(id="a", name="missing"),

@@ -24,7 +24,7 @@ from piw.agent.pi_process import PiLaunch
 from piw.agent.pi_rpc import PiRpcExecutor
 from piw.agent.workflow_tool import ASSISTANT_STEP_SUBMIT
 from piw.providers.config import ProviderConfig
-from piw.runner import ForegroundOptions, start_run
+from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply, openai_stub
 
 __all__ = ["home", "openai_stub"]

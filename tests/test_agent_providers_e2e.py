@@ -29,9 +29,9 @@ from agent_harness import (
 )
 
 from piw.errors import NeedsKey, ProviderError, ScriptExhausted
-from piw.messages import UserMessage
 from piw.providers.base import ChatRequest, StepRef
 from piw.providers.config import ProviderConfig, parse_config
+from piw.providers.messages import UserMessage
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.scripted import ScriptedProvider
 from piw.providers.selection import select_provider

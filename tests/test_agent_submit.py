@@ -36,8 +36,8 @@ from piw.agent.workflow_tool import (
     ActiveStep,
     WorkflowTool,
 )
-from piw.messages import AssistantMessage, CustomMessage, ToolCallBlock
 from piw.providers.base import ChatRequest
+from piw.providers.messages import AssistantMessage, CustomMessage, ToolCallBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-import piw.publishing
+import piw.updates.publishing
 from piw.agent.executor import AgentExecutor, AgentSettings
-from piw.messages import AssistantMessage, TextBlock, ToolCallBlock, ToolResultMessage
 from piw.providers.base import ChatRequest, Provider
+from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock, ToolResultMessage
 from piw.providers.scripted import ScriptedProvider
-from piw.replay import state_to_json
-from piw.runner import ForegroundOptions, start_run
+from piw.run.runner import ForegroundOptions, start_run
+from piw.store.replay import state_to_json
 from piw.testing import OpenAIStub, StubReply
-from piw.updates import TokenBucket
+from piw.updates.envelope import TokenBucket
 
 PROGRESS = "pi-workflows.progress.v1"
 STEP_IN_PROMPT = re.compile(r"step ([^\s,]+), attempt ([0-9a-f]{32})")
@@ -290,7 +290,7 @@ def test_assistant_completion_steps_cannot_publish(tmp_path: Path, home: Path) -
 def test_agent_updates_share_the_run_rate_limit(
     tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(piw.publishing, "TokenBucket", lambda: TokenBucket(clock=lambda: 0.0))
+    monkeypatch.setattr(piw.updates.publishing, "TokenBucket", lambda: TokenBucket(clock=lambda: 0.0))
     burst = [update(f"c{i}", "note", f"k{i % 10}", {"i": i}) for i in range(103)]
     provider = ScriptedProvider([calls(*burst), calls(submit("s", 1))])
     state = run(agent_workflow(tmp_path), home, provider)

@@ -88,7 +88,9 @@ def test_every_public_name_exists_and_errors_share_one_base() -> None:
         value = getattr(piw, name)
         if isinstance(value, type) and issubclass(value, Exception):
             assert issubclass(value, piw.PiwError), name
-    assert callable(piw.agent) and piw.agent.__module__ == "piw.definition"  # the helper, not the sub-package
+    assert (
+        callable(piw.agent) and piw.agent.__module__ == "piw.workflow.definition"
+    )  # the helper, not the sub-package
 
 
 def test_star_import_gives_exactly_the_public_names() -> None:

@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 from conftest import RunWorkflow, WorkflowMaker
 
-from piw.artifacts import ARTIFACT_THRESHOLD_BYTES, ArtifactStore, externalize, resolve, safe_bundle_path
 from piw.errors import StoreError
-from piw.trace import FileLayer
+from piw.store.artifacts import (
+    ARTIFACT_THRESHOLD_BYTES,
+    ArtifactStore,
+    externalize,
+    resolve,
+    safe_bundle_path,
+)
+from piw.store.trace import FileLayer
 
 
 def roundtrip(store: ArtifactStore, value: Any) -> tuple[Any, Any]:

@@ -26,9 +26,9 @@ import pytest
 from conftest import PIW_COMMAND, WORKFLOW_FIXTURES
 
 from piw.errors import PiwError
-from piw.replay import fold, state_to_json
-from piw.store import Bundle, load_state
-from piw.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
+from piw.store.bundle import Bundle, load_state
+from piw.store.replay import fold, state_to_json
+from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 
 WORKFLOW = WORKFLOW_FIXTURES / "crash.workflow.py"
 NODES = ("first", "broken", "act", "cmd", "tell", "sub/inside", "last")
@@ -76,7 +76,7 @@ class Case:
         return 0
 
     def start(self, **env: str) -> int:
-        from piw.runner import ForegroundOptions, start_run
+        from piw.run.runner import ForegroundOptions, start_run
 
         raw = {"log": str(self.log)}
         return in_child(
@@ -85,7 +85,7 @@ class Case:
         )
 
     def resume(self, **env: str) -> int:
-        from piw.runner import ForegroundOptions, resume_run
+        from piw.run.runner import ForegroundOptions, resume_run
 
         return in_child(
             lambda: self._report(lambda: resume_run(self.run_id, self.home, ForegroundOptions())), env

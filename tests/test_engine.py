@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import Cli, RunWorkflow, WorkflowMaker, trace_lines
 
-from piw.trace import FileLayer
+from piw.store.trace import FileLayer
 
 
 def test_node_context(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path) -> None:

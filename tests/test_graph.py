@@ -21,7 +21,7 @@ from piw import (
     shell,
     switch,
 )
-from piw.graph import definition_digest, flatten, snapshot, successors
+from piw.workflow.graph import definition_digest, flatten, snapshot, successors
 
 
 class Verdict(BaseModel):

@@ -69,24 +69,31 @@ def in_group(name: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def test_the_walker_sees_the_package() -> None:
-    assert {"piw.engine", "piw.replay", "piw.cli", "piw.cli.runs", "piw.executors.shell"} <= set(MODULES)
-    assert "piw.replay" in closure(["piw.engine"])
-    assert imported(PACKAGE / "executors" / "compute.py") >= {"piw.definition", "piw.executors"}
+    assert {
+        "piw.run.engine",
+        "piw.store.replay",
+        "piw.cli",
+        "piw.cli.runs",
+        "piw.run.executors.shell",
+    } <= set(MODULES)
+    assert "piw.store.replay" in closure(["piw.run.engine"])
+    assert imported(PACKAGE / "run" / "executors" / "compute.py") >= {
+        "piw.workflow.definition",
+        "piw.run.executors",
+    }
 
 
 def test_the_engine_never_imports_views_or_the_cli() -> None:
-    reached = closure(["piw.engine", "piw.runner"])
-    wrong = {
-        name: path for name, path in reached.items() if in_group(name, ("piw.views", "piw.cli", "piw.watch"))
-    }
+    reached = closure(["piw.run.engine", "piw.run.runner"])
+    wrong = {name: path for name, path in reached.items() if in_group(name, ("piw.views", "piw.cli"))}
     assert not wrong, [" → ".join(path) for path in wrong.values()]
 
 
 @pytest.mark.parametrize(
-    "root", sorted(name for name in MODULES if in_group(name, ("piw.views", "piw.watch")))
+    "root", sorted(name for name in MODULES if in_group(name, ("piw.views", "piw.cli.watch")))
 )
 def test_views_never_import_the_engine_side(root: str) -> None:
-    forbidden = ("piw.engine", "piw.executors", "piw.providers", "piw.agent", "piw.runner", "piw.writer")
+    forbidden = ("piw.run", "piw.providers", "piw.agent", "piw.store.writer")
     wrong = {name: path for name, path in closure([root]).items() if in_group(name, forbidden)}
     assert not wrong, [" → ".join(path) for path in wrong.values()]
 
@@ -94,23 +101,15 @@ def test_views_never_import_the_engine_side(root: str) -> None:
 def test_core_modules_stay_below_the_engine() -> None:
     """Definition, graph, trace, fold and store never reach up to the engine or anything above it."""
     core = [
-        "piw.definition",
-        "piw.graph",
-        "piw.trace",
-        "piw.replay",
-        "piw.store",
-        "piw.artifacts",
+        "piw.workflow.definition",
+        "piw.workflow.graph",
+        "piw.store.trace",
+        "piw.store.replay",
+        "piw.store.bundle",
+        "piw.store.artifacts",
         "piw.wire",
     ]
-    forbidden = (
-        "piw.engine",
-        "piw.runner",
-        "piw.cli",
-        "piw.views",
-        "piw.executors",
-        "piw.agent",
-        "piw.providers",
-    )
+    forbidden = ("piw.run", "piw.cli", "piw.views", "piw.agent", "piw.providers")
     wrong = {name: path for name, path in closure(core).items() if in_group(name, forbidden)}
     assert not wrong, [" → ".join(path) for path in wrong.values()]
 
@@ -139,8 +138,8 @@ def test_shipped_workflows_import_only_the_public_api(path: Path) -> None:
 
 def test_the_shipped_check_catches_private_imports(tmp_path: Path) -> None:
     bad = tmp_path / "bad.workflow.py"
-    bad.write_text("import piw.engine\nfrom piw.store import piw_home\nfrom piw import compute\n")
-    assert imported_modules(bad) == {"piw.engine", "piw.store", "piw"}
+    bad.write_text("import piw.run.engine\nfrom piw.store.bundle import piw_home\nfrom piw import compute\n")
+    assert imported_modules(bad) == {"piw.run.engine", "piw.store.bundle", "piw"}
 
 
 def test_there_are_shipped_workflows() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import WorkflowMaker
 
-import piw.loader
+import piw.workflow.loader
 from piw import DefinitionError, LoadError
 from piw.errors import InputInvalid
-from piw.loader import (
+from piw.workflow.loader import (
     discover,
     import_definition,
     load_workflow,
@@ -121,7 +121,7 @@ def test_builtins_are_identified_by_id_and_revision(
 ) -> None:
     fake = tmp_path / "shipped"
     (fake / "builtins").mkdir(parents=True)
-    monkeypatch.setattr(piw.loader, "shipped_workflows_dir", lambda: fake)
+    monkeypatch.setattr(piw.workflow.loader, "shipped_workflows_dir", lambda: fake)
     path = fake / "builtins" / "tiny.workflow.py"
     path.write_text(SIMPLE.format(name="tiny", value=1).replace("})", "}, revision=4)"), encoding="utf-8")
     assert load_workflow(path, piw_home).source == {"kind": "builtin", "id": "tiny", "revision": 4}
@@ -137,7 +137,7 @@ def test_shipped_workflows_dir_prefers_the_wheel_layout(
     assert (repo_layout / "examples" / "hello.workflow.py").is_file()
     package = tmp_path / "site-packages" / "piw"
     package.mkdir(parents=True)
-    monkeypatch.setattr(piw.loader, "__file__", str(package / "loader.py"))
+    monkeypatch.setattr(piw.workflow.loader, "__file__", str(package / "workflow" / "loader.py"))
     assert shipped_workflows_dir() == package.parent / "workflows"  # no piw/workflows: the repository layout
     (package / "workflows").mkdir()
     assert shipped_workflows_dir() == package / "workflows"  # installed wheel: piw/workflows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from piw.messages import (
+from piw.providers.messages import (
     MESSAGE_ADAPTER,
     AssistantMessage,
     CustomMessage,

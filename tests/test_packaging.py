@@ -44,7 +44,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "piw/__init__.py" in names and "piw/engine.py" in names and "piw/cli/__init__.py" in names
+    assert "piw/__init__.py" in names and "piw/run/engine.py" in names and "piw/cli/__init__.py" in names
     assert "piw/workflows/examples/hello.workflow.py" in names
     shipped = {n for n in names if n.startswith("piw/workflows/")}
     repo_files = {
@@ -55,7 +55,7 @@ def test_wheel_contents(wheel: Path) -> None:
     assert repo_files <= shipped
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "piw = piw.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "piw = piw.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_an_installed_copy_runs_shipped_workflows(wheel: Path, tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_an_installed_copy_runs_shipped_workflows(wheel: Path, tmp_path: Path) -
         [
             sys.executable,
             "-c",
-            "import piw, piw.loader; print(piw.__file__); print(piw.loader.shipped_workflows_dir())",
+            "import piw, piw.workflow.loader; print(piw.__file__); print(piw.workflow.loader.shipped_workflows_dir())",
         ],
         capture_output=True,
         text=True,
@@ -96,7 +96,7 @@ def test_an_installed_copy_runs_shipped_workflows(wheel: Path, tmp_path: Path) -
     assert Path(package_file).parent == target / "piw"  # the installed copy, not the repository
     assert Path(shipped) == target / "piw" / "workflows"
     run = subprocess.run(
-        [sys.executable, "-c", "from piw.cli import main; main()", "run", "hello", "--json"],
+        [sys.executable, "-c", "from piw.cli.main import main; main()", "run", "hello", "--json"],
         capture_output=True,
         text=True,
         check=False,
@@ -106,7 +106,7 @@ def test_an_installed_copy_runs_shipped_workflows(wheel: Path, tmp_path: Path) -
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["status"] == "completed"
     listed = subprocess.run(
-        [sys.executable, "-c", "from piw.cli import main; main()", "list", "--json"],
+        [sys.executable, "-c", "from piw.cli.main import main; main()", "list", "--json"],
         capture_output=True,
         text=True,
         check=True,

@@ -12,15 +12,6 @@ import httpx2
 import pytest
 
 from piw.errors import ProviderError
-from piw.messages import (
-    AssistantMessage,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-)
 from piw.providers.anthropic_messages import build_body as anthropic_body
 from piw.providers.base import (
     ChatRequest,
@@ -34,6 +25,15 @@ from piw.providers.base import (
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ProviderConfig
 from piw.providers.failures import is_transient_status, parse_retry_after, status_message
+from piw.providers.messages import (
+    AssistantMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.testing import OpenAIStub, StubReply
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from piw.errors import ProviderError, ScriptExhausted
-from piw.messages import UserMessage
 from piw.providers.base import ChatRequest, ProviderEvent, StepRef, complete
 from piw.providers.cassette import RecordingProvider, ReplayProvider, cassette_mode
 from piw.providers.config import parse_config
 from piw.providers.factory import build_provider
+from piw.providers.messages import UserMessage
 from piw.providers.scripted import ScriptedProvider
 from piw.providers.selection import select_provider
 from piw.testing import OpenAIStub, StubReply

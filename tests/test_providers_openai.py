@@ -14,7 +14,10 @@ import pytest
 
 import piw.providers
 from piw.errors import NeedsKey, ProviderError
-from piw.messages import (
+from piw.providers import guard_base_url, is_loopback_url
+from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, complete, force_tool
+from piw.providers.config import ProviderConfig
+from piw.providers.messages import (
     AssistantMessage,
     CustomMessage,
     TextBlock,
@@ -24,9 +27,6 @@ from piw.messages import (
     ToolSpec,
     UserMessage,
 )
-from piw.providers import guard_base_url, is_loopback_url
-from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, complete, force_tool
-from piw.providers.config import ProviderConfig
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.testing import OpenAIStub, StubReply
 

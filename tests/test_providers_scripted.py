@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from piw.errors import ProviderError, ScriptExhausted
-from piw.messages import AssistantMessage, TextBlock, ThinkingBlock, UserMessage
 from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, StepRef, complete
+from piw.providers.messages import AssistantMessage, TextBlock, ThinkingBlock, UserMessage
 from piw.providers.scripted import ScriptedProvider, load_script
 
 

@@ -1,6 +1,6 @@
 """Durable updates from function actions, through the real engine (``updates-progress.md`` §3.1, §4, §9).
 
-Runs start in-process with ``piw.runner.start_run`` (or the ``piw`` CLI where a crash or ``--at`` is the
+Runs start in-process with ``piw.run.runner.start_run`` (or the ``piw`` CLI where a crash or ``--at`` is the
 point). Assertions read the trace, ``state.json`` and ``piw inspect --json``. Workflow files reach test
 objects (a recording file layer, a gate) through a ``piw_probe`` module placed in ``sys.modules``.
 """
@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-import piw.publishing
-from piw.replay import fold, state_to_json
-from piw.runner import ForegroundOptions, start_run
-from piw.trace import FileLayer, read_trace
-from piw.updates import TokenBucket
+import piw.updates.publishing
+from piw.run.runner import ForegroundOptions, start_run
+from piw.store.replay import fold, state_to_json
+from piw.store.trace import FileLayer, read_trace
+from piw.updates.envelope import TokenBucket
 
 PIW = str(Path(sys.executable).with_name("piw"))
 UPDATE_ID = re.compile(r"upd_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
@@ -425,7 +425,7 @@ def test_the_1025th_pair_is_rejected_while_replacing_still_works(
     tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The rate limit would stretch 1,024 publications over ~46 s; this test is about the pair limit.
-    monkeypatch.setattr(piw.publishing, "TokenBucket", lambda: TokenBucket(burst=10_000))
+    monkeypatch.setattr(piw.updates.publishing, "TokenBucket", lambda: TokenBucket(burst=10_000))
     body = """
     for i in range(1024):
         ctx.publish_update("note", f"k{i}", {"i": i})
@@ -457,7 +457,7 @@ def test_the_rate_limit_allows_a_burst_of_100_then_rejects(
     tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A frozen clock makes the burst exact: no refill however slow the machine is.
-    monkeypatch.setattr(piw.publishing, "TokenBucket", lambda: TokenBucket(clock=lambda: 0.0))
+    monkeypatch.setattr(piw.updates.publishing, "TokenBucket", lambda: TokenBucket(clock=lambda: 0.0))
     body = """
     accepted, rejected = 0, []
     for i in range(101):

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from conftest import RunWorkflow, WorkflowMaker
 
-from piw.replay import RunState, fold, fold_more, state_from_json, state_to_json
-from piw.store import Bundle, load_state
-from piw.trace import TraceEvent, read_trace
+from piw.store.bundle import Bundle, load_state
+from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store.trace import TraceEvent, read_trace
 
 WORKFLOW = """
 from piw import ShellCommand, action, compute, define_workflow, edge, include, notify, shell, switch

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import Cli, WorkflowMaker, trace_lines
 
-from piw.store import Bundle, WriterLock
+from piw.store.bundle import Bundle, WriterLock
 
 LINEAR = """
 from piw import action, checkpoint, compute, define_workflow, edge, notify

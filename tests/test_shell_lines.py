@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from piw.errors import NodeFailure
-from piw.shell_lines import CappedText, LineFramer, ShellLine, ShellLineTooLong, Stream
-from piw.updates import validate_update
+from piw.updates.envelope import validate_update
+from piw.updates.shell_lines import CappedText, LineFramer, ShellLine, ShellLineTooLong, Stream
 
 LIMIT = 65_536
 

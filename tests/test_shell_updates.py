@@ -2,7 +2,7 @@
 §3.3, §9 tests 19–21).
 
 Commands are small Python scripts (``sys.executable -c``), so the tests need no shell tools. Runs start
-in-process with ``piw.runner.start_run``; assertions read the trace and the run state. No assertion depends on
+in-process with ``piw.run.runner.start_run``; assertions read the trace and the run state. No assertion depends on
 how long anything took.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from piw.replay import state_to_json
-from piw.runner import ForegroundOptions, start_run
+from piw.run.runner import ForegroundOptions, start_run
+from piw.store.replay import state_to_json
 
 PROGRESS = "pi-workflows.progress.v1"
 

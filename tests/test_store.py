@@ -14,7 +14,7 @@ import pytest
 from conftest import Cli, RunWorkflow, WorkflowMaker
 
 from piw.errors import RunLocked, RunNotFound, UsageError
-from piw.store import (
+from piw.store.bundle import (
     Bundle,
     WriterLock,
     check_run_id,
@@ -133,7 +133,7 @@ def test_writer_lock_is_exclusive_across_processes(piw_home: Path, tmp_path: Pat
             [
                 sys.executable,
                 "-c",
-                "import sys; from pathlib import Path; from piw.store import Bundle, WriterLock, run_is_live;"
+                "import sys; from pathlib import Path; from piw.store.bundle import Bundle, WriterLock, run_is_live;"
                 f"b = Bundle('x', Path({str(path)!r})); print(run_is_live(b));"
                 "WriterLock(b).acquire()",
             ],

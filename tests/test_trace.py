@@ -12,8 +12,8 @@ import pytest
 from conftest import RunWorkflow, WorkflowMaker
 
 from piw import TraceCorrupt
-from piw.replay import fold
-from piw.trace import (
+from piw.store.replay import fold
+from piw.store.trace import (
     RUN_TERMINAL_TYPES,
     FileLayer,
     LineAppender,

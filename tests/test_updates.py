@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from piw.errors import UpdateRejected
-from piw.updates import (
+from piw.updates.envelope import (
     MAX_CURRENT_UPDATES,
     MAX_SHELL_UPDATE_LINE_BYTES,
     MAX_UPDATE_DATA_BYTES,

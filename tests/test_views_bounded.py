@@ -21,7 +21,7 @@ import pytest
 from rich.console import Console
 
 import piw
-from piw.trace import TraceEvent
+from piw.store.trace import TraceEvent
 from piw.views import view_for
 from piw.views.source import load_run
 from piw.wire import RUN_BUNDLE_SCHEMA
@@ -29,13 +29,13 @@ from piw.wire import RUN_BUNDLE_SCHEMA
 RUN_ID = "20260101T000000000Z-big-00000001"
 EVENTS = 6_000
 FILLER = 3_000
-FORBIDDEN = ("piw.engine", "piw.executors", "piw.providers", "piw.agent", "piw.runner")
-EMPTY_PACKAGES = {"piw.agent"}
+FORBIDDEN = ("piw.run", "piw.providers", "piw.agent", "piw.cli.main", "piw.cli.runs")
+EMPTY_PACKAGES = {"piw.agent", "piw.cli", "piw.run", "piw.store", "piw.workflow", "piw.updates"}
 """``piw/__init__`` loads the (import-free) ``piw.agent`` package first so the ``agent()`` helper keeps its
 name; the package itself is allowed as long as its ``__init__`` imports nothing, its modules never are."""
 VIEWER_MODULES = [
-    "piw.watch",
-    "piw.live",
+    "piw.cli.watch",
+    "piw.cli.live",
     *(f"piw.views.{p.stem}" for p in Path(piw.__file__).parent.glob("views/*.py")),
 ]
 
@@ -172,7 +172,9 @@ def test_viewers_never_import_the_engine_side() -> None:
                 chain.append(importer)
                 importer = seen[importer]
             pytest.fail("forbidden import: " + " ← ".join(chain))
-    assert "piw.replay" in seen and "piw.progress" in seen, "the walk reaches the fold and the estimator"
+    assert "piw.store.replay" in seen and "piw.progress" in seen, (
+        "the walk reaches the fold and the estimator"
+    )
 
 
 def test_allowed_empty_packages_import_nothing() -> None:
@@ -182,7 +184,7 @@ def test_allowed_empty_packages_import_nothing() -> None:
 
 def test_importing_the_viewers_loads_no_engine_module() -> None:
     code = (
-        "import sys, piw.views, piw.watch, piw.live; "
+        "import sys, piw.views, piw.cli.watch, piw.cli.live; "
         "print('\\n'.join(m for m in sys.modules if m.startswith('piw')))"
     )
     loaded = subprocess.run(
@@ -193,4 +195,4 @@ def test_importing_the_viewers_loads_no_engine_module() -> None:
 
 
 def test_the_walk_would_catch_a_wrong_arrow() -> None:
-    assert "piw.engine" in _imports("piw.runner") and "piw.views" in _imports("piw.cli.views")
+    assert "piw.run.engine" in _imports("piw.run.runner") and "piw.views" in _imports("piw.cli.views")

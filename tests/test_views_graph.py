@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from rich.cells import cell_len
 from test_views_support import Runs, render, shared_runs
 
-from piw.loader import load_workflow
 from piw.views.graph import draw_graph, graph_view
 from piw.views.graph_export import to_dot, to_mermaid
+from piw.workflow.loader import load_workflow
 
 # ---- Mermaid -----------------------------------------------------------------------------------------------
 
@@ -146,7 +146,7 @@ def parse_dot(source: str) -> tuple[set[str], list[tuple[str, str]]]:
 # ---- fixtures ----------------------------------------------------------------------------------------------
 
 HOSTILE_WORKFLOW = """
-import piw.definition as dsl
+import piw.workflow.definition as dsl
 from piw import compute, edge, switch
 
 workflow = dsl.define_workflow(

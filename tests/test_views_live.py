@@ -1,6 +1,6 @@
 """The live display of ``piw run``: a ``Live`` frame on a terminal, plain step lines otherwise.
 
-Runs here go through the real engine (``piw.runner.start_run``) with :class:`piw.live.LiveDisplay` as the
+Runs here go through the real engine (``piw.run.runner.start_run``) with :class:`piw.cli.live.LiveDisplay` as the
 listener, exactly as ``piw run`` installs it.
 """
 
@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 from test_views_support import RUN_IDS, Runs, assert_terminal_safe, render, shared_runs
 
-from piw.live import LiveDisplay
-from piw.replay import RunState, fold
-from piw.runner import ForegroundOptions, start_run
-from piw.trace import read_trace
+from piw.cli.live import LiveDisplay
+from piw.run.runner import ForegroundOptions, start_run
+from piw.store.replay import RunState, fold
+from piw.store.trace import read_trace
 
 WORKFLOW = """
 from piw import action, compute, define_workflow, edge, notify

@@ -15,7 +15,7 @@ import pytest
 from test_views_support import render
 
 from piw.progress import parse_instant
-from piw.runner import ForegroundOptions, start_run
+from piw.run.runner import ForegroundOptions, start_run
 from piw.views import load_run, view_for
 from piw.views.frame import FrameModel
 from piw.views.progress import progress_view

@@ -42,7 +42,7 @@ WORKFLOW = '''
 
 from pydantic import BaseModel
 
-import piw.definition as dsl
+import piw.workflow.definition as dsl
 from piw import action, assistant_message, checkpoint, compute, edge, notify, switch
 
 HOSTILE = "\\x1b[2J\\x1b]52;c;QUFB\\x07\\r\\u202e[red]x[/red]"
@@ -129,7 +129,7 @@ def run_cli(
     """``piw ARGS`` in a subprocess with its own ``PIW_HOME`` (stdout is a pipe, never a terminal)."""
     code = (
         _FAKE_CLOCK if fake_clock else ""
-    ) + "import sys; from piw.cli import main; sys.argv[0] = 'piw'; main()"
+    ) + "import sys; from piw.cli.main import main; sys.argv[0] = 'piw'; main()"
     result = subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,

@@ -17,8 +17,8 @@ from test_views_support import (
 )
 
 from piw.progress import parse_instant
-from piw.replay import fold, state_to_json
-from piw.trace import read_trace
+from piw.store.replay import fold, state_to_json
+from piw.store.trace import read_trace
 from piw.views import VIEW_NAMES, view_for
 from piw.views.source import load_run
 

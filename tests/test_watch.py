@@ -19,12 +19,12 @@ import pytest
 from rich.console import Console
 from test_views_support import RUN_IDS, Runs, cut_bundle, render, shared_runs
 
-from piw.replay import fold
-from piw.store import Bundle
-from piw.trace import decode_event, read_trace
+from piw.cli.watch import Follower, Watcher, newest_run
+from piw.store.bundle import Bundle
+from piw.store.replay import fold
+from piw.store.trace import decode_event, read_trace
 from piw.views.frame import FrameView
 from piw.views.source import Tail
-from piw.watch import Follower, Watcher, newest_run
 
 
 @pytest.fixture(scope="session")

@@ -15,12 +15,12 @@ from typing import Any
 
 from piw.agent.contract import format_step_prompt, make_contract
 from piw.agent.executor import AgentExecutor, _AttemptRun
-from piw.definition import AgentNode, AssistantMessage
 from piw.errors import DefinitionError
-from piw.executors import Attempt
-from piw.graph import GraphNode
-from piw.session import SessionEntry, SessionLog, current_branch
-from piw.trace import iter_trace
+from piw.run.executors import Attempt
+from piw.store.session import SessionEntry, SessionLog, current_branch
+from piw.store.trace import iter_trace
+from piw.workflow.definition import AgentNode, AssistantMessage
+from piw.workflow.graph import GraphNode
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 DEFAULT_MAX_CONCURRENT_CHILDREN = 4

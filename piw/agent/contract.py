@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from piw.definition import AssistantMessage
+from piw.workflow.definition import AssistantMessage
 
 
 class AgentStepContract(BaseModel):

@@ -20,13 +20,13 @@ from piw.agent.events import (
     ToolExecutionEnd,
     ToolExecutionStart,
 )
-from piw.cards import card_text, clip_cells
-from piw.messages import AssistantMessage
+from piw.providers.messages import AssistantMessage
 from piw.terminal import sanitize_terminal_text
+from piw.views.cards import card_text, clip_cells
 
 
 class StreamSink(Protocol):
-    """Where streamed assistant text goes while a live frame owns the terminal (``piw.live.LiveDisplay``)."""
+    """Where streamed assistant text goes while a live frame owns the terminal (``piw.cli.live.LiveDisplay``)."""
 
     def stream_text(self, delta: str) -> None: ...
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from piw.messages import AssistantMessage, ToolResultMessage
+from piw.providers.messages import AssistantMessage, ToolResultMessage
 
 
 class _Event(BaseModel):

@@ -19,10 +19,9 @@ from piw.agent.contract import AgentStepContract, format_reminder, format_step_p
 from piw.agent.events import StepDelivered
 from piw.agent.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
 from piw.agent.workflow_tool import WORKFLOW_TOOL_SPEC, ActiveStep, WorkflowTool
-from piw.definition import AgentNode
 from piw.errors import AttemptInactive
-from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
-from piw.messages import (
+from piw.providers.base import Provider, StepRef, force_tool
+from piw.providers.messages import (
     MESSAGE_ADAPTER,
     AssistantMessage,
     CustomMessage,
@@ -30,10 +29,11 @@ from piw.messages import (
     ToolResultMessage,
     ToolSpec,
 )
-from piw.providers.base import Provider, StepRef, force_tool
-from piw.session import SessionLog, current_branch
+from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.store.session import SessionLog, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
+from piw.workflow.definition import AgentNode
 
 STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
 MAX_REMINDERS = 2
@@ -205,7 +205,7 @@ class _AttemptRun:
         return receipt.to_json()
 
     def _status(self) -> dict[str, Any]:
-        from piw.replay import update_to_json
+        from piw.store.replay import update_to_json
 
         return {"updates": [update_to_json(r) for r in self.attempt.writer.state.sorted_updates()]}
 

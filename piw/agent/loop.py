@@ -28,7 +28,6 @@ from piw.agent.events import (
     TurnStart,
 )
 from piw.errors import PiwError
-from piw.messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, ToolSpec
 from piw.providers.base import (
     ChatRequest,
     DoneEvent,
@@ -40,6 +39,7 @@ from piw.providers.base import (
     ToolCallDeltaEvent,
     ToolChoice,
 )
+from piw.providers.messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, ToolSpec
 from piw.tools import ToolResult
 
 MAX_RETRIES = 3

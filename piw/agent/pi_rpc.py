@@ -32,11 +32,10 @@ from piw.agent.executor import MAX_REMINDERS, NO_ORIGIN, AgentSettings, _Attempt
 from piw.agent.loop import LoopResult
 from piw.agent.pi_process import EOF, PiLaunch, PiProcess
 from piw.agent.workflow_tool import WORKFLOW_TOOL_NAME
-from piw.definition import AgentNode
 from piw.errors import PiwError, ProviderError
-from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate
-from piw.loader import LoadedWorkflow
-from piw.messages import (
+from piw.providers.base import Provider
+from piw.providers.config import PiwConfig
+from piw.providers.messages import (
     AssistantMessage,
     ContentBlock,
     TextBlock,
@@ -46,11 +45,12 @@ from piw.messages import (
     Usage,
     UserMessage,
 )
-from piw.providers.base import Provider
-from piw.providers.config import PiwConfig
 from piw.providers.selection import ProviderSelection
+from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate
 from piw.tools import ToolResult
 from piw.wire import now_iso
+from piw.workflow.definition import AgentNode
+from piw.workflow.loader import LoadedWorkflow
 
 ABORT_GRACE_S = 5.0
 DELTAS = ("text_delta", "thinking_delta", "toolcall_delta")

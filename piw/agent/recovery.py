@@ -14,11 +14,11 @@ from piw.agent.contract import AgentStepContract, format_step_prompt, make_contr
 from piw.agent.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
 from piw.agent.loop import Deadline
 from piw.agent.workflow_tool import lenient_json
-from piw.definition import AgentNode
-from piw.executors import Attempt, NodeOutcome
-from piw.messages import MESSAGE_ADAPTER, AssistantMessage, Message
-from piw.session import SessionEntry, current_branch
+from piw.providers.messages import MESSAGE_ADAPTER, AssistantMessage, Message
+from piw.run.executors import Attempt, NodeOutcome
+from piw.store.session import SessionEntry, current_branch
 from piw.wire import parse_time, sha256_hex
+from piw.workflow.definition import AgentNode
 
 
 def _contract_of(entry: SessionEntry) -> dict[str, Any] | None:

@@ -13,15 +13,15 @@ from rich.console import Console
 
 from piw.agent.display import AgentDisplay, StreamSink
 from piw.agent.executor import AgentExecutor, AgentSettings
-from piw.definition import ActionNode, AgentNode
 from piw.errors import ProviderError
-from piw.executors import Executor
-from piw.loader import LoadedWorkflow
 from piw.providers import guard_base_url
 from piw.providers.cassette import cassette_mode
 from piw.providers.config import load_config, resolve_api_key, resolve_headers
 from piw.providers.factory import build_provider
 from piw.providers.selection import ProviderSelection, select_provider
+from piw.run.executors import Executor
+from piw.workflow.definition import ActionNode, AgentNode
+from piw.workflow.loader import LoadedWorkflow
 
 
 def replies_beside(workflow: LoadedWorkflow) -> Path | None:

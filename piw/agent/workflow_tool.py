@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from piw.agent.contract import AgentStepContract
 from piw.errors import AttemptInactive, OutputInvalid, UpdateRejected
-from piw.messages import ToolSpec
+from piw.providers.messages import ToolSpec
 from piw.tools import ToolResult
 
 WORKFLOW_TOOL_NAME = "workflow"

@@ -8,11 +8,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from piw.cli import app
-from piw.console import make_console
+from piw.cli.console import make_console
+from piw.cli.main import app
 from piw.providers.config import config_path, load_config
 from piw.providers.selection import describe_providers
-from piw.store import piw_home
+from piw.store.bundle import piw_home
 from piw.terminal import json_text, safe_text
 
 

@@ -9,17 +9,23 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from piw.cli import app
-from piw.console import make_console
+from piw.cli.console import make_console
+from piw.cli.live import LiveDisplay
+from piw.cli.main import app
 from piw.errors import PiwError, UsageError
-from piw.history import run_summaries
-from piw.live import LiveDisplay
-from piw.loader import discover, import_definition, load_workflow, parse_input_option, source_identity
-from piw.replay import RunState
-from piw.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
-from piw.store import piw_home
+from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
+from piw.store.bundle import piw_home
+from piw.store.history import run_summaries
+from piw.store.replay import RunState
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
+from piw.workflow.loader import (
+    discover,
+    import_definition,
+    load_workflow,
+    parse_input_option,
+    source_identity,
+)
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 

@@ -11,14 +11,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from piw.cli import app
-from piw.console import make_console
+from piw.cli.console import make_console
+from piw.cli.main import app
+from piw.cli.watch import Watcher, newest_run
 from piw.errors import UsageError
-from piw.replay import state_to_json
-from piw.store import check_run_id, open_bundle, piw_home
+from piw.store.bundle import check_run_id, open_bundle, piw_home
+from piw.store.replay import state_to_json
 from piw.terminal import json_text
 from piw.views import VIEW_NAMES, View, load_run, view_for
-from piw.watch import Watcher, newest_run
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
 
@@ -80,9 +80,9 @@ def graph(
     as_json: Annotated[bool, typer.Option("--json", help="Print the definition snapshot as JSON.")] = False,
 ) -> int:
     """Draw a workflow definition's graph."""
-    from piw.loader import load_workflow
     from piw.views.graph import graph_view
     from piw.views.graph_export import to_dot, to_mermaid
+    from piw.workflow.loader import load_workflow
 
     if format not in GRAPH_FORMATS:
         raise UsageError(f"Unknown format {format!r}; use one of: {', '.join(GRAPH_FORMATS)}.")

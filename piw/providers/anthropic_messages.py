@@ -14,12 +14,19 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from piw.errors import ProviderError
-from piw.messages import AssistantMessage, CustomMessage, StopReason, ToolResultMessage, Usage, UserMessage
 from piw.providers import guard_base_url
 from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import is_transient_status, parse_retry_after, status_message
+from piw.providers.messages import (
+    AssistantMessage,
+    CustomMessage,
+    StopReason,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
 from piw.providers.pump import StreamPump
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"

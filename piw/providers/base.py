@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from piw.errors import ProviderError
-from piw.messages import AssistantMessage, Message, ToolCallBlock, ToolSpec
+from piw.providers.messages import AssistantMessage, Message, ToolCallBlock, ToolSpec
 
 
 class _Frozen(BaseModel):

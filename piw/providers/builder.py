@@ -12,15 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from piw.messages import (
-    AssistantMessage,
-    ContentBlock,
-    StopReason,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-    Usage,
-)
 from piw.providers.base import (
     DoneEvent,
     ErrorEvent,
@@ -35,6 +26,15 @@ from piw.providers.base import (
     ToolCallDeltaEvent,
     ToolCallEndEvent,
     ToolCallStartEvent,
+)
+from piw.providers.messages import (
+    AssistantMessage,
+    ContentBlock,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    Usage,
 )
 
 ABORTED_MESSAGE = "Request aborted."

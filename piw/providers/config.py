@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from piw.errors import NeedsKey, ProviderError
-from piw.messages import Usage
+from piw.providers.messages import Usage
 
 TOP_LEVEL_KEYS = ("default", "durability", "providers", "agent")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")

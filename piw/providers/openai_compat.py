@@ -19,12 +19,12 @@ from openai import Stream
 from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
-from piw.messages import StopReason, Usage
 from piw.providers import guard_base_url
 from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import is_transient_status, parse_retry_after, status_message
+from piw.providers.messages import StopReason, Usage
 from piw.providers.openai_request import build_body
 from piw.providers.pump import StreamPump
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from piw.messages import AssistantMessage, CustomMessage, Message, ToolResultMessage, UserMessage
 from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ToolChoice
 from piw.providers.config import CompatConfig, ModelConfig
+from piw.providers.messages import AssistantMessage, CustomMessage, Message, ToolResultMessage, UserMessage
 
 
 def build_body(

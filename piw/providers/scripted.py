@@ -21,10 +21,10 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from piw.errors import ProviderError, ScriptExhausted
-from piw.messages import AssistantMessage, TextBlock, ThinkingBlock, ToolCallBlock, Usage
 from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.failures import is_transient_status, status_message
+from piw.providers.messages import AssistantMessage, TextBlock, ThinkingBlock, ToolCallBlock, Usage
 
 ReplyFunction = Callable[[ChatRequest, int], AssistantMessage]
 ScriptEntry = AssistantMessage | ReplyFunction | Mapping[str, Any] | str

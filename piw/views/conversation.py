@@ -1,7 +1,7 @@
 """The conversation view: the run's session — step cards, assistant text, tool calls and results,
 notifications.
 
-Step cards come from :mod:`piw.cards`, which reads only a step message's ``details`` (compact) and shows the
+Step cards come from :mod:`piw.views.cards`, which reads only a step message's ``details`` (compact) and shows the
 prompt verbatim only when expanded (``agent-steps.md`` §5). Entries are streamed from
 ``session/entries.ndjson``; model text is sanitized and wrapped, never interpreted as markup.
 """
@@ -14,9 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from piw.cards import card_text
-from piw.session import SessionEntry
+from piw.store.session import SessionEntry
 from piw.views.base import View, compact, safe, safe_block
+from piw.views.cards import card_text
 
 STEP_TYPE = "pi-workflows-agent-step"
 NOTIFICATION_TYPE = "pi-workflows-notification"

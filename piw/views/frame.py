@@ -19,11 +19,11 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from piw.cards import compact_card_lines
-from piw.replay import RunState, fold_more
-from piw.session import SessionEntry
-from piw.trace import TraceEvent
+from piw.store.replay import RunState, fold_more
+from piw.store.session import SessionEntry
+from piw.store.trace import TraceEvent
 from piw.views.base import View, fit, safe, safe_block
+from piw.views.cards import compact_card_lines
 from piw.views.conversation import NOTIFICATION_TYPE, STEP_TYPE
 from piw.views.graph import draw_graph
 from piw.views.progress import Tracks, panel_lines

@@ -28,8 +28,8 @@ from piw.progress import (
     prioritize_progress_estimates,
     validate_progress_data,
 )
-from piw.replay import RunState
-from piw.trace import TraceEvent
+from piw.store.replay import RunState
+from piw.store.trace import TraceEvent
 from piw.views.base import View, safe
 from piw.views.updates import EventSource
 

@@ -4,7 +4,7 @@ Views never hold a whole trace: :class:`RecordStream` re-reads the file in chunk
 :class:`Tail` keeps only a byte offset and an unterminated remainder between reads. Both follow the torn-tail
 rule of ``persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored, while a bad
 line with more lines after it ends the stream with a corruption notice instead of an exception, so the valid
-prefix still shows. Nothing here writes; the only probe of the bundle is :func:`piw.store.run_is_live`, a
+prefix still shows. Nothing here writes; the only probe of the bundle is :func:`piw.store.bundle.run_is_live`, a
 shared lock taken and released at once.
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from piw.progress import parse_instant
-from piw.replay import RunState, fold
-from piw.session import SessionEntry
-from piw.store import Bundle, open_bundle, run_is_live
-from piw.trace import TraceEvent, decode_event
+from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.replay import RunState, fold
+from piw.store.session import SessionEntry
+from piw.store.trace import TraceEvent, decode_event
 
 T = TypeVar("T")
 Decoder = Callable[[bytes, int], T]

@@ -12,7 +12,7 @@ from datetime import datetime
 from rich.console import Console
 from rich.text import Text
 
-from piw.replay import RunState, StepRecord
+from piw.store.replay import RunState, StepRecord
 from piw.views.base import (
     OUTCOME_MARKS,
     STATUS_STYLES,

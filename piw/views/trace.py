@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from rich.console import Console
 from rich.text import Text
 
-from piw.trace import TraceEvent
+from piw.store.trace import TraceEvent
 from piw.views.base import View, compact, fmt_clock, fmt_duration, node_label, safe, short_id
 from piw.views.table import Column, table_lines
 from piw.views.updates import EventSource

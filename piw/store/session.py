@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import TraceCorrupt
-from piw.trace import Durability, FileLayer, LineAppender, iter_lines, truncate_tail
+from piw.store.trace import Durability, FileLayer, LineAppender, iter_lines, truncate_tail
 from piw.wire import dumps_line, now_iso
 
 NEWEST = object()

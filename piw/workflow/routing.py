@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from piw.definition import Edge
-from piw.graph import FlatGraph, Mount
-from piw.replay import RunState
+from piw.store.replay import RunState
+from piw.workflow.definition import Edge
+from piw.workflow.graph import FlatGraph, Mount
 
 _OUTCOME_TO_RUN_EVENT = {"timed_out": "run_timed_out", "cancelled": "run_cancelled"}
 

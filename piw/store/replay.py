@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from piw.state import (
+from piw.store.state import (
     RUN_STATUSES,
     TERMINAL_STATUSES,
     CurrentAttempt,
@@ -27,7 +27,7 @@ from piw.state import (
     step_to_json,
     update_to_json,
 )
-from piw.trace import TraceEvent, paused_gc
+from piw.store.trace import TraceEvent, paused_gc
 
 __all__ = [
     # The fold is this module's own concept; the state types are re-exported because every reader of a run

@@ -28,11 +28,11 @@ from piw.progress import (
     format_progress_line,
     parse_instant,
 )
-from piw.replay import RunState
-from piw.session import SessionEntry
-from piw.store import open_bundle, piw_home
+from piw.store.bundle import open_bundle, piw_home
+from piw.store.replay import RunState
+from piw.store.session import SessionEntry
+from piw.store.trace import TraceEvent, decode_event
 from piw.terminal import single_line
-from piw.trace import TraceEvent, decode_event
 from piw.views.base import Lines
 from piw.views.frame import FrameModel, FrameView
 from piw.views.source import RecordStream, Tail, session_tail

@@ -23,11 +23,11 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
+from piw.cli.live import StepLog
 from piw.errors import RunNotFound
-from piw.live import StepLog
 from piw.progress import parse_instant
-from piw.replay import RunState
-from piw.store import Bundle, list_bundles, run_is_live
+from piw.store.bundle import Bundle, list_bundles, run_is_live
+from piw.store.replay import RunState
 from piw.views.frame import FrameModel, FrameView
 from piw.views.source import session_tail, trace_tail
 

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from piw.definition import ActionNode, ShellCommand, ShellUpdates
 from piw.errors import DefinitionError, NodeFailure
-from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
-from piw.shell_lines import CappedText, LineFramer, ShellLine
+from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.updates.shell_lines import CappedText, LineFramer, ShellLine
+from piw.workflow.definition import ActionNode, ShellCommand, ShellUpdates
 
 KILL_GRACE_S = 1.0
 _COMMAND_FIELDS = set(ShellCommand.__dataclass_fields__)

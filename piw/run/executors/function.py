@@ -6,9 +6,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from piw.definition import ActionNode
 from piw.errors import Cancelled, NodeFailure
-from piw.executors import Attempt, NodeOutcome, describe_exception, run_with_deadline, to_json_output
+from piw.run.executors import Attempt, NodeOutcome, describe_exception, run_with_deadline, to_json_output
+from piw.workflow.definition import ActionNode
 
 
 class FunctionActionExecutor:

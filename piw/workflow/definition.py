@@ -2,7 +2,7 @@
 
 A workflow file calls these helpers; they return frozen values and check their arguments at once, so a mistake is
 reported when the file loads, naming the node and the reason. Graph-level checks (reachability, edge targets,
-include cycles) run at run start in ``piw.graph``.
+include cycles) run at run start in ``piw.workflow.graph``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from piw.errors import DefinitionError
 
 if TYPE_CHECKING:
-    from piw.context import ActionContext, NodeContext
-    from piw.shell_lines import ShellLine
+    from piw.updates.shell_lines import ShellLine
+    from piw.workflow.context import ActionContext, NodeContext
 
 NODE_ID_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 

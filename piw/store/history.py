@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError
-from piw.store import Bundle, list_bundles, load_state, run_is_live
+from piw.store.bundle import Bundle, list_bundles, load_state, run_is_live
 
 
 @dataclass(frozen=True)

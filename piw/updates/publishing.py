@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from piw.errors import AttemptInactive, UpdateRejected
-from piw.updates import (
+from piw.store.writer import RunWriter
+from piw.updates.envelope import (
     TokenBucket,
     UpdateInput,
     UpdateReceipt,
@@ -20,7 +21,6 @@ from piw.updates import (
     new_update_id,
     validate_update,
 )
-from piw.writer import RunWriter
 
 
 class UpdatePublisher:
@@ -106,7 +106,7 @@ class UpdatePublisher:
         """Agent tool-call ids: the trace is the commit point, so an attempt's keyed updates are read from it once
         (a reattached attempt may have published before the crash) and then kept current by ``_append``."""
         if attempt_id not in self._keyed:
-            from piw.trace import read_trace
+            from piw.store.trace import read_trace
 
             seen: dict[str, _Previous] = {}
             for event in read_trace(self.writer.bundle.trace_path).events:

@@ -1,6 +1,6 @@
 """Run state: the ``RunState`` value the fold produces, and its ``state.json`` wire shape.
 
-``piw.replay`` is the only code that builds a ``RunState`` from events; this module only defines the value and
+``piw.store.replay`` is the only code that builds a ``RunState`` from events; this module only defines the value and
 converts it to and from the cached ``state.json`` (``persistence.md`` §4).
 """
 

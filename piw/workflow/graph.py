@@ -14,7 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from piw.definition import (
+from piw.errors import DefinitionError
+from piw.wire import DEFINITION_SNAPSHOT_SCHEMA, digest
+from piw.workflow.definition import (
     ActionNode,
     AgentNode,
     AssistantMessage,
@@ -24,8 +26,6 @@ from piw.definition import (
     Switch,
     WorkflowDefinition,
 )
-from piw.errors import DefinitionError
-from piw.wire import DEFINITION_SNAPSHOT_SCHEMA, digest
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from piw.artifacts import ArtifactStore, externalize
 from piw.errors import PiwError
-from piw.replay import RunState, fold_more
-from piw.store import Bundle, WriterLock
-from piw.trace import (
+from piw.store.artifacts import ArtifactStore, externalize
+from piw.store.bundle import Bundle, WriterLock
+from piw.store.replay import RunState, fold_more
+from piw.store.trace import (
     NODE_TERMINAL_TYPES,
     RUN_TERMINAL_TYPES,
     Durability,

@@ -18,24 +18,24 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.context import ActionContext, LazyOutputs, NodeContext
-from piw.definition import ActionNode, AgentNode, CheckpointNode
 from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged
-from piw.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
-from piw.executors.checkpoint import CheckpointExecutor
-from piw.executors.compute import ComputeExecutor
-from piw.executors.function import FunctionActionExecutor
-from piw.executors.notify import NotifyExecutor
-from piw.executors.shell import ShellActionExecutor
-from piw.loader import LoadedWorkflow, prepare_input, resolve_title
-from piw.publishing import UpdatePublisher
-from piw.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
-from piw.routing import Decision, decide, next_invocation
-from piw.session import SessionLog
-from piw.store import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
-from piw.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
+from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
+from piw.run.executors.checkpoint import CheckpointExecutor
+from piw.run.executors.compute import ComputeExecutor
+from piw.run.executors.function import FunctionActionExecutor
+from piw.run.executors.notify import NotifyExecutor
+from piw.run.executors.shell import ShellActionExecutor
+from piw.store.bundle import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
+from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
+from piw.store.session import SessionLog
+from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
+from piw.store.writer import Listener, RunWriter
+from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
-from piw.writer import Listener, RunWriter
+from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
+from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
+from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
+from piw.workflow.routing import Decision, decide, next_invocation
 
 
 class RunInterrupted(PiwError):

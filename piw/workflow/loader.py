@@ -18,18 +18,19 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from piw.definition import WorkflowDefinition
 from piw.errors import DefinitionError, InputInvalid, LoadError
-from piw.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
 from piw.wire import sha256_hex
+from piw.workflow.definition import WorkflowDefinition
+from piw.workflow.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
 
 SUFFIX = ".workflow.py"
 
 
 def shipped_workflows_dir() -> Path:
     """``piw/workflows`` inside an installed wheel, else the repository's top-level ``workflows/``."""
-    inside = Path(__file__).resolve().parent / "workflows"
-    return inside if inside.is_dir() else Path(__file__).resolve().parent.parent / "workflows"
+    package = Path(__file__).resolve().parent.parent
+    inside = package / "workflows"
+    return inside if inside.is_dir() else package.parent / "workflows"
 
 
 def builtins_dir() -> Path:

@@ -20,11 +20,11 @@ from pydantic import BaseModel
 from piw.errors import OutputInvalid
 
 if TYPE_CHECKING:
-    from piw.context import NodeContext
-    from piw.graph import GraphNode
-    from piw.publishing import UpdatePublisher
-    from piw.session import SessionLog
-    from piw.writer import RunWriter
+    from piw.store.session import SessionLog
+    from piw.store.writer import RunWriter
+    from piw.updates.publishing import UpdatePublisher
+    from piw.workflow.context import NodeContext
+    from piw.workflow.graph import GraphNode
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Attempt:
 
     def add_usage(self, part: dict[str, Any]) -> None:
         """Add a child's usage (thread-safe: children may run concurrently)."""
-        from piw.replay import add_usage
+        from piw.store.replay import add_usage
 
         with self._usage_lock:
             self.usage = add_usage(self.usage, part)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from piw.errors import NodeFailure
-from piw.updates import MAX_SHELL_UPDATE_LINE_BYTES
+from piw.updates.envelope import MAX_SHELL_UPDATE_LINE_BYTES
 
 __all__ = ["MAX_CAPTURED_CHARS", "CappedText", "LineFramer", "ShellLine", "ShellLineTooLong", "Stream"]
 

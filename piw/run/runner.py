@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piw.engine import Engine, RunOptions
 from piw.errors import ResumeRefused, RunFinished
-from piw.executors import Executor
-from piw.loader import LoadedWorkflow, builtins_dir, load_workflow, prepare_input, resolve_reference
-from piw.replay import RunState
-from piw.store import Bundle, load_state, open_bundle
-from piw.trace import FileLayer, resolve_durability
+from piw.run.engine import Engine, RunOptions
+from piw.run.executors import Executor
+from piw.store.bundle import Bundle, load_state, open_bundle
+from piw.store.replay import RunState
+from piw.store.trace import FileLayer, resolve_durability
+from piw.store.writer import Listener
 from piw.wire import now_iso
-from piw.writer import Listener
+from piw.workflow.loader import LoadedWorkflow, builtins_dir, load_workflow, prepare_input, resolve_reference
 
 
 @dataclass

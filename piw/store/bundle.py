@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from piw.artifacts import ArtifactStore
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
-from piw.replay import RunState, fold, fold_more, state_from_json, state_to_json
-from piw.trace import TraceEvent, TraceRead, read_trace
+from piw.store.artifacts import ArtifactStore
+from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store.trace import TraceEvent, TraceRead, read_trace
 from piw.wire import RUN_BUNDLE_SCHEMA, Manifest, dumps_line
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -150,7 +150,7 @@ class Bundle:
 
     def resolve(self, value: Any) -> Any:
         """Load artifact refs inside a persisted value."""
-        from piw.artifacts import resolve
+        from piw.store.artifacts import resolve
 
         return resolve(value, lambda ref: self.artifacts.read(ref))  # the store only when a ref is met
 

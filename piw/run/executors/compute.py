@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from piw.definition import ComputeNode
 from piw.errors import NodeFailure
-from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.workflow.definition import ComputeNode
 
 
 class ComputeExecutor:

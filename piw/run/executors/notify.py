@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from piw.definition import NotifyNode
-from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate
+from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate
 from piw.wire import sha256_hex
+from piw.workflow.definition import NotifyNode
 
 NOTIFICATION_CUSTOM_TYPE = "pi-workflows-notification"
 

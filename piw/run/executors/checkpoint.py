@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from piw.definition import CheckpointNode
-from piw.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.workflow.definition import CheckpointNode
 
 
 class CheckpointExecutor:

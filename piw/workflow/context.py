@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from piw.errors import Cancelled
 
 if TYPE_CHECKING:
-    from piw.updates import UpdateReceipt
+    from piw.updates.envelope import UpdateReceipt
 
 
 class LazyOutputs(Mapping[str, Any]):

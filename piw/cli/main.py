@@ -1,0 +1,64 @@
+"""The ``piw`` command line: thin commands over library calls; errors become one ``Error: …`` line here only."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from types import FrameType
+
+import click
+import typer
+
+from piw.errors import PiwError
+
+app = typer.Typer(
+    name="piw",
+    help="Run durable LLM-agent workflows and read their runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _register() -> None:
+    from piw.cli import runs, views  # noqa: F401  (modules register their commands on import)
+
+    with contextlib.suppress(ImportError):  # the provider commands are optional until configured
+        from piw.cli import providers  # noqa: F401
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _one_line(message: str) -> str:
+    """Errors are one ``Error: …`` line, whatever the message (e.g. a user exception) holds."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``piw`` console script."""
+    _register()
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except PiwError as exc:
+        print(f"Error: {_one_line(str(exc))}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except (click.exceptions.Abort, typer.Abort):
+        print("Error: aborted.", file=sys.stderr)
+        sys.exit(130)
+    except (click.ClickException, typer.TyperException) as exc:
+        # typer vendors its own click, whose exceptions derive from TyperException, not click's.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            print(exc.format_message())
+            sys.exit(2)
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        print(f"Error: {_one_line(message)}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("Error: interrupted.", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,1 @@
+"""Executing a run: the engine, the foreground runner, node contexts and the executors."""

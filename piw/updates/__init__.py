@@ -1,0 +1,1 @@
+"""Durable updates: the envelope and its limits, publishing from attempts, shell line framing."""
