@@ -10,16 +10,8 @@ from types import FrameType
 import click
 import typer
 
+from piw.cli.app import app
 from piw.errors import PiwError
-
-app = typer.Typer(
-    name="piw",
-    help="Run durable LLM-agent workflows and read their runs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
 
 
 def _register() -> None:

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.main import app
 from piw.providers.config import config_path, load_config
 from piw.providers.selection import describe_providers
 from piw.store.bundle import piw_home

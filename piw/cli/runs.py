@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
-from piw.cli.main import app
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.main import app
 from piw.cli.watch import Watcher, newest_run
 from piw.errors import UsageError
 from piw.store.bundle import check_run_id, open_bundle, piw_home
