@@ -87,6 +87,9 @@ class Cli:
             check=False,
         )
 
+    process = __call__
+    """Always a real subprocess: for tests where process behaviour (signals, exit, terminals, locks) is the point."""
+
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         full_env = {
             **os.environ,
