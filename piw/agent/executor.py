@@ -34,6 +34,7 @@ from piw.store.session import SessionLog, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 from piw.workflow.definition import AgentNode
+from piw.workflow.user_code import call_user
 
 STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
 MAX_REMINDERS = 2
@@ -191,7 +192,7 @@ class _AttemptRun:
         if isinstance(expected, type) and issubclass(expected, BaseModel):
             value = expected.model_validate(value)
         if self.node.validate is not None:
-            value = self.node.validate(value, self.attempt.ctx)
+            value = call_user(self.node.validate, value, self.attempt.ctx)
         return to_json_output(value, self.attempt.node_id)
 
     def _publish(self, update: dict[str, Any], call_id: str) -> dict[str, Any]:

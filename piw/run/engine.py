@@ -36,6 +36,7 @@ from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.workflow.routing import Decision, decide, next_invocation
+from piw.workflow.user_code import WorkflowCodeExit, is_escape
 
 
 class RunInterrupted(PiwError):
@@ -413,6 +414,12 @@ class Engine:
             else:
                 executor = self.executors[node.node_type]
             outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
+        except BaseException as exc:
+            # The last line of defence: a BaseException from workflow code that no executor caught fails the
+            # node instead of ending piw with the run left ``running``. Ctrl-C/SIGTERM still park the run.
+            if not is_escape(exc) and not isinstance(exc, WorkflowCodeExit):
+                raise
+            outcome = NodeOutcome.failed(describe_exception(exc))
         finally:
             attempt.active = False
             self.active = None

@@ -18,6 +18,7 @@ from piw.errors import DefinitionError, NodeFailure
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.updates.shell_lines import CappedText, LineFramer, ShellLine
 from piw.workflow.definition import ActionNode, ShellCommand, ShellUpdates
+from piw.workflow.user_code import WorkflowCodeExit, call_user, is_escape
 
 KILL_GRACE_S = 1.0
 _COMMAND_FIELDS = set(ShellCommand.__dataclass_fields__)
@@ -252,7 +253,7 @@ class ShellActionExecutor:
                 f"Command {command.command!r} failed with {detail}{suffix}", action=receipt
             )
         try:
-            output = node.shell.parse(result, attempt.ctx) if node.shell.parse else result
+            output = call_user(node.shell.parse, result, attempt.ctx) if node.shell.parse else result
             return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)
         except NodeFailure as exc:
             return NodeOutcome.failed(str(exc), exc.outcome, action=receipt)
@@ -261,7 +262,7 @@ class ShellActionExecutor:
 
     def _line_handler(self, attempt: Attempt, updates: ShellUpdates) -> Callable[[ShellLine], None]:
         def handle(line: ShellLine) -> None:
-            produced = updates.parse_line(line, attempt.ctx)
+            produced = call_user(updates.parse_line, line, attempt.ctx)
             if produced is None:
                 return
             items = produced if isinstance(produced, list | tuple) else [produced]
@@ -285,6 +286,8 @@ def _describe_parser_error(error: BaseException | None) -> str:
     """Name the exception type and the rule, never the line text (it may hold secrets)."""
     if error is None:
         return "unknown error"
+    if is_escape(error) or isinstance(error, WorkflowCodeExit):
+        return describe_exception(error)
     if isinstance(error, NodeFailure) or type(error).__name__ in ("UpdateRejected", "ShellLineTooLong"):
         return str(error)
     return type(error).__name__
