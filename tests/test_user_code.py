@@ -153,3 +153,18 @@ workflow = define_workflow(name="slow", start_at="a", nodes={{"a": action(wait)}
     assert "piw resume" in stderr
     (row,) = cli.json("runs")
     assert row["status"] == "running"
+
+
+@pytest.mark.parametrize("where", ["prompt=leave", 'prompt="Go.", validate=leave'])
+def test_agent_prompt_or_validator_that_exits_fails_the_attempt(
+    where: str, cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
+) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"submit": {"a": 1}}]), encoding="utf-8")
+    path = make_workflow(
+        "ag", HEADER + f'workflow = define_workflow(name="ag", start_at="a", nodes={{"a": agent({where})}})\n'
+    )
+    done = cli("run", str(path), "--provider", "scripted", "--script", str(script), "--json")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    result = json.loads(done.stdout)
+    assert result["status"] == "failed" and "sys.exit(3)" in result["error"], result

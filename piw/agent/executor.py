@@ -190,7 +190,7 @@ class _AttemptRun:
     def _accept(self, value: Any) -> Any:
         expected = self.node.expected_output
         if isinstance(expected, type) and issubclass(expected, BaseModel):
-            value = expected.model_validate(value)
+            value = call_user(expected.model_validate, value)  # author validators may raise anything
         if self.node.validate is not None:
             value = call_user(self.node.validate, value, self.attempt.ctx)
         return to_json_output(value, self.attempt.node_id)
