@@ -20,34 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from piw.store.queue import process_start_time  # one definition of a process's identity, shared with claims
+
 GRACE_S = 1.0
 WAIT_GONE_S = 5.0
-
-
-def process_start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks since boot, from ``/proc``); ``None`` when no such process exists.
-
-    Without ``/proc`` (not Linux) an existing process reports ``"?"``: it is recognised by its pid alone.
-    """
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return "?" if _exists(pid) else None
-    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    return fields[19].decode("ascii") if len(fields) > 19 else "?"
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def group_record(pid: int) -> dict[str, Any]:
