@@ -26,6 +26,7 @@ from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
+from piw.run.process_groups import stop_group
 from piw.store.bundle import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
@@ -37,6 +38,7 @@ from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.workflow.routing import Decision, decide, next_invocation
+from piw.workflow.user_code import WorkflowCodeExit
 
 
 class RunInterrupted(PiwError):
@@ -59,6 +61,8 @@ class RunOptions:
     agent_executor: Executor | None = None
     origin_session: dict[str, Any] | None = None
     clock: Callable[[], datetime] = _utc_now
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
@@ -221,6 +225,10 @@ class Engine:
         if truncated:
             resumed["truncatedBytes"] = truncated
         current = state.current
+        group = current.process_group if current is not None else None
+        # The dead holder's command may still run: stop it before its node reruns (process_groups).
+        if group and stop_group(group):
+            resumed["killedProcessGroup"] = {"pid": group.get("pid"), "pgid": group.get("pgid")}
         if current is not None:
             if self._can_reattach(current.node_type, current.node_id, current.attempt_id):
                 resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)
@@ -449,6 +457,11 @@ class Engine:
             else:
                 executor = self.executors[node.node_type]
             outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
+        except WorkflowCodeExit as exc:
+            # Workflow code is called through call_user, which turns its BaseExceptions (sys.exit(), ...) into
+            # this; one that no executor handled still fails the node instead of ending piw with the run left
+            # ``running``. Other BaseExceptions are piw's own unwinding (Ctrl-C, SIGTERM) and pass.
+            outcome = NodeOutcome.failed(describe_exception(exc))
         finally:
             attempt.active = False
             self.active = None
@@ -517,7 +530,8 @@ class Engine:
                     raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
                 return attempt.child_runner(make_runner)(prompt, **kwargs)
 
-            return ActionContext(**common, publisher=publish, agent_runner=run_agent)
+            extra: dict[str, Any] = {"waiter": self.options.waiter} if self.options.waiter else {}
+            return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
         return NodeContext(**common)
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
@@ -537,12 +551,23 @@ def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
         and state.definition_digest == loaded.digest
     )
     if not same:
-        where = state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
+        where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
         raise SourceChanged(
             f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
             f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
             f"again with 'piw run {state.workflow_name}'."
         )
+
+
+def _source_label(recorded: dict[str, Any], installed: dict[str, Any], name: str) -> str:
+    """The parenthesis of ``SourceChanged``: a file's path, or a built-in's recorded and installed revisions."""
+    if recorded.get("kind") == "builtin":
+        now = installed.get("revision") if installed.get("kind") == "builtin" else None
+        return (
+            f"builtin {recorded.get('id')} revision {recorded.get('revision')}, "
+            f"installed revision {now if now is not None else 'none'}"
+        )
+    return str(recorded.get("path") or recorded.get("id") or name)
 
 
 def _timeout_value(value: Any) -> float | None:
