@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     signal.signal(signal.SIGTERM, _sigterm)
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=argv, prog_name="piw", standalone_mode=False)
     except PiwError as exc:
         print(f"Error: {_one_line(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)

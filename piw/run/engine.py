@@ -26,6 +26,7 @@ from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
 from piw.run.fork import Prefix, check_prefix
+from piw.run.process_groups import stop_group
 from piw.store.bundle import (
     Bundle,
     WriterLock,
@@ -45,6 +46,7 @@ from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.workflow.routing import Decision, decide, next_invocation
+from piw.workflow.user_code import WorkflowCodeExit
 
 
 class RunInterrupted(PiwError):
@@ -253,6 +255,10 @@ class Engine:
         if truncated:
             resumed["truncatedBytes"] = truncated
         current = state.current
+        group = current.process_group if current is not None else None
+        # The dead holder's command may still run: stop it before its node reruns (process_groups).
+        if group and stop_group(group):
+            resumed["killedProcessGroup"] = {"pid": group.get("pid"), "pgid": group.get("pgid")}
         if current is not None:
             if self._can_reattach(current.node_type, current.node_id, current.attempt_id):
                 resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)
@@ -478,6 +484,11 @@ class Engine:
             else:
                 executor = self.executors[node.node_type]
             outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
+        except WorkflowCodeExit as exc:
+            # Workflow code is called through call_user, which turns its BaseExceptions (sys.exit(), ...) into
+            # this; one that no executor handled still fails the node instead of ending piw with the run left
+            # ``running``. Other BaseExceptions are piw's own unwinding (Ctrl-C, SIGTERM) and pass.
+            outcome = NodeOutcome.failed(describe_exception(exc))
         finally:
             attempt.active = False
             self.active = None

@@ -126,6 +126,8 @@ class CurrentAttempt:
     prompt: str | None = None
     children: tuple[dict[str, Any], ...] = ()
     assistant_completion: dict[str, Any] | None = None
+    process_group: dict[str, Any] | None = None
+    """The shell command's group (``process_started``): a resume stops it before the node reruns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +304,7 @@ def _current_to_json(current: CurrentAttempt) -> dict[str, Any]:
             "prompt": current.prompt,
             "children": list(current.children) or None,
             "assistantCompletion": current.assistant_completion,
+            "processGroup": current.process_group,
         }
     )
 
@@ -355,6 +358,7 @@ def state_from_json(data: dict[str, Any]) -> RunState:
             prompt=detail.get("prompt"),
             children=tuple(detail.get("children") or ()),
             assistant_completion=detail.get("assistantCompletion"),
+            process_group=detail.get("processGroup"),
         )
     sources = data.get("workflowSources")
     return RunState(
