@@ -201,6 +201,7 @@ def list_workflows(
         revision = "" if row["revision"] is None else str(row["revision"])
         table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["description"] or "")))
     console.print(table)
+    console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0
 
 

@@ -69,6 +69,8 @@ class RunOptions:
     agent_executor: Executor | None = None
     origin_session: dict[str, Any] | None = None
     clock: Callable[[], datetime] = _utc_now
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
 
 
@@ -235,9 +237,7 @@ class Engine:
             and state.definition_digest == loaded.digest
         )
         if not same:
-            where = (
-                state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
-            )
+            where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
             raise SourceChanged(
                 f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
                 f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
@@ -557,7 +557,8 @@ class Engine:
                     raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
                 return attempt.child_runner(make_runner)(prompt, **kwargs)
 
-            return ActionContext(**common, publisher=publish, agent_runner=run_agent)
+            extra: dict[str, Any] = {"waiter": self.options.waiter} if self.options.waiter else {}
+            return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
         return NodeContext(**common)
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
@@ -566,6 +567,17 @@ class Engine:
         self.publisher.publish(
             attempt.node_id, attempt.attempt_id, raw, is_active=attempt.is_live, wait_for_token=attempt.cancel
         )
+
+
+def _source_label(recorded: dict[str, Any], installed: dict[str, Any], name: str) -> str:
+    """The parenthesis of ``SourceChanged``: a file's path, or a built-in's recorded and installed revisions."""
+    if recorded.get("kind") == "builtin":
+        now = installed.get("revision") if installed.get("kind") == "builtin" else None
+        return (
+            f"builtin {recorded.get('id')} revision {recorded.get('revision')}, "
+            f"installed revision {now if now is not None else 'none'}"
+        )
+    return str(recorded.get("path") or recorded.get("id") or name)
 
 
 def _timeout_value(value: Any) -> float | None:

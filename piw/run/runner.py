@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,10 @@ class ForegroundOptions:
     agent_executor_factory: Callable[[LoadedWorkflow], Executor | None] | None = None
     record_origin: bool = True
     on_start: Callable[[Bundle], None] | None = None
+    clock: Callable[[], datetime] | None = None
+    """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
 
 
 def _origin_session() -> dict[str, Any]:
@@ -48,6 +54,8 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             agent_executor=factory(workflow) if factory else None,
             origin_session=_origin_session() if options.record_origin else None,
             on_start=options.on_start,
+            waiter=options.waiter,
+            **({"clock": options.clock} if options.clock else {}),
         ),
     )
 
