@@ -47,6 +47,7 @@ def _foreground(
     provider: str | None = None,
     model: str | None = None,
     script: str | None = None,
+    replay_from: str | None = None,
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from piw.agent.setup import agent_executor_factory
@@ -58,7 +59,14 @@ def _foreground(
     options = ForegroundOptions(
         listeners=[display],
         agent_executor_factory=agent_executor_factory(
-            home, console, verbose=verbose, provider=provider, model=model, script=script, sink=sink
+            home,
+            console,
+            verbose=verbose,
+            provider=provider,
+            model=model,
+            script=script,
+            sink=sink,
+            replay_from=replay_from,
         ),
     )
     return options, display
@@ -78,9 +86,11 @@ def _follow(
     as_json: bool,
     flags: tuple[Any, ...],
     extra: dict[str, Any] | None = None,
+    replay_from: str | None = None,
 ) -> int:
     """Run in the foreground with the live display, closing it before the final JSON is printed."""
-    options, display = _foreground(as_json, *flags)
+    verbose, provider, model, script = flags
+    options, display = _foreground(as_json, verbose, provider, model, script, replay_from=replay_from)
     try:
         state = start(options)
     finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged
+from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
 from piw.run.continuation import ContinuationSpec, carried, continued_from
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
@@ -26,8 +26,17 @@ from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
+from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
-from piw.store.bundle import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
+from piw.store.bundle import (
+    Bundle,
+    WriterLock,
+    copy_artifacts,
+    create_bundle,
+    discard_incomplete,
+    new_run_id,
+    open_bundle,
+)
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
@@ -98,8 +107,46 @@ class Engine:
 
     def start(self, raw_input: Any, title: str | None = None, run_id: str | None = None) -> RunState:
         """Start a new run; input and definition are validated before any bundle exists."""
+        input_value = prepare_input(self.workflow.definition, raw_input)
+        writer = self._create_run(input_value, title, {}, run_id)
+        return self._guarded(lambda: self._begin(writer))
+
+    def fork(self, prefix: Prefix, raw_input: Any | None = None, title: str | None = None) -> RunState:
+        """Start a run that adopts ``prefix`` of a parent run and continues live from the fork point.
+
+        Everything that can refuse the fork (input, a definition that cannot reach the fork point) is checked
+        before the new bundle exists; the parent bundle is only read.
+        """
+        parent = prefix.parent
+        recorded = prefix.started.payload
         definition = self.workflow.definition
-        input_value = prepare_input(definition, raw_input)
+        source_input = parent.resolve(recorded.get("input")) if raw_input is None else raw_input
+        input_value = prepare_input(definition, source_input)
+        extra: dict[str, Any] = {"forkedFrom": {"runId": parent.run_id, "seq": prefix.seq}}
+        for key in ("continuedFrom", "carried"):
+            if key in recorded:
+                extra[key] = recorded[key]
+        if title is None:
+            title = recorded.get("runTitle")
+        probe = fold(
+            [TraceEvent(1, now_iso(), "run", "run_started", "fork", {"input": input_value, **extra})]
+        )
+        where = str(self.workflow.path)
+        reached = check_prefix(self.graph, prefix, probe, parent.resolve, where).next_target
+        if prefix.next_node is not None and reached != prefix.next_node:
+            goes = "ends the run" if reached is None else f"goes to {reached!r}"
+            raise UsageError(
+                f"The workflow in {where} cannot reach the fork point {prefix.next_node!r}: after the adopted "
+                f"steps its routing {goes}."
+            )
+        writer = self._create_run(input_value, title, extra)
+        return self._guarded(lambda: self._adopt(writer, prefix))
+
+    def _create_run(
+        self, input_value: Any, title: str | None, extra: dict[str, Any], run_id: str | None = None
+    ) -> RunWriter:
+        """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
+        definition = self.workflow.definition
         run_title = title if title is not None else resolve_title(definition, input_value)
         payload: dict[str, Any] = {
             "workflowName": definition.name,
@@ -110,9 +157,9 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            **extra,
         }
-        writer = self._create(run_id or new_run_id(definition.name), payload)
-        return self._guarded(lambda: self._begin(writer))
+        return self._create(run_id or new_run_id(definition.name), payload)
 
     def start_continuation(self, spec: ContinuationSpec) -> RunState:
         """Create the continuation of a waiting run and follow the answered checkpoint's edge (§8).
@@ -152,6 +199,7 @@ class Engine:
             workflow_sources=self.workflow.sources or None,
             definition_digest=self.workflow.digest,
             started_at=now_iso(),
+            forked_from=payload.get("forkedFrom"),
         )
         bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
         lock = WriterLock(bundle).acquire()
@@ -181,6 +229,24 @@ class Engine:
         assert writer is not None
         output = self._resolve(writer.state.outputs.get(node_id))
         return decide(self.graph, writer.state, node_id, "ok", output, None)
+
+    def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
+        """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
+        assert self.session is not None
+        copy_artifacts(prefix.parent, writer.bundle)
+        for entry in prefix.entries:
+            self.session.adopt(entry)
+        self.session.sync()
+        # The adopted steps already ran in the parent: listeners (the live display) see the fork continue, not
+        # a replay of every copied line.
+        listeners, writer.listeners[:] = list(writer.listeners), []
+        try:
+            events = [writer.adopt(event) for event in prefix.events]
+        finally:
+            writer.listeners[:] = listeners
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._continue(writer, events, 0)
 
     def _begin(self, writer: RunWriter) -> None:
         if self.options.on_start:

@@ -14,6 +14,7 @@ from piw.errors import ResumeRefused, RunFinished, RunNotFound
 from piw.run.continuation import ContinuationSpec
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
+from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, load_state, open_bundle
 from piw.store.replay import RunState
 from piw.store.trace import FileLayer, resolve_durability
@@ -108,6 +109,31 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
         workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
     )
     return _engine(workflow, home, options).start_continuation(spec)
+
+
+def fork_run(
+    parent_id: str,
+    home: Path,
+    point: ForkPoint,
+    options: ForegroundOptions,
+    *,
+    workflow: str | None = None,
+    raw_input: Any | None = None,
+    title: str | None = None,
+) -> RunState:
+    """Start a fork of ``parent_id`` at ``point`` and follow it; the parent bundle is only read.
+
+    ``workflow`` names a (possibly changed) definition; by default the parent's own source is loaded again.
+    """
+    parent = open_bundle(home, parent_id)
+    prefix = select_prefix(parent, point)
+    if workflow is None:
+        state = load_state(parent, prefix_events(parent))
+        workflow = str(workflow_path_of(state.workflow_source, state.workflow_name, home))
+    loaded = load_workflow(workflow, home, tools_known())
+    if raw_input is not None:
+        prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
+    return _engine(loaded, home, options).fork(prefix, raw_input, title)
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:

@@ -132,6 +132,9 @@ class _Folder:
             max_steps=payload.get("maxSteps", 100),
             origin_session=payload.get("originSession"),
         )
+        forked = payload.get("forkedFrom")
+        if isinstance(forked, dict):
+            self.fields["forked_from"] = {"runId": forked.get("runId"), "seq": forked.get("seq")}
         continued = payload.get("continuedFrom")
         if isinstance(continued, dict):
             self.fields["parent_run_id"] = continued.get("runId")
