@@ -28,15 +28,22 @@ from piw.run.answers import (
     parse_answer_json,
     parse_texts,
     read_wait,
+    record_answer,
 )
 from piw.run.engine import check_source
 from piw.run.runner import continue_run, tools_known, workflow_path_of
+from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import piw_home
+from piw.store.queue import Claim, open_queue, runner_id
 from piw.store.replay import RunState
 from piw.store.runref import resolve_run_id
-from piw.terminal import single_line
+from piw.terminal import json_text, single_line
 from piw.workflow.definition import CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, load_workflow
+
+DetachOption = Annotated[
+    bool, typer.Option("--detach", help="Queue the continuation for 'piw host' instead of running it here.")
+]
 
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
@@ -48,15 +55,13 @@ def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     return workflow
 
 
-def answer_book(home: Path) -> Any:
-    from piw.run.answer_file import FileAnswerBook
-
-    return FileAnswerBook(home)
-
-
-def _record(home: Path, claim: AnswerClaim) -> AnswerReceipt:
-    receipt: AnswerReceipt = answer_book(home).record_answer(claim)
-    return receipt
+def _record(
+    home: Path, claim: AnswerClaim, state: RunState, detach: bool
+) -> tuple[AnswerReceipt, Claim | None]:
+    """Sweep this run's due decision first (a passed deadline wins, as declared), then record the answer."""
+    queue = open_queue(home)
+    sweep_timeouts(home, queue, run_id=state.run_id)
+    return record_answer(home, queue, claim, state, claim_for=None if detach else runner_id())
 
 
 def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
@@ -77,9 +82,18 @@ def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
     )
 
 
-def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[Any, ...]) -> int:
-    _announce(receipt, as_json)
+def _continue(
+    home: Path,
+    recorded: tuple[AnswerReceipt, Claim | None],
+    as_json: bool,
+    flags: tuple[Any, ...],
+    detach: bool,
+) -> int:
+    receipt, held = recorded
     spec = receipt.spec
+    if detach:
+        return _queued(receipt, as_json)
+    _announce(receipt, as_json)
     extra = {
         "continuedFrom": {
             "runId": spec.parent_run_id,
@@ -88,7 +102,27 @@ def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[An
         },
         "adopted": receipt.adopted,
     }
-    return _follow(lambda options: continue_run(spec, home, options), as_json, flags, extra)
+    return _follow(lambda options: continue_run(spec, home, options, held), as_json, flags, extra)
+
+
+def _queued(receipt: AnswerReceipt, as_json: bool) -> int:
+    """``--detach``: the continuation's row is queued for ``piw host``; nothing runs here."""
+    spec = receipt.spec
+    if as_json:
+        payload = {
+            "runId": spec.run_id,
+            "status": "queued",
+            "continuedFrom": {"runId": spec.parent_run_id, "nodeId": spec.node_id},
+            "adopted": receipt.adopted,
+        }
+        sys.stdout.write(json_text(payload) + "\n")
+        return 0
+    verb = "Already answered" if receipt.adopted else "Recorded the answer"
+    make_console().print(
+        f"{verb} for run {spec.parent_run_id} at {single_line(spec.node_id)}; continuation run {spec.run_id} is "
+        f"queued for a host ('piw host' runs it; 'piw watch {spec.run_id}' follows it)."
+    )
+    return 0
 
 
 def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
@@ -107,6 +141,7 @@ def answer(
             help='The answer as JSON (or @file); a decision takes {"choice": ..., <text inputs>}.',
         ),
     ],
+    detach: DetachOption = False,
     provider: ProviderOption = None,
     model: ModelOption = None,
     script: ScriptOption = None,
@@ -126,7 +161,9 @@ def answer(
     wait, state = read_wait(home, run_id)
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
-    return _continue(home, _record(home, claim), as_json, (verbose, provider, model, script))
+    return _continue(
+        home, _record(home, claim, state, detach), as_json, (verbose, provider, model, script), detach
+    )
 
 
 @app.command()
@@ -141,6 +178,7 @@ def decide(
         str | None,
         typer.Option("--request-sha256", help="Refuse unless the request is the one with this digest."),
     ] = None,
+    detach: DetachOption = False,
     provider: ProviderOption = None,
     model: ModelOption = None,
     script: ScriptOption = None,
@@ -154,4 +192,6 @@ def decide(
     texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}
     claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
     _loaded(home, state)
-    return _continue(home, _record(home, claim), as_json, (verbose, provider, model, script))
+    return _continue(
+        home, _record(home, claim, state, detach), as_json, (verbose, provider, model, script), detach
+    )

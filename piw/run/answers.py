@@ -16,15 +16,17 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import AnswerInvalid, RunNotFound
+from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, RunNotFound
 from piw.run.continuation import ContinuationSpec
 from piw.store.bundle import new_run_id, open_bundle
+from piw.store.decisions import AnswerRecord, NewDecision
+from piw.store.queue import Claim, NewRun, RunQueue
 from piw.store.replay import RunState, fold
-from piw.wire import digest, format_time
+from piw.wire import digest, format_time, parse_time
 from piw.workflow.gates import check_answer, is_gate_request
 
 Provenance = Literal["human", "timeout", "cancel"]
@@ -97,7 +99,8 @@ class AnswerClaim:
     decision_id: str | None = None
     request_sha256: str | None = None
     workflow_name: str = ""
-    parent_state: RunState | None = field(default=None, compare=False, repr=False)
+    opened: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The open request (a decision), recorded if the gate opened before the database held decisions."""
 
 
 @dataclass(frozen=True)
@@ -121,16 +124,6 @@ class AnswerReceipt:
             "humanDecision": self.spec.human_decision,
             "adopted": self.adopted,
         }
-
-
-class AnswerBook(Protocol):
-    """Records the first valid answer to a waiting run and the continuation it starts (one transaction).
-
-    An identical repeat (same fingerprint) returns the stored receipt with ``adopted=True``; a different answer
-    raises ``ContinuationExists`` (plain checkpoint) or ``DecisionResolved`` (human decision).
-    """
-
-    def record_answer(self, claim: AnswerClaim) -> AnswerReceipt: ...
 
 
 def _fingerprint(value: Any) -> str:
@@ -184,6 +177,7 @@ def claim_decision(
         decision_id=wait.decision_id,
         request_sha256=wait.request_sha256,
         workflow_name=wait.workflow_name,
+        opened=wait.output,
     )
 
 
@@ -279,3 +273,110 @@ def existing_run(home: Path, run_id: str) -> bool:
     except RunNotFound:
         return False
     return True
+
+
+# ---- recording the winner -----------------------------------------------------------------------------------
+
+
+def new_decision(run_id: str, node_id: str, attempt_id: str, opened: dict[str, Any]) -> NewDecision:
+    """The decision row of an opened gate; its deadline is the request's ``onTimeout.expiresAt``."""
+    timeout = opened.get("onTimeout") if isinstance(opened.get("onTimeout"), dict) else None
+    expires = None
+    if timeout is not None and timeout.get("expiresAt"):
+        expires = int(parse_time(str(timeout["expiresAt"])).timestamp() * 1000)
+    return NewDecision(
+        decision_id=str(opened["decisionId"]),
+        run_id=run_id,
+        node_id=node_id,
+        attempt_id=attempt_id,
+        request=opened,
+        request_sha256=str(opened.get("requestSha256", "")),
+        expires_at=expires,
+        on_timeout=None
+        if timeout is None
+        else {"choice": timeout.get("choice"), "afterMinutes": timeout.get("afterMinutes")},
+    )
+
+
+def continuation_row(home: Path, queue: RunQueue, parent: RunState, spec: ContinuationSpec) -> NewRun:
+    """The continuation's queue row: the parent's workflow, and the answer it continues with as its input."""
+    from piw.run.runner import workflow_path_of
+
+    source = parent.workflow_source or {}
+    row = queue.get(parent.run_id)
+    return NewRun(
+        run_id=spec.run_id,
+        workflow_ref=str(workflow_path_of(source, parent.workflow_name, home)),
+        workflow_source=source,
+        definition_digest=parent.definition_digest,
+        input={"continuation": spec.to_json()},
+        options=dict(row.options) if row is not None else {},
+        parent_run_id=parent.run_id,
+    )
+
+
+def record_answer(
+    home: Path, queue: RunQueue, claim: AnswerClaim, parent: RunState, *, claim_for: str | None = None
+) -> tuple[AnswerReceipt, Claim | None]:
+    """Record the first valid answer (one transaction); an identical repeat adopts the stored receipt.
+
+    Raises ``DecisionResolved`` (a decision already won by another answer, or cancelled) or
+    ``ContinuationExists`` (a checkpoint answered differently); nothing is recorded then.
+    """
+    spec = claim.spec
+    receipt = {"continuation": spec.to_json(), "provenance": claim.provenance}
+    decision = None
+    if claim.decision_id is not None and claim.opened is not None:
+        attempt = parent.results.get(spec.node_id)
+        decision = new_decision(
+            parent.run_id, spec.node_id, attempt.attempt_id if attempt else "", claim.opened
+        )
+    record = AnswerRecord(
+        scope=claim.scope,
+        key=claim.key,
+        fingerprint=claim.fingerprint,
+        receipt=receipt,
+        continuation=continuation_row(home, queue, parent, spec),
+        decision=decision,
+        response=spec.answer if claim.scope == "decision.answer" else None,
+        provenance=claim.provenance,
+        answered_by=claim.answered_by,
+        claim_for=claim_for,
+    )
+    result = queue.resolve_answer(record)
+    if result.outcome == "won":
+        return AnswerReceipt(spec, adopted=False, provenance=claim.provenance), result.claim
+    stored = (result.receipt or {}).get("continuation") or {}
+    if result.outcome == "adopted":
+        return AnswerReceipt(
+            ContinuationSpec.from_json(stored), adopted=True, provenance=str(result.provenance or "human")
+        ), None
+    run_id, node_id = parent.run_id, spec.node_id
+    if result.outcome == "cancelled":
+        raise DecisionResolved(
+            f"Run {run_id} was cancelled while waiting at {node_id}; it will not continue."
+        )
+    other = stored.get("runId", "?")
+    if claim.scope == "decision.answer":
+        raw = stored.get("answer")
+        answer: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        how = f"{answer.get('choice', '?')}, {result.provenance or answer.get('provenance', '?')}"
+        raise DecisionResolved(
+            f"Decision {node_id} of run {run_id} was already resolved ({how}); its continuation is run {other}."
+        )
+    raise ContinuationExists(
+        f"Run {run_id} was already answered differently; its continuation is run {other}.", str(other)
+    )
+
+
+def open_decision_book(queue: RunQueue) -> Any:
+    """The checkpoint executor's decision book over the queue: a gate's request is recorded once."""
+
+    class _Book:
+        def open_decision(
+            self, *, run_id: str, node_id: str, attempt_id: str, decision_id: str, request: dict[str, Any]
+        ) -> dict[str, Any]:
+            row = queue.open_decision(new_decision(run_id, node_id, attempt_id, request))
+            return row.request
+
+    return _Book()

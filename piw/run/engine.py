@@ -24,7 +24,7 @@ from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception
 from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
-from piw.run.executors.notify import NotifyExecutor
+from piw.run.executors.notify import NotifyExecutor, Outbox
 from piw.run.executors.shell import ShellActionExecutor
 from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
@@ -75,6 +75,8 @@ class RunOptions:
     on_start: Callable[[Bundle], None] | None = None
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
+    outbox: Outbox | None = None
+    """Where notify nodes queue their notification for delivery (the run database); ``None``: the trace only."""
 
 
 class _MissingAgentExecutor:
@@ -96,7 +98,7 @@ class Engine:
         self.active: Attempt | None = None
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
-            "notify": NotifyExecutor(),
+            "notify": NotifyExecutor(self.options.outbox),
             "checkpoint": CheckpointExecutor(self.options.decisions),
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 from collections.abc import Callable
@@ -10,12 +11,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import ResumeRefused, RunFinished, RunNotFound
+from piw.errors import PiwError, ResumeRefused, RunFinished, RunNotFound
+from piw.run.answers import open_decision_book
 from piw.run.continuation import ContinuationSpec
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
-from piw.store.bundle import Bundle, discard_incomplete, load_state, open_bundle
+from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
+from piw.store.queue import Claim, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
@@ -46,6 +49,7 @@ def _origin_session() -> dict[str, Any]:
 def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) -> Engine:
     factory = options.agent_executor_factory
     clock: dict[str, Any] = {"clock": options.clock} if options.clock else {}
+    queue = open_queue(ensure_private_dir(home))
     return Engine(
         workflow,
         home,
@@ -57,6 +61,8 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             origin_session=_origin_session() if options.record_origin else None,
             on_start=options.on_start,
             waiter=options.waiter,
+            decisions=open_decision_book(queue),
+            outbox=queue,
             **clock,
         ),
     )
@@ -86,29 +92,59 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     return _engine(workflow, home, options).resume(run_id)
 
 
-def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
+def continue_run(
+    spec: ContinuationSpec, home: Path, options: ForegroundOptions, claim: Claim | None = None
+) -> RunState:
     """Run an accepted answer's continuation in the foreground: create it, or resume it if it exists.
 
-    The answer is recorded first (``piw.run.answers``); this is safe to repeat: an existing continuation is
-    resumed (or just reported, when it already ended), never created twice.
+    The answer is recorded first (``piw.run.answers``), with the continuation's queue row; ``claim`` is that
+    row's claim when the answer took it. Safe to repeat: an existing continuation is resumed (or just reported
+    when it already ended), never created twice.
     """
+    queue = open_queue(home)
     try:
-        bundle = open_bundle(home, spec.run_id)
+        bundle: Bundle | None = open_bundle(home, spec.run_id)
     except RunNotFound:
         bundle = None
     if bundle is not None:
         state = load_state(bundle)
-        if not state.run_id:
-            discard_incomplete(bundle)  # created, but run_started never committed: start it again
-        elif state.is_terminal:
+        if state.run_id and state.is_terminal:
+            _release(queue, claim, state)
             return state
-        else:
+        if state.run_id:
+            if claim is not None:
+                queue.park(claim)  # resume takes its own claim
             return resume_run(spec.run_id, home, options)
-    parent = load_state(open_bundle(home, spec.parent_run_id))
-    workflow = load_workflow(
-        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
-    )
-    return _engine(workflow, home, options).start_continuation(spec)
+        discard_incomplete(bundle)  # created, but run_started never committed: start it again
+    if claim is None:
+        claim = queue.claim_run(spec.run_id, runner_id())
+    try:
+        parent = load_state(open_bundle(home, spec.parent_run_id))
+        workflow = load_workflow(
+            workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
+        )
+        state = _engine(workflow, home, options).start_continuation(spec)
+    except BaseException as exc:
+        with contextlib.suppress(PiwError):
+            queue.park(
+                claim, "interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__
+            )
+        raise
+    _release(queue, claim, state)
+    return state
+
+
+def _release(queue: RunQueue, claim: Claim | None, state: RunState) -> None:
+    """Give the continuation's row the final status of its run (``done`` for completed or waiting)."""
+    final = {"completed": "done", "waiting": "done", "failed": "failed", "timed_out": "failed"}
+    status = final.get(state.status, "cancelled" if state.status == "cancelled" else None)
+    if status is None:
+        return
+    with contextlib.suppress(PiwError):
+        if claim is not None:
+            queue.release(claim, status)  # type: ignore[arg-type]
+        else:
+            queue.finalize(state.run_id, status)  # type: ignore[arg-type]
 
 
 def fork_run(

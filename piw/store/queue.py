@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound
+from piw.store import decisions, outbox
 from piw.store.database import Clock, Database, now_ms, open_database
+from piw.store.decisions import AnswerRecord, DecisionRow, NewDecision, Resolution
+from piw.store.outbox import NewNotification, NotificationRow
 
 LEASE_MS = 30_000
 RENEW_MS = 10_000
@@ -231,6 +234,48 @@ class RunQueue(Protocol):
     def request_cancel(self, run_id: str) -> QueueRow: ...
 
     def set_options(self, run_id: str, options: dict[str, Any]) -> None: ...
+
+    # ---- part B (owner: `decisions`): outbox, decisions, idempotency (piw.store.outbox / .decisions) --------
+
+    def queue_notification(self, item: NewNotification) -> NotificationRow:
+        """``INSERT OR IGNORE`` then read back: the first content recorded for a notification id wins."""
+        ...
+
+    def notifications_of(self, run_id: str) -> list[NotificationRow]: ...
+
+    def lease_notifications(
+        self, *, run_id: str | None = None, untargeted: bool = False, limit: int = 100
+    ) -> list[NotificationRow]:
+        """Take a 30 s delivery lease on undelivered rows (of one run, or with no target session)."""
+        ...
+
+    def mark_delivered(self, notification_id: str, token: str) -> bool: ...
+
+    def open_decision(self, decision: NewDecision) -> DecisionRow:
+        """Record an opened gate unless it exists (a rerun adopts the recorded request and deadline)."""
+        ...
+
+    def get_decision(self, decision_id: str) -> DecisionRow | None: ...
+
+    def decisions_of(self, run_id: str) -> list[DecisionRow]: ...
+
+    def due_decisions(self, now: int | None = None) -> list[DecisionRow]: ...
+
+    def cancel_decisions(self, run_id: str, answered_by: str = "") -> int:
+        """Open decisions of a cancelled waiting run become ``cancelled`` tombstones."""
+        ...
+
+    def resolve_answer(self, record: AnswerRecord) -> Resolution:
+        """First valid answer wins: decision row, continuation queue row and idempotency in one transaction."""
+        ...
+
+    def idempotent_receipt(
+        self, scope: str, key: str, fingerprint: str
+    ) -> tuple[Literal["none", "adopted", "conflict"], dict[str, Any] | None]: ...
+
+    def continuation_of(self, parent_run_id: str) -> QueueRow | None:
+        """The one continuation row of a waiting run, if it was answered."""
+        ...
 
 
 # ---- SQLite -------------------------------------------------------------------------------------------
@@ -518,10 +563,53 @@ class SqliteQueue:
         return self._flag(run_id, "cancel_requested", 1)
 
     # ==== part B (owner: `decisions`): notification outbox, human decisions, idempotency records =========
-    # Methods for the outbox (§10.3 delivery leases), decisions (first valid answer wins, continuation row
-    # with the unique parent_run_id) and idempotency (run.start, run.answer, run.cancel, decision.answer) go
-    # here, each one BEGIN IMMEDIATE transaction through ``self.db.transaction()``, and are declared on the
-    # RunQueue protocol above in a matching section.
+    # Each one BEGIN IMMEDIATE transaction; the SQL lives in piw.store.outbox and piw.store.decisions.
+
+    def queue_notification(self, item: NewNotification) -> NotificationRow:
+        return outbox.queue_notification(self, item)
+
+    def notifications_of(self, run_id: str) -> list[NotificationRow]:
+        return outbox.notifications_of(self, run_id)
+
+    def lease_notifications(
+        self, *, run_id: str | None = None, untargeted: bool = False, limit: int = 100
+    ) -> list[NotificationRow]:
+        return outbox.lease_notifications(self, run_id=run_id, untargeted=untargeted, limit=limit)
+
+    def mark_delivered(self, notification_id: str, token: str) -> bool:
+        return outbox.mark_delivered(self, notification_id, token)
+
+    def open_decision(self, decision: NewDecision) -> DecisionRow:
+        return decisions.open_decision(self, decision)
+
+    def get_decision(self, decision_id: str) -> DecisionRow | None:
+        return decisions.get_decision(self, decision_id)
+
+    def decisions_of(self, run_id: str) -> list[DecisionRow]:
+        return decisions.decisions_of(self, run_id)
+
+    def due_decisions(self, now: int | None = None) -> list[DecisionRow]:
+        return decisions.due_decisions(self, now)
+
+    def cancel_decisions(self, run_id: str, answered_by: str = "") -> int:
+        return decisions.cancel_decisions(self, run_id, answered_by)
+
+    def resolve_answer(self, record: AnswerRecord) -> Resolution:
+        return decisions.resolve_answer(self, record)
+
+    def idempotent_receipt(
+        self, scope: str, key: str, fingerprint: str
+    ) -> tuple[Literal["none", "adopted", "conflict"], dict[str, Any] | None]:
+        return decisions.idempotent_receipt(self, scope, key, fingerprint)
+
+    def continuation_of(self, parent_run_id: str) -> QueueRow | None:
+        found = (
+            self.db.connection()
+            .execute(f"SELECT {_COLUMNS} FROM run_queue WHERE parent_run_id = ?", (parent_run_id,))
+            .fetchone()
+        )
+        return None if found is None else _row(found)
+
     # ==== end of part B ================================================================================
 
 
