@@ -361,3 +361,110 @@ def test_human_decision_definitions_are_checked_when_the_file_loads() -> None:
         "audience": "ops",
         "onTimeout": {"afterMinutes": 2, "choice": "no"},
     }
+
+
+def test_inspect_shows_an_open_decision_and_then_who_answered_it(cli: Cli, gate: Path) -> None:
+    parent = start_waiting(cli, gate)["runId"]
+    state = inspect(cli, parent)
+    decision = state["decision"]
+    assert decision["kind"] == "human_decision" and decision["status"] == "open"
+    assert (
+        decision["nodeId"] == "approval/approve"
+        and decision["decisionId"] == state["finalOutput"]["decisionId"]
+    )
+    assert decision["commands"][0] == f"piw decide {parent} continue"
+    shown = cli("inspect", parent)
+    assert shown.returncode == 0 and "Waiting for a decision at approval › approve" in shown.stdout
+    assert f"Decide with: piw decide {parent} continue" in shown.stdout
+    child = cli.json("decide", parent, "stop")["runId"]
+    decided = inspect(cli, parent)["decision"]
+    assert decided["status"] == "resolved" and decided["provenance"] == "human"
+    assert (
+        decided["answer"] == {"choice": "stop", "provenance": "human"}
+        and decided["continuationRunId"] == child
+    )
+    assert "@" in decided["answeredBy"]
+    shown = cli("inspect", parent)
+    assert f"Answered stop (human, by {decided['answeredBy']}); continued as run {child}" in shown.stdout
+    assert "Decide with:" not in shown.stdout
+
+
+def _run_in_the_past(path: Path, home: Path, minutes: float) -> str:
+    """Start ``path`` with an engine clock ``minutes`` in the past, so its gate's deadline is that much older."""
+    from datetime import UTC, datetime, timedelta
+
+    from piw.run.runner import ForegroundOptions, start_run
+
+    then = datetime.now(UTC) - timedelta(minutes=minutes)
+    state = start_run(str(path), home, {}, None, ForegroundOptions(clock=lambda: then))
+    assert state.status == "waiting"
+    return str(state.run_id)
+
+
+def test_the_sweeper_answers_a_due_decision_with_its_timeout_choice(cli: Cli, gate: Path) -> None:
+    from piw.run.runner import ForegroundOptions, continue_run
+    from piw.run.sweeper import sweep_timeouts
+    from piw.store.queue import open_queue
+
+    fresh = start_waiting(cli, gate)["runId"]
+    parent = _run_in_the_past(gate, cli.home, minutes=12)  # no piw process ran from +4 to +12 minutes
+    queue = open_queue(cli.home)
+    expires = queue.decisions_of(parent)[0].expires_at
+    (made,) = sweep_timeouts(cli.home, queue)  # the fresh run's deadline is 10 minutes away: left open
+    assert made.spec.parent_run_id == parent and made.provenance == "timeout"
+    assert made.spec.answer == {"choice": "continue", "provenance": "timeout"}
+    assert made.spec.human_decision is not None and made.spec.human_decision["answeredBy"].startswith("piw (")
+    row = queue.decisions_of(parent)[0]
+    assert (row.status, row.provenance, row.expires_at) == (
+        "resolved",
+        "timeout",
+        expires,
+    )  # deadline unmoved
+    assert queue.decisions_of(fresh)[0].status == "open"
+    assert queue.continuation_of(parent) is not None and queue.continuation_of(parent).status == "queued"  # type: ignore[union-attr]
+    assert sweep_timeouts(cli.home, queue) == []
+    late = cli("decide", parent, "stop")  # a person after the timeout answered it
+    assert late.returncode == 2 and "was already resolved (continue, timeout)" in late.stderr
+    state = continue_run(made.spec, cli.home, ForegroundOptions())
+    assert state.status == "completed"
+    assert state.final_output["approval"]["answer"] == {"choice": "continue", "provenance": "timeout"}
+    assert queue.get(state.run_id).status == "done"  # type: ignore[union-attr]
+
+
+def test_a_person_deciding_after_the_deadline_meets_the_declared_timeout(cli: Cli, gate: Path) -> None:
+    parent = _run_in_the_past(gate, cli.home, minutes=11)
+    adopted = cli.json("decide", parent, "continue")  # the sweep runs first; the same choice adopts it
+    assert adopted["adopted"] is True and adopted["status"] == "completed"
+    assert adopted["continuedFrom"]["humanDecision"]["provenance"] == "timeout"
+
+
+def test_a_person_who_answers_first_beats_the_sweeper(cli: Cli, gate: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from piw.run.sweeper import sweep_timeouts
+    from piw.store.queue import SqliteQueue
+
+    parent = start_waiting(cli, gate)["runId"]
+    assert cli.json("decide", parent, "stop")["status"] == "completed"
+    later = int((datetime.now(UTC) + timedelta(minutes=30)).timestamp() * 1000)
+    queue = SqliteQueue.open(cli.home, clock=lambda: later)
+    assert queue.due_decisions() == [] and sweep_timeouts(cli.home, queue) == []
+    assert queue.decisions_of(parent)[0].provenance == "human"
+
+
+def test_concurrent_piw_decide_processes_start_one_continuation(cli: Cli, gate: Path) -> None:
+    parent = start_waiting(cli, gate)["runId"]
+    racers = [
+        cli.popen("decide", parent, choice, "--json") for choice in ("stop", "continue", "stop", "continue")
+    ]
+    results = [(racer.wait(timeout=120), racer.stdout.read() if racer.stdout else "") for racer in racers]
+    won = [json.loads(out) for code, out in results if code == 0 and not json.loads(out)["adopted"]]
+    assert len(won) == 1
+    children = [run for run in run_ids(cli.home) if run != parent]
+    assert children == [won[0]["runId"]]
+    winner = won[0]["continuedFrom"]["humanDecision"]["choice"]
+    for (code, out), choice in zip(results, ("stop", "continue", "stop", "continue"), strict=True):
+        if choice == winner:
+            assert code == 0 and json.loads(out)["runId"] == won[0]["runId"]  # the same choice adopts the winner
+        else:
+            assert code == 2  # DecisionResolved

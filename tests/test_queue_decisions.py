@@ -92,7 +92,10 @@ def test_the_first_answer_wins_and_repeats_adopt_or_conflict(make_queue: MakeQue
     continued = queue.continuation_of("parent")
     assert continued is not None and continued.run_id == "c1" and continued.status == "starting"
     same = queue.resolve_answer(answer("c2", "yes"))
-    assert same.outcome == "adopted" and same.receipt == {"continuation": {"runId": "c1"}, "provenance": "human"}
+    assert same.outcome == "adopted" and same.receipt == {
+        "continuation": {"runId": "c1"},
+        "provenance": "human",
+    }
     other = queue.resolve_answer(answer("c3", "no"))
     assert other.outcome == "conflict" and other.receipt is not None
     assert queue.get("c2") is None and queue.get("c3") is None  # the losers left nothing behind
@@ -157,7 +160,9 @@ def test_concurrent_answers_from_threads_make_one_continuation(make_queue: MakeQ
     index = int(winner.run_id[1:])
     same = "yes" if index % 2 else "no"
     assert set(outcomes) <= {"won", "adopted", "conflict"}
-    assert outcomes.count("adopted") == sum(1 for i in range(8) if i != index and ("yes" if i % 2 else "no") == same)
+    assert outcomes.count("adopted") == sum(
+        1 for i in range(8) if i != index and ("yes" if i % 2 else "no") == same
+    )
 
 
 RACER = """
@@ -188,7 +193,9 @@ def test_concurrent_answers_from_processes_make_one_continuation(piw_home: Path)
 
 
 def note(index: int = 1, content: str = "hello", target: str | None = "ses_1") -> NewNotification:
-    return NewNotification(f"ntf_{index}", "run1", "tell", "att1", index, "progress", target, content, "sha256:x")
+    return NewNotification(
+        f"ntf_{index}", "run1", "tell", "att1", index, "progress", target, content, "sha256:x"
+    )
 
 
 def test_the_outbox_keeps_one_row_per_node_execution(make_queue: MakeQueue) -> None:

@@ -17,7 +17,7 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.runs import ModelOption, ProviderOption, RunJsonOption, ScriptOption, VerboseOption, _follow
-from piw.errors import UsageError
+from piw.errors import PiwError, RunLocked, UsageError
 from piw.run.answers import (
     AnswerClaim,
     AnswerReceipt,
@@ -93,6 +93,8 @@ def _continue(
     spec = receipt.spec
     if detach:
         return _queued(receipt, as_json)
+    if receipt.adopted and _live_elsewhere(home, spec.run_id):
+        return _elsewhere(receipt, as_json)
     _announce(receipt, as_json)
     extra = {
         "continuedFrom": {
@@ -102,7 +104,36 @@ def _continue(
         },
         "adopted": receipt.adopted,
     }
-    return _follow(lambda options: continue_run(spec, home, options, held), as_json, flags, extra)
+    try:
+        return _follow(lambda options: continue_run(spec, home, options, held), as_json, flags, extra)
+    except RunLocked:
+        if receipt.adopted:  # the winner's process took the continuation an instant before us
+            return _elsewhere(receipt, as_json)
+        raise
+
+
+def _live_elsewhere(home: Path, run_id: str) -> bool:
+    from piw.store.bundle import open_bundle, run_is_live
+
+    try:
+        return run_is_live(open_bundle(home, run_id))
+    except PiwError:
+        return False
+
+
+def _elsewhere(receipt: AnswerReceipt, as_json: bool) -> int:
+    """An identical repeat while the continuation runs in another process: report it, run nothing here."""
+    spec = receipt.spec
+    if as_json:
+        payload = {"runId": spec.run_id, "status": "running", "finalOutput": None, "error": None,
+                   "continuedFrom": {"runId": spec.parent_run_id, "nodeId": spec.node_id}, "adopted": True}  # fmt: skip
+        sys.stdout.write(json_text(payload) + "\n")
+        return 0
+    make_console().print(
+        f"Already answered; its continuation run {spec.run_id} is running in another piw process "
+        f"(follow it with 'piw watch {spec.run_id}')."
+    )
+    return 0
 
 
 def _queued(receipt: AnswerReceipt, as_json: bool) -> int:

@@ -14,7 +14,14 @@ from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
 from piw.cli.waiting import print_wait
 from piw.errors import PiwError, UsageError
-from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
+from piw.run.runner import (
+    ForegroundOptions,
+    continue_run,
+    resolved_outcome,
+    resume_run,
+    start_run,
+    tools_known,
+)
 from piw.store.bundle import piw_home
 from piw.store.history import run_summaries
 from piw.store.replay import RunState
@@ -88,14 +95,40 @@ def _follow(
     extra: dict[str, Any] | None = None,
     replay_from: str | None = None,
 ) -> int:
-    """Run in the foreground with the live display, closing it before the final JSON is printed."""
+    """Run in the foreground with the live display, closing it before the final JSON is printed.
+
+    A run that stops at a human decision on a terminal then prompts for it and continues here
+    (``piw.cli.prompt``).
+    """
+    state, code = _followed(start, as_json, flags, extra, replay_from)
+    if as_json or state.status != "waiting":
+        return code
+    from piw.cli.prompt import after_waiting, can_prompt
+
+    if not can_prompt():
+        return code
+
+    def follow(receipt: Any, claim: Any) -> tuple[RunState, int]:
+        spec = receipt.spec
+        return _followed(lambda options: continue_run(spec, piw_home(), options, claim), as_json, flags)
+
+    return after_waiting(piw_home(), state, make_console(), follow) if state.status == "waiting" else code
+
+
+def _followed(
+    start: Callable[[ForegroundOptions], RunState],
+    as_json: bool,
+    flags: tuple[Any, ...],
+    extra: dict[str, Any] | None = None,
+    replay_from: str | None = None,
+) -> tuple[RunState, int]:
     verbose, provider, model, script = flags
     options, display = _foreground(as_json, verbose, provider, model, script, replay_from=replay_from)
     try:
         state = start(options)
     finally:
         display.close()
-    return _finish(state, as_json, extra)
+    return state, _finish(state, as_json, extra)
 
 
 @app.command()

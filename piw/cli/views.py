@@ -13,6 +13,7 @@ from rich.console import Console
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.waiting import decision_summary, wait_view
 from piw.cli.watch import Watcher, newest_run
 from piw.errors import UsageError
 from piw.store.bundle import check_run_id, open_bundle, piw_home
@@ -51,13 +52,21 @@ def inspect(
     if (node is not None or attempt is not None) and view != "trace":
         raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
     run = load_run(piw_home(), check_run_id(run_id), at)
+    decision = decision_summary(piw_home(), run.state) if at is None else None
     if as_json:
-        sys.stdout.write(json_text(state_to_json(run.state)) + "\n")
+        data = state_to_json(run.state)
+        if decision is not None:
+            data["decision"] = decision
+        sys.stdout.write(json_text(data) + "\n")
         return 0
     if run.notice and view != "state":
         make_console(sys.stderr).print(f"Warning: {run.notice}")
     console = make_console()
     print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded))
+    if view == "state" and decision is not None:
+        wait = wait_view(piw_home(), run.state)
+        if wait is not None:
+            console.print(wait)
     return 0
 
 
