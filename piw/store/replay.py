@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from sys import intern
 from typing import Any
 
 from piw.store.state import (
@@ -20,6 +21,7 @@ from piw.store.state import (
     StepRecord,
     UpdateRecord,
     add_usage,
+    evolve,
     result_to_json,
     state_from_json,
     state_to_json,
@@ -48,6 +50,11 @@ __all__ = [
     "step_to_json",
     "update_to_json",
 ]
+
+
+def _shared(value: Any) -> Any:
+    """One object per distinct short string that every step repeats (node ids, types, outcomes)."""
+    return intern(value) if type(value) is str else value
 
 
 class _Folder:
@@ -103,16 +110,15 @@ class _Folder:
         current = self.attempt()
         if not self.owned and current is self.state.current and not self.fields:
             return self.state
-        return replace(
-            self.state,
-            outputs=self.outputs,
-            results=self.results,
-            steps=self.state.steps.extended(self.new_steps),
-            updates=self.updates,
-            mounts=self.mounts,
-            current=current,
-            **self.fields,
-        )
+        changes = self.fields
+        changes["current"] = current
+        if self.owned:
+            changes.update(
+                outputs=self.outputs, results=self.results, updates=self.updates, mounts=self.mounts
+            )
+        if self.new_steps:
+            changes["steps"] = self.state.steps.extended(self.new_steps)
+        return evolve(self.state, changes)
 
     # ---- run-scoped events -------------------------------------------------------------------------------
 
@@ -235,7 +241,7 @@ class _Folder:
     def node_terminal(self, event: TraceEvent) -> None:
         self.own()
         payload = event.payload
-        node_id = event.node_id or ""
+        node_id = _shared(event.node_id or "")
         outcome = payload.get("outcome", "ok" if event.type == "node_finished" else "failed")
         started = self.started
         node_type: str = payload.get("nodeType", "")
@@ -253,23 +259,13 @@ class _Folder:
                 node_type, started_at, prompt = current.node_type, current.started_at, current.prompt
                 completion, children = current.assistant_completion, current.children
                 self.current = None
+        get = payload.get
+        # node ids, types and outcomes repeat on every step of a long run: one string object each
         step = StepRecord(
-            attempt_id=event.attempt_id or "",
-            node_id=node_id,
-            node_type=node_type,
-            outcome=outcome,
-            started_at=started_at,
-            finished_at=event.at,
-            duration_ms=payload.get("durationMs"),
-            prompt=prompt,
-            output=payload.get("output"),
-            error=payload.get("error"),
-            action=payload.get("action"),
-            conversation=payload.get("conversation"),
-            assistant_completion=completion,
-            children=children,
-            usage=payload.get("usage"),
-        )
+            event.attempt_id or "", node_id, _shared(node_type), _shared(outcome), started_at, event.at,
+            get("durationMs"), prompt, get("output"), get("error"), get("action"), get("conversation"),
+            completion, children, get("usage"),
+        )  # fmt: skip
         self.new_steps.append(step)
         self.results[node_id] = step
         if outcome == "ok":

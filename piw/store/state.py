@@ -6,9 +6,12 @@ converts it to and from the cached ``state.json`` (``persistence.md`` §4).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, overload
+
+import msgspec
 
 from piw.wire import RUN_STATE_SCHEMA
 
@@ -16,9 +19,12 @@ RUN_STATUSES = ("running", "waiting", "completed", "failed", "timed_out", "cance
 TERMINAL_STATUSES = frozenset(RUN_STATUSES[1:])
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One finished attempt (``steps[]``); the latest per node is also its ``results`` entry."""
+class StepRecord(msgspec.Struct, frozen=True, gc=False):
+    """One finished attempt (``steps[]``); the latest per node is also its ``results`` entry.
+
+    A ``msgspec.Struct`` rather than a dataclass: a long run holds one per step, and a struct is built several
+    times faster, is smaller, and encodes and decodes in one call for fold checkpoints.
+    """
 
     attempt_id: str
     node_id: str
@@ -98,8 +104,7 @@ class StepList(Sequence[StepRecord]):
         return f"StepList({list(self)!r})"
 
 
-@dataclass(frozen=True, slots=True)
-class UpdateRecord:
+class UpdateRecord(msgspec.Struct, frozen=True, gc=False):
     """The latest ``update_published`` for one ``(type, key)`` pair."""
 
     update_id: str
@@ -172,6 +177,26 @@ class RunState:
 
     def sorted_updates(self) -> list[UpdateRecord]:
         return sorted(self.updates.values(), key=lambda record: record.seq)
+
+
+_STATE_FIELDS = tuple(f.name for f in fields(RunState))
+_state_values = operator.attrgetter(*_STATE_FIELDS)
+_state_setters = tuple(getattr(RunState, name).__set__ for name in _STATE_FIELDS)
+
+
+def evolve(state: RunState, changes: Mapping[str, Any]) -> RunState:
+    """``dataclasses.replace`` for the fold's hot path: a copy of ``state`` with ``changes`` applied.
+
+    The engine folds every event into a new state, and ``replace`` (keyword arguments through the frozen
+    ``__init__``) was the largest cost of a step after printing; copying the slots with their descriptors is
+    about three times faster and gives an equal value.
+    """
+    new = object.__new__(RunState)
+    for setter, value in zip(_state_setters, _state_values(state), strict=True):
+        setter(new, value)
+    for name, value in changes.items():
+        object.__setattr__(new, name, value)
+    return new
 
 
 def add_usage(total: dict[str, Any] | None, part: dict[str, Any] | None) -> dict[str, Any] | None:
