@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +33,11 @@ class StubToolCall:
     name: str
     arguments: Mapping[str, Any]
     call_id: str
+    arguments_text: str | None = None
+    """Sent verbatim instead of ``json.dumps(arguments)`` when set."""
+
+    def argument_text(self) -> str:
+        return self.arguments_text if self.arguments_text is not None else json.dumps(self.arguments)
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class StubReply:
     status: int = 200
     retry_after: str | None = None
     chunk_size: int = 4
+    end_marker: bool = True
+    """Send ``data: [DONE]`` after the last chunk; ``False`` ends the stream as a dropped connection would."""
 
     @classmethod
     def text(
@@ -56,10 +63,22 @@ class StubReply:
         usage: Mapping[str, Any] | None = None,
         *,
         thinking: str = "",
-        finish_reason: str = "stop",
+        finish_reason: str | None = "stop",
+        end_marker: bool = True,
     ) -> StubReply:
-        """Assistant text, streamed a few characters per chunk; ``usage`` is OpenAI-shaped."""
-        return cls("text", content=text, thinking=thinking, usage=usage, finish_reason=finish_reason)
+        """Assistant text, streamed a few characters per chunk; ``usage`` is OpenAI-shaped.
+
+        ``finish_reason=None`` sends no finish reason at all (a cut stream); ``end_marker=False`` also
+        leaves out ``[DONE]``.
+        """
+        return cls(
+            "text",
+            content=text,
+            thinking=thinking,
+            usage=usage,
+            finish_reason=finish_reason,
+            end_marker=end_marker,
+        )
 
     @classmethod
     def tool(
@@ -70,9 +89,22 @@ class StubReply:
         *,
         text: str = "",
         usage: Mapping[str, Any] | None = None,
+        finish_reason: str | None = "tool_calls",
+        end_marker: bool = True,
+        arguments_text: str | None = None,
     ) -> StubReply:
-        """One tool call; its JSON arguments arrive split across several chunks."""
-        return cls.tools((name, arguments, call_id), text=text, usage=usage)
+        """One tool call; its JSON arguments arrive split across several chunks.
+
+        ``arguments_text`` sends that exact argument text instead of ``arguments`` as JSON (for a call cut
+        off at ``length``, say); ``finish_reason`` and ``end_marker`` as for :meth:`text`.
+        """
+        reply = cls.tools((name, arguments, call_id), text=text, usage=usage)
+        return replace(
+            reply,
+            finish_reason=finish_reason,
+            end_marker=end_marker,
+            tool_calls=tuple(replace(call, arguments_text=arguments_text) for call in reply.tool_calls),
+        )
 
     @classmethod
     def tools(
@@ -302,8 +334,9 @@ class _Handler(BaseHTTPRequestHandler):
             for chunk in _chunks(reply, body):
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+            if reply.end_marker:
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
         except OSError:  # the client went away mid-stream
             return
 
@@ -311,7 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
 def _usage(reply: StubReply) -> dict[str, Any]:
     if reply.usage is not None:
         return dict(reply.usage)
-    output = max(1, (len(reply.content) + sum(len(json.dumps(c.arguments)) for c in reply.tool_calls)) // 4)
+    output = max(1, (len(reply.content) + sum(len(c.argument_text()) for c in reply.tool_calls)) // 4)
     return {"prompt_tokens": 10, "completion_tokens": output, "total_tokens": 10 + output}
 
 
@@ -334,11 +367,12 @@ def _chunks(reply: StubReply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for index, call in enumerate(reply.tool_calls):
         opening = {"index": index, "id": call.call_id, "type": "function"}
         yield delta({"tool_calls": [{**opening, "function": {"name": call.name, "arguments": ""}}]})
-        arguments = json.dumps(call.arguments)
+        arguments = call.argument_text()
         for start in range(0, len(arguments), 7):
             fragment = {"index": index, "function": {"arguments": arguments[start : start + 7]}}
             yield delta({"tool_calls": [fragment]})
-    yield delta({}, reply.finish_reason or "stop")
+    if reply.finish_reason is not None:
+        yield delta({}, reply.finish_reason)
     if (body.get("stream_options") or {}).get("include_usage"):
         yield _envelope(body, [], usage=_usage(reply))
 
@@ -350,7 +384,7 @@ def _completion(reply: StubReply, body: dict[str, Any]) -> dict[str, Any]:
             {
                 "id": c.call_id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                "function": {"name": c.name, "arguments": c.argument_text()},
             }
             for c in reply.tool_calls
         ]

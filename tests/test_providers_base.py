@@ -7,18 +7,23 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from types import SimpleNamespace
+from typing import Any
 
 import httpx2
 import pytest
 
 from piw.errors import ProviderError
+from piw.providers.anthropic_messages import StreamState as _AnthropicState
 from piw.providers.anthropic_messages import build_body as anthropic_body
+from piw.providers.anthropic_messages import finish as anthropic_finish
 from piw.providers.base import (
     ChatRequest,
     DoneEvent,
     ErrorEvent,
     ProviderEvent,
     StartEvent,
+    TextDeltaEvent,
     complete,
     force_tool,
 )
@@ -130,3 +135,55 @@ def test_anthropic_body_keeps_the_system_prompt_apart_and_groups_tool_results() 
     assert "tool_choice" not in body
     forced = ProviderConfig(api="anthropic-messages", compat={"supports_forced_tool_choice": True})
     assert anthropic_body(request, forced, None)["tool_choice"] == {"type": "tool", "name": "workflow"}
+
+
+def _anthropic_events(*events: dict[str, Any]) -> list[Any]:
+    """Messages API stream events as the SDK yields them (attribute access), without the SDK."""
+
+    def wrap(value: Any) -> Any:
+        if isinstance(value, dict):
+            return SimpleNamespace(**{key: wrap(item) for key, item in value.items()})
+        return value
+
+    return [wrap(event) for event in events]
+
+
+_TEXT_START = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+
+
+def _text_delta(text: str) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+
+
+@pytest.mark.parametrize(
+    ("events", "stop", "error"),
+    [
+        ([_TEXT_START, _text_delta("Hel")], None, "without a finish reason"),
+        ([], None, "without a finish reason"),
+        (
+            [_text_delta("x"), {"type": "message_delta", "delta": {"stop_reason": "mystery"}, "usage": None}],
+            None,
+            "unknown finish reason 'mystery'",
+        ),
+        ([_text_delta("ok"), {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}], "stop", None),
+        (
+            [_text_delta("o"), {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}],
+            "length",
+            None,
+        ),
+    ],
+)
+def test_anthropic_stream_without_a_known_stop_reason_is_no_reply(
+    events: list[dict[str, Any]], stop: str | None, error: str | None
+) -> None:
+    """The Anthropic adapter's end of stream follows §4: only a known stop reason makes a reply."""
+    builder = MessageBuilder("claude", "sonnet")
+    state = _AnthropicState(builder, None)
+    streamed = [out for event in _anthropic_events(*events) for out in state.feed(event)]
+    final = anthropic_finish(builder, state)[-1]
+    if stop is None:
+        assert isinstance(final, ErrorEvent) and final.transient
+        assert final.message.stop_reason == "error" and error in (final.message.error_message or "")
+        assert final.content_streamed == any(isinstance(e, TextDeltaEvent) for e in streamed)
+    else:
+        assert isinstance(final, DoneEvent) and final.message.stop_reason == stop

@@ -296,3 +296,32 @@ def test_guard_allows_loopback_while_requests_are_disallowed(
         guard_base_url(url)
     assert not is_loopback_url("https://api.openai.com/v1")
     assert not is_loopback_url("http://127.0.0.1.example.com/v1")
+
+
+@pytest.mark.parametrize(
+    ("reply", "streamed", "needle"),
+    [
+        (StubReply.text("", finish_reason=None, end_marker=False), False, "without a finish reason"),
+        (
+            StubReply.text("Half an ans", finish_reason=None, end_marker=False),
+            True,
+            "without a finish reason",
+        ),
+        (StubReply.text("All of it", finish_reason=None), True, "without a finish reason"),
+        (
+            StubReply.tool("workflow", {}, arguments_text='{"action": "sub', finish_reason=None),
+            True,
+            "finish",
+        ),
+        (StubReply.text("", finish_reason="weird"), False, "unknown finish reason 'weird'"),
+    ],
+)
+def test_a_stream_without_a_known_finish_reason_is_a_transient_error(
+    stub: OpenAIStub, reply: StubReply, streamed: bool, needle: str
+) -> None:
+    """A cut stream never counts as ``stop`` (§4 end of stream): it is an error the loop may retry."""
+    stub.respond = [reply]
+    events, message = run(stub.provider(), ask())
+    final = events[-1]
+    assert isinstance(final, ErrorEvent) and final.transient and final.content_streamed is streamed
+    assert message.stop_reason == "error" and needle in (message.error_message or "")

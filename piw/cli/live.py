@@ -146,6 +146,14 @@ class StepLog:
                 (f"{arrow} ", "dim"),
                 (single_line(" › ".join(map(str, payload.get("mountPath", [])))), "dim"),
             ]
+        if kind == "run_resumed" and state.forked_from:
+            forked = state.forked_from
+            adopted = payload.get("replayedSteps", 0)
+            parts = [(f"⑂ forked from {single_line(str(forked.get('runId')))}", "bold"),
+                     (f" at seq {forked.get('seq')}: {adopted} {'step' if adopted == 1 else 'steps'} adopted", "")]  # fmt: skip
+            if payload.get("resumeAt"):
+                parts.append((f"; continuing at {_node_label(str(payload['resumeAt']))}", ""))
+            return parts
         if kind == "run_resumed":
             parts = [("↻ resumed", "bold")]
             if payload.get("resumeAt"):

@@ -18,7 +18,12 @@ from piw.providers import guard_base_url
 from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
-from piw.providers.failures import is_transient_status, parse_retry_after, status_message
+from piw.providers.failures import (
+    is_transient_status,
+    parse_retry_after,
+    status_message,
+    unfinished_stream,
+)
 from piw.providers.messages import (
     AssistantMessage,
     CustomMessage,
@@ -99,7 +104,7 @@ class AnthropicProvider:
                     response.close()
 
         pump: StreamPump[Any] = StreamPump(produce, abort, f"piw-{self.name}-stream")
-        state = _State(builder, model_settings)
+        state = StreamState(builder, model_settings)
         with contextlib.closing(pump.items(cancel)) as items:
             for event in items:
                 yield from state.feed(event)
@@ -107,10 +112,8 @@ class AnthropicProvider:
             yield from builder.abort(state.usage())
         elif pump.error is not None:
             yield from self._failure(builder, pump.error, state.usage())
-        elif state.stop_reason == "refusal":
-            yield from builder.fail("The model refused to answer.", state.usage())
         else:
-            yield from builder.finish(_STOP_REASONS.get(state.stop_reason or "", "stop"), state.usage())
+            yield from finish(builder, state)
 
     def _failure(self, builder: MessageBuilder, error: BaseException, usage: Usage) -> list[ProviderEvent]:
         sdk = self._sdk
@@ -127,6 +130,20 @@ class AnthropicProvider:
         if isinstance(error, sdk.APIError | ValueError):
             return builder.fail(f"Provider error: {error}", usage)
         raise error
+
+
+def finish(builder: MessageBuilder, state: StreamState) -> list[ProviderEvent]:
+    """The final events of a stream that ended without an exception.
+
+    Only a known ``stop_reason`` makes a reply; a stream cut before its ``message_delta`` (or naming a reason
+    this adapter does not know) is a transient failure, retried while nothing has streamed (§4 end of stream).
+    """
+    if state.stop_reason == "refusal":
+        return builder.fail("The model refused to answer.", state.usage())
+    stop = _STOP_REASONS.get(state.stop_reason or "")
+    if stop is None:
+        return builder.fail(unfinished_stream(state.stop_reason), state.usage(), transient=True)
+    return builder.finish(stop, state.usage())
 
 
 def build_body(
@@ -197,7 +214,7 @@ def _messages(request: ChatRequest) -> list[dict[str, Any]]:
     return out
 
 
-class _State:
+class StreamState:
     """Folds Messages API stream events into builder events."""
 
     def __init__(self, builder: MessageBuilder, model_settings: ModelConfig | None) -> None:

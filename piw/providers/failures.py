@@ -40,6 +40,18 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def unfinished_stream(reason: str | None) -> str:
+    """Why a stream that ended without a known finish reason is no reply (``agent-steps.md`` §4, end of stream).
+
+    A dropped connection or a proxy cutting the body looks like a clean end of iteration to the SDK; only the
+    missing finish reason tells it apart from a finished reply, so it is a transient failure, never output.
+    """
+    if reason is None:
+        return "The stream ended without a finish reason (the response was cut off)."
+    shown = " ".join(reason.split())[:80]
+    return f"The stream ended with an unknown finish reason {shown!r}."
+
+
 def status_message(status: int, detail: str | None) -> str:
     """``HTTP 503: detail`` — short, and never the request body (which may quote the conversation)."""
     detail = " ".join((detail or "").split())

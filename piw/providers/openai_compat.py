@@ -23,7 +23,12 @@ from piw.providers import guard_base_url
 from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
-from piw.providers.failures import is_transient_status, parse_retry_after, status_message
+from piw.providers.failures import (
+    is_transient_status,
+    parse_retry_after,
+    status_message,
+    unfinished_stream,
+)
 from piw.providers.messages import StopReason, Usage
 from piw.providers.openai_request import build_body
 from piw.providers.pump import StreamPump
@@ -87,8 +92,10 @@ class OpenAICompatProvider:
             yield from _failure(builder, pump.error, chunks.usage())
         elif chunks.finish_reason == "content_filter":
             yield from builder.fail("The provider's content filter stopped the response.", chunks.usage())
+        elif (stop := _STOP_REASONS.get(chunks.finish_reason or "")) is None:
+            # No (or an unknown) finish reason: the body was cut, so what arrived is not a reply (§4).
+            yield from builder.fail(unfinished_stream(chunks.finish_reason), chunks.usage(), transient=True)
         else:
-            stop = _STOP_REASONS.get(chunks.finish_reason or "stop", "stop")
             yield from builder.finish(stop, chunks.usage())
 
     def _client_factory(self, key: str, headers: dict[str, str]) -> Callable[[], tuple[openai.OpenAI, bool]]:
