@@ -149,8 +149,9 @@ class StepLog:
         if kind == "run_resumed" and state.forked_from:
             forked = state.forked_from
             adopted = payload.get("replayedSteps", 0)
+            noun = "step" if adopted == 1 else "steps"
             parts = [(f"⑂ forked from {single_line(str(forked.get('runId')))}", "bold"),
-                     (f" at seq {forked.get('seq')}: {adopted} {'step' if adopted == 1 else 'steps'} adopted", "")]  # fmt: skip
+                     (f" at seq {forked.get('seq')}: {adopted} {noun} adopted", "")]  # fmt: skip
             if payload.get("resumeAt"):
                 parts.append((f"; continuing at {_node_label(str(payload['resumeAt']))}", ""))
             return parts

@@ -20,6 +20,7 @@ from piw.store.state import (
     StepList,
     StepRecord,
     UpdateRecord,
+    add_step_stat,
     add_usage,
     evolve,
     result_to_json,
@@ -71,6 +72,7 @@ class _Folder:
         """Steps finished in this call; added to the shared ``StepList`` once, in ``result``."""
         self.updates: dict[tuple[str, str], UpdateRecord] = state.updates  # type: ignore[assignment]
         self.mounts: dict[str, dict[str, Any]] = state.mounts  # type: ignore[assignment]
+        self.node_stats: dict[str, tuple[int, float]] = state.node_stats  # type: ignore[assignment]
         self.owned = False
         self.fields: dict[str, Any] = {}
         self.current = state.current
@@ -101,6 +103,7 @@ class _Folder:
             self.results = dict(state.results)
             self.updates = dict(state.updates)
             self.mounts = dict(state.mounts)
+            self.node_stats = dict(state.node_stats)
             self.owned = True
 
     def result(self, last: TraceEvent | None) -> RunState:
@@ -114,7 +117,11 @@ class _Folder:
         changes["current"] = current
         if self.owned:
             changes.update(
-                outputs=self.outputs, results=self.results, updates=self.updates, mounts=self.mounts
+                outputs=self.outputs,
+                results=self.results,
+                updates=self.updates,
+                mounts=self.mounts,
+                node_stats=self.node_stats,
             )
         if self.new_steps:
             changes["steps"] = self.state.steps.extended(self.new_steps)
@@ -150,7 +157,9 @@ class _Folder:
             self.own()
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
-                self.new_steps.append(step_from_json(raw))
+                step = step_from_json(raw)
+                self.new_steps.append(step)
+                add_step_stat(self.node_stats, step)
             by_attempt = {step.attempt_id: step for step in self.new_steps}
             for node_id, raw in (carried.get("results") or {}).items():
                 # the same record as its step, as state.json's reader builds it
@@ -277,11 +286,14 @@ class _Folder:
         get = payload.get
         # node ids, types and outcomes repeat on every step of a long run: one string object each
         step = StepRecord(
-            event.attempt_id or "", node_id, _shared(node_type), _shared(outcome), started_at, event.at,
-            get("durationMs"), prompt, get("output"), get("error"), get("action"), get("conversation"),
-            completion, children, get("usage"),
+            attempt_id=event.attempt_id or "", node_id=node_id, node_type=_shared(node_type),
+            outcome=_shared(outcome), started_at=started_at, finished_at=event.at, duration_ms=get("durationMs"),
+            prompt=prompt, output=get("output"), error=get("error"), action=get("action"),
+            conversation=get("conversation"), assistant_completion=completion, children=children,
+            usage=get("usage"),
         )  # fmt: skip
         self.new_steps.append(step)
+        add_step_stat(self.node_stats, step)
         self.results[node_id] = step
         if outcome == "ok":
             self.outputs[node_id] = step.output

@@ -29,7 +29,7 @@ from piw.store.trace import (
     decode_event,
     iter_trace,
 )
-from piw.wire import Manifest, now_iso
+from piw.wire import Manifest, is_plain, now_iso
 
 Listener = Callable[[TraceEvent, RunState], None]
 STATE_CACHE_INTERVAL_S = 1.0
