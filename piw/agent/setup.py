@@ -81,7 +81,9 @@ def agent_executor_factory(
         settings = AgentSettings(
             provider_factory=lambda: instance,
             max_turns=config.agent.max_turns,
+            max_rejections=config.agent.max_rejections,
             system_prompt=config.agent.system_prompt,
+            model_max_tokens=selection.model_settings.max_tokens if selection.model_settings else None,
             listeners=[AgentDisplay(console, verbose=verbose, sink=sink)],
         )
         if config.agent.backend == "pi-rpc":
