@@ -19,6 +19,7 @@ from piw.agent.schema import hoist_defs, model_schema
 from piw.errors import AttemptInactive, OutputInvalid, UpdateRejected
 from piw.providers.messages import AssistantMessage, CustomMessage, Message, ToolResultMessage, ToolSpec
 from piw.tools import ToolResult
+from piw.workflow.user_code import WorkflowCodeExit
 
 WORKFLOW_TOOL_NAME = "workflow"
 ASSISTANT_STEP_SUBMIT = "This step completes with a normal assistant response. Do not submit workflow output."
@@ -278,9 +279,10 @@ class WorkflowTool:
             if parse_error is not None:
                 raise ValueError(f"output is not valid JSON: {parse_error}")
             output = self.step.accept(value)
-        except OutputInvalid as exc:
-            # An author bug (a validator returning non-JSON): the attempt fails; the model is not blamed.
-            self.step.invalid_output = exc
+        except (OutputInvalid, WorkflowCodeExit) as exc:
+            # An author bug (a validator returning non-JSON, or calling sys.exit()): the attempt fails; the model
+            # is not blamed.
+            self.step.invalid_output = exc if isinstance(exc, OutputInvalid) else OutputInvalid(str(exc))
             self.step.closed = True
             return ToolResult(f"Output rejected for step {node_id}: the step cannot store it.", is_error=True,
                               terminate=True)  # fmt: skip

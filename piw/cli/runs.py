@@ -44,6 +44,7 @@ def _foreground(
     provider: str | None = None,
     model: str | None = None,
     script: str | None = None,
+    replay_from: str | None = None,
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from piw.agent.setup import agent_executor_factory
@@ -55,7 +56,14 @@ def _foreground(
     options = ForegroundOptions(
         listeners=[display],
         agent_executor_factory=agent_executor_factory(
-            home, console, verbose=verbose, provider=provider, model=model, script=script, sink=sink
+            home,
+            console,
+            verbose=verbose,
+            provider=provider,
+            model=model,
+            script=script,
+            sink=sink,
+            replay_from=replay_from,
         ),
     )
     return options, display
@@ -70,9 +78,15 @@ RunJsonOption = Annotated[
 ]
 
 
-def _follow(start: Callable[[ForegroundOptions], RunState], as_json: bool, flags: tuple[Any, ...]) -> int:
+def _follow(
+    start: Callable[[ForegroundOptions], RunState],
+    as_json: bool,
+    flags: tuple[Any, ...],
+    replay_from: str | None = None,
+) -> int:
     """Run in the foreground with the live display, closing it before the final JSON is printed."""
-    options, display = _foreground(as_json, *flags)
+    verbose, provider, model, script = flags
+    options, display = _foreground(as_json, verbose, provider, model, script, replay_from=replay_from)
     try:
         state = start(options)
     finally:
@@ -187,6 +201,7 @@ def list_workflows(
         revision = "" if row["revision"] is None else str(row["revision"])
         table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["description"] or "")))
     console.print(table)
+    console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0
 
 

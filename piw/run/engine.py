@@ -18,14 +18,24 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged
+from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor
 from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
-from piw.store.bundle import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
+from piw.run.fork import Prefix, check_prefix
+from piw.run.process_groups import stop_group
+from piw.store.bundle import (
+    Bundle,
+    WriterLock,
+    copy_artifacts,
+    create_bundle,
+    discard_incomplete,
+    new_run_id,
+    open_bundle,
+)
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
@@ -36,6 +46,7 @@ from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.workflow.routing import Decision, decide, next_invocation
+from piw.workflow.user_code import WorkflowCodeExit
 
 
 class RunInterrupted(PiwError):
@@ -58,6 +69,8 @@ class RunOptions:
     agent_executor: Executor | None = None
     origin_session: dict[str, Any] | None = None
     clock: Callable[[], datetime] = _utc_now
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
 
 
@@ -91,8 +104,44 @@ class Engine:
 
     def start(self, raw_input: Any, title: str | None = None) -> RunState:
         """Start a new run; input and definition are validated before any bundle exists."""
+        input_value = prepare_input(self.workflow.definition, raw_input)
+        writer = self._create_run(input_value, title, {})
+        return self._guarded(lambda: self._begin(writer))
+
+    def fork(self, prefix: Prefix, raw_input: Any | None = None, title: str | None = None) -> RunState:
+        """Start a run that adopts ``prefix`` of a parent run and continues live from the fork point.
+
+        Everything that can refuse the fork (input, a definition that cannot reach the fork point) is checked
+        before the new bundle exists; the parent bundle is only read.
+        """
+        parent = prefix.parent
+        recorded = prefix.started.payload
         definition = self.workflow.definition
-        input_value = prepare_input(definition, raw_input)
+        source_input = parent.resolve(recorded.get("input")) if raw_input is None else raw_input
+        input_value = prepare_input(definition, source_input)
+        extra: dict[str, Any] = {"forkedFrom": {"runId": parent.run_id, "seq": prefix.seq}}
+        for key in ("continuedFrom", "carried"):
+            if key in recorded:
+                extra[key] = recorded[key]
+        if title is None:
+            title = recorded.get("runTitle")
+        probe = fold(
+            [TraceEvent(1, now_iso(), "run", "run_started", "fork", {"input": input_value, **extra})]
+        )
+        where = str(self.workflow.path)
+        reached = check_prefix(self.graph, prefix, probe, parent.resolve, where).next_target
+        if prefix.next_node is not None and reached != prefix.next_node:
+            goes = "ends the run" if reached is None else f"goes to {reached!r}"
+            raise UsageError(
+                f"The workflow in {where} cannot reach the fork point {prefix.next_node!r}: after the adopted "
+                f"steps its routing {goes}."
+            )
+        writer = self._create_run(input_value, title, extra)
+        return self._guarded(lambda: self._adopt(writer, prefix))
+
+    def _create_run(self, input_value: Any, title: str | None, extra: dict[str, Any]) -> RunWriter:
+        """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
+        definition = self.workflow.definition
         run_title = title if title is not None else resolve_title(definition, input_value)
         run_id = new_run_id(definition.name)
         manifest = Manifest(
@@ -103,6 +152,7 @@ class Engine:
             workflow_sources=self.workflow.sources or None,
             definition_digest=self.workflow.digest,
             started_at=now_iso(),
+            forked_from=extra.get("forkedFrom"),
         )
         bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
         lock = WriterLock(bundle).acquire()
@@ -116,6 +166,7 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            **extra,
         }
         try:
             writer.append(
@@ -129,7 +180,25 @@ class Engine:
             lock.release()
             discard_incomplete(bundle)
             raise
-        return self._guarded(lambda: self._begin(writer))
+        return writer
+
+    def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
+        """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
+        assert self.session is not None
+        copy_artifacts(prefix.parent, writer.bundle)
+        for entry in prefix.entries:
+            self.session.adopt(entry)
+        self.session.sync()
+        # The adopted steps already ran in the parent: listeners (the live display) see the fork continue, not
+        # a replay of every copied line.
+        listeners, writer.listeners[:] = list(writer.listeners), []
+        try:
+            events = [writer.adopt(event) for event in prefix.events]
+        finally:
+            writer.listeners[:] = listeners
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._continue(writer, events, 0)
 
     def _begin(self, writer: RunWriter) -> None:
         if self.options.on_start:
@@ -168,9 +237,7 @@ class Engine:
             and state.definition_digest == loaded.digest
         )
         if not same:
-            where = (
-                state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
-            )
+            where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
             raise SourceChanged(
                 f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
                 f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
@@ -188,6 +255,10 @@ class Engine:
         if truncated:
             resumed["truncatedBytes"] = truncated
         current = state.current
+        group = current.process_group if current is not None else None
+        # The dead holder's command may still run: stop it before its node reruns (process_groups).
+        if group and stop_group(group):
+            resumed["killedProcessGroup"] = {"pid": group.get("pid"), "pgid": group.get("pgid")}
         if current is not None:
             if self._can_reattach(current.node_type, current.node_id, current.attempt_id):
                 resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)
@@ -413,6 +484,11 @@ class Engine:
             else:
                 executor = self.executors[node.node_type]
             outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
+        except WorkflowCodeExit as exc:
+            # Workflow code is called through call_user, which turns its BaseExceptions (sys.exit(), ...) into
+            # this; one that no executor handled still fails the node instead of ending piw with the run left
+            # ``running``. Other BaseExceptions are piw's own unwinding (Ctrl-C, SIGTERM) and pass.
+            outcome = NodeOutcome.failed(describe_exception(exc))
         finally:
             attempt.active = False
             self.active = None
@@ -481,7 +557,8 @@ class Engine:
                     raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
                 return attempt.child_runner(make_runner)(prompt, **kwargs)
 
-            return ActionContext(**common, publisher=publish, agent_runner=run_agent)
+            extra: dict[str, Any] = {"waiter": self.options.waiter} if self.options.waiter else {}
+            return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
         return NodeContext(**common)
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
@@ -490,6 +567,17 @@ class Engine:
         self.publisher.publish(
             attempt.node_id, attempt.attempt_id, raw, is_active=attempt.is_live, wait_for_token=attempt.cancel
         )
+
+
+def _source_label(recorded: dict[str, Any], installed: dict[str, Any], name: str) -> str:
+    """The parenthesis of ``SourceChanged``: a file's path, or a built-in's recorded and installed revisions."""
+    if recorded.get("kind") == "builtin":
+        now = installed.get("revision") if installed.get("kind") == "builtin" else None
+        return (
+            f"builtin {recorded.get('id')} revision {recorded.get('revision')}, "
+            f"installed revision {now if now is not None else 'none'}"
+        )
+    return str(recorded.get("path") or recorded.get("id") or name)
 
 
 def _timeout_value(value: Any) -> float | None:

@@ -132,6 +132,9 @@ class _Folder:
             max_steps=payload.get("maxSteps", 100),
             origin_session=payload.get("originSession"),
         )
+        forked = payload.get("forkedFrom")
+        if isinstance(forked, dict):
+            self.fields["forked_from"] = {"runId": forked.get("runId"), "seq": forked.get("seq")}
         continued = payload.get("continuedFrom")
         if isinstance(continued, dict):
             self.fields["parent_run_id"] = continued.get("runId")
@@ -215,6 +218,11 @@ class _Folder:
         if current is not None:
             self.current = replace(current, children=(*current.children, dict(event.payload)))
 
+    def process_started(self, event: TraceEvent) -> None:
+        current = self._current_for(event)
+        if current is not None:
+            self.current = replace(current, process_group=dict(event.payload))
+
     def update_published(self, event: TraceEvent) -> None:
         self.own()
         payload = event.payload
@@ -291,6 +299,7 @@ _HANDLERS = {
     "assistant_completion_recorded": _Folder.assistant_completion_recorded,
     "child_step_finished": _Folder.child_step_finished,
     "update_published": _Folder.update_published,
+    "process_started": _Folder.process_started,
     "node_finished": _Folder.node_terminal,
     "node_failed": _Folder.node_terminal,
     **{

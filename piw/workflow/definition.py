@@ -403,10 +403,20 @@ def human_decision(
     return CheckpointNode(None, HumanDecision(audience, options, request, on_timeout))
 
 
-def include(child: WorkflowDefinition, input: Callable[[NodeContext], Any] | Any = None) -> Include:
-    """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``."""
+def include(child: WorkflowDefinition | str, input: Callable[[NodeContext], Any] | Any = None) -> Include:
+    """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``.
+
+    ``child`` is a definition, or the id of a built-in (``include("plain-summary", ...)``), which resolves only
+    within the built-in catalog, never to a same-named workflow file (``builtins.md`` B14).
+    """
+    if isinstance(child, str):
+        from piw.workflow.catalog import builtin_definition
+
+        child = builtin_definition(child)
     if not isinstance(child, WorkflowDefinition):
-        raise DefinitionError("include child must be a workflow created by define_workflow(...)")
+        raise DefinitionError(
+            "include child must be a workflow created by define_workflow(...) or a built-in id"
+        )
     return Include(child, input)
 
 

@@ -1,0 +1,398 @@
+"""The piw database, ``$PIW_HOME/piw.sqlite``: runs index, run queue and claims, outbox, decisions, idempotency.
+
+The trace stays the only authoritative record of what a run did; this database holds what several processes must
+agree on *about* runs (who may write one, what is queued, what a person answered) and a cache of run summaries
+(``persistence.md`` §10). Access follows §10 exactly:
+
+- ``sqlite3.connect(path, isolation_level=None, timeout=5.0)``, one connection per thread, each setting
+  ``journal_mode=WAL`` (which must answer ``wal``), ``synchronous=FULL``, ``foreign_keys=ON``, ``busy_timeout=5000``;
+- every mutation is one explicit ``BEGIN IMMEDIATE … COMMIT`` (:meth:`Database.transaction`);
+- times are integer wall-clock epoch milliseconds (:func:`now_ms`);
+- the tables are created through sqlite-utils ``create(..., if_not_exists=True)``, partial indexes with raw DDL;
+- ``schema_info`` holds ``(1, "piw.sqlite.v1", ddl_sha256)``. Any other database raises ``StateSchemaMismatch``
+  before a byte of it is changed; there are no migrations in alpha, so changing :data:`TABLES` or
+  :data:`INDEXES` changes the digest and an older file must be moved aside (the run index is rebuilt from the
+  bundles, ``piw.store.index``).
+
+sqlite-utils costs ~130 ms to import, so it is imported only when a database is created; an existing database
+with a matching ``schema_info`` is used through plain ``sqlite3`` (the queries are hand-written SQL anyway).
+The file and its ``-wal``/``-shm`` companions are private (0600), like everything under ``PIW_HOME``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from piw.errors import StateSchemaMismatch, StoreError
+
+DATABASE_NAME = "piw.sqlite"
+SCHEMA_ID = "piw.sqlite.v1"
+
+Clock = Callable[[], int]
+"""Wall-clock epoch milliseconds; injectable so lease tests never sleep."""
+
+
+def now_ms() -> int:
+    """Integer wall-clock epoch milliseconds (the unit of every time column)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table as sqlite-utils creates it: columns (name → Python type), primary key, constraints."""
+
+    columns: dict[str, type]
+    pk: str | tuple[str, ...]
+    not_null: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "columns": [[name, kind.__name__] for name, kind in self.columns.items()],
+            "pk": list(self.pk) if isinstance(self.pk, tuple) else self.pk,
+            "notNull": sorted(self.not_null),
+            "defaults": dict(sorted(self.defaults.items())),
+        }
+
+
+TABLES: dict[str, TableSpec] = {
+    # Index cache of run summaries (§10.1): rebuilt from the bundles, never used for recovery decisions.
+    "runs": TableSpec(
+        columns={
+            "run_id": str,
+            "workflow_name": str,
+            "run_title": str,
+            "status": str,
+            "paused": int,
+            "parent_run_id": str,
+            "started_at": int,
+            "updated_at": int,
+            "finished_at": int,
+            "trace_seq": int,
+            "current_node": str,
+            "notice": str,  # set when the bundle could not be replayed (the row then comes from the manifest)
+        },
+        pk="run_id",
+        not_null=("workflow_name", "status"),
+        defaults={"paused": 0, "trace_seq": 0},
+    ),
+    # The authoritative queue and claims (§10.1, §10.2).
+    "run_queue": TableSpec(
+        columns={
+            "run_id": str,
+            "workflow_ref": str,
+            "workflow_source_json": str,
+            "definition_digest": str,
+            "input_json": str,
+            "options_json": str,  # provider, model, script, title the run was started with (never keys)
+            "status": str,
+            "claim_token": str,
+            "claim_generation": int,
+            "claim_expires_at": int,
+            "runner_id": str,
+            "available_at": int,
+            "affinity_runner_id": str,
+            "origin_session_id": str,
+            "park_reason": str,
+            "pause_requested": int,
+            "cancel_requested": int,
+            "parent_run_id": str,
+            "error_message": str,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk="run_id",
+        not_null=("status", "claim_generation", "available_at", "pause_requested", "cancel_requested"),
+        defaults={"claim_generation": 0, "available_at": 0, "pause_requested": 0, "cancel_requested": 0},
+    ),
+    # The notification outbox (§10.3).
+    "notifications": TableSpec(
+        columns={
+            "notification_id": str,
+            "run_id": str,
+            "node_id": str,
+            "attempt_id": str,
+            "notification_index": int,
+            "kind": str,
+            "target_session_id": str,
+            "content": str,
+            "content_sha256": str,
+            "created_at": int,
+            "delivery_token": str,
+            "delivery_expires_at": int,
+            "delivered_at": int,
+        },
+        pk="notification_id",
+        not_null=("run_id", "node_id", "notification_index", "kind"),
+    ),
+    # Human decisions: one immutable winner per decision (§10.3).
+    "human_decisions": TableSpec(
+        columns={
+            "decision_id": str,
+            "run_id": str,
+            "node_id": str,
+            "attempt_id": str,
+            "request_json": str,
+            "request_sha256": str,
+            "expires_at": int,
+            "on_timeout_json": str,
+            "status": str,
+            "response_json": str,
+            "provenance": str,
+            "answered_by": str,
+            "resolved_at": int,
+            "continuation_run_id": str,
+        },
+        pk="decision_id",
+        not_null=("run_id", "node_id", "status"),
+        defaults={"status": "open"},
+    ),
+    # Command-level idempotency records (§10.3).
+    "idempotency": TableSpec(
+        columns={
+            "scope": str,
+            "key": str,
+            "request_sha256": str,
+            "receipt_json": str,
+            "created_at": int,
+        },
+        pk=("scope", "key"),
+        not_null=("request_sha256",),
+    ),
+}
+
+INDEXES: tuple[str, ...] = (
+    # One continuation per parent (a checkpoint answer), enforced by the database (§8, §10.1).
+    "CREATE UNIQUE INDEX IF NOT EXISTS run_queue_one_continuation ON run_queue(parent_run_id) "
+    "WHERE parent_run_id IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS run_queue_claimable ON run_queue(status, available_at)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS notifications_one_per_index "
+    "ON notifications(run_id, node_id, notification_index)",
+    "CREATE INDEX IF NOT EXISTS notifications_undelivered ON notifications(delivered_at, target_session_id)",
+    "CREATE INDEX IF NOT EXISTS human_decisions_open ON human_decisions(status, expires_at)",
+    "CREATE INDEX IF NOT EXISTS human_decisions_run ON human_decisions(run_id, node_id)",
+    "CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)",
+)
+
+
+def ddl_sha256() -> str:
+    """The digest of the schema this piw writes: every table spec and index statement, canonical JSON."""
+    canonical = {
+        "schema": SCHEMA_ID,
+        "tables": {name: spec.canonical() for name, spec in sorted(TABLES.items())},
+        "indexes": list(INDEXES),
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def database_path(home: Path) -> Path:
+    return home / DATABASE_NAME
+
+
+def _mismatch(path: Path, found: str) -> StateSchemaMismatch:
+    return StateSchemaMismatch(
+        f"{path} is not a {SCHEMA_ID} database ({found}); it was left untouched. Back it up and move it aside "
+        f"(e.g. 'mv {path} {path}.bak'): piw then creates a new one and rebuilds the run index from the run "
+        "bundles."
+    )
+
+
+def _check_existing(path: Path) -> bool:
+    """Whether ``path`` already holds our schema (``False``: empty, create it). Reads only, through ``mode=ro``.
+
+    Raises ``StateSchemaMismatch`` for a file that is not SQLite, has foreign tables, or another schema id or DDL.
+    """
+    try:
+        if path.stat().st_size == 0:
+            return False
+    except FileNotFoundError:
+        return False
+    probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    try:
+        names = {row[0] for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not names:
+            return False
+        if "schema_info" not in names:
+            raise _mismatch(path, "no schema_info table")
+        row = probe.execute("SELECT schema_id, ddl_sha256 FROM schema_info WHERE id = 1").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise _mismatch(path, str(exc)) from None
+    finally:
+        probe.close()
+    if row is None:
+        raise _mismatch(path, "schema_info is empty")
+    if row[0] != SCHEMA_ID:
+        raise _mismatch(path, f"schema {row[0]!r}")
+    if row[1] != ddl_sha256():
+        raise _mismatch(path, "written by another version of piw: its table definitions differ")
+    return True
+
+
+def _configure(conn: sqlite3.Connection, path: Path) -> None:
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+    if mode is None or str(mode[0]).lower() != "wal":
+        raise StoreError(f"{path}: SQLite refused WAL journal mode ({mode!r}); piw needs a local filesystem.")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=5000")
+
+
+def _tighten(path: Path) -> None:
+    """0600 on the database and its ``-wal``/``-shm`` files (SQLite copies the main file's mode; be sure)."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", 0o600)
+
+
+class Database:
+    """One ``piw.sqlite``: a connection per thread, explicit ``BEGIN IMMEDIATE`` transactions.
+
+    Open it with :func:`open_database` (which shares one instance per file in a process).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._initialise()
+
+    # ---- connections ------------------------------------------------------------------------------------
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (created and configured on first use)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
+            _configure(conn, self.path)
+        except sqlite3.DatabaseError as exc:
+            raise _mismatch(self.path, str(exc)) from None
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    def utils(self) -> Any:
+        """This thread's connection wrapped as a sqlite-utils ``Database`` (imported on demand)."""
+        from sqlite_utils import Database as UtilsDatabase
+
+        return UtilsDatabase(self.connection(), execute_plugins=False)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection; rolled back on any exception."""
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        """Rows of a read-only statement, as ``sqlite3.Row`` (columns by name)."""
+        conn = self.connection()
+        cursor = conn.execute(sql, params)
+        cursor.row_factory = sqlite3.Row
+        return list(cursor.fetchall())
+
+    def close(self) -> None:
+        """Close every connection this instance opened (all threads)."""
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+    # ---- creation and the schema check ----------------------------------------------------------------
+
+    def _initialise(self) -> None:
+        path = self.path
+        if _check_existing(path):
+            self.created = False
+            self.connection()
+            _tighten(path)
+            return
+        if not path.exists():
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        conn = self.connection()
+        _tighten(path)
+        utils = self.utils()
+        with self.transaction():
+            # Another process may have created it between our check and the lock: check again inside.
+            existing = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_info'"
+            ).fetchone()
+            if existing is not None:
+                row = conn.execute("SELECT schema_id, ddl_sha256 FROM schema_info WHERE id = 1").fetchone()
+                if row is None or tuple(row) != (SCHEMA_ID, ddl_sha256()):
+                    raise _mismatch(path, "another schema was created concurrently")
+                self.created = False
+                return
+            for name, spec in TABLES.items():
+                utils[name].create(
+                    spec.columns,
+                    pk=spec.pk,
+                    not_null=spec.not_null or None,
+                    defaults=spec.defaults or None,
+                    if_not_exists=True,
+                )
+            for statement in INDEXES:
+                conn.execute(statement)
+            utils["schema_info"].create(
+                {"id": int, "schema_id": str, "ddl_sha256": str}, pk="id", if_not_exists=True
+            )
+            conn.execute(
+                "INSERT INTO schema_info (id, schema_id, ddl_sha256) VALUES (1, ?, ?)",
+                (SCHEMA_ID, ddl_sha256()),
+            )
+        self.created = True
+        _tighten(path)
+
+
+_OPEN: dict[Path, Database] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_database(home: Path) -> Database:
+    """The database of ``home``, created on first use; one shared instance per file in this process.
+
+    Raises ``StateSchemaMismatch`` (one line, exit 2) for a corrupt or foreign ``piw.sqlite``.
+    """
+    path = database_path(home)
+    with _OPEN_LOCK:
+        db = _OPEN.get(path)
+        if db is not None and db._pid == os.getpid() and path.exists():
+            return db
+        db = Database(path)
+        _OPEN[path] = db
+        return db
+
+
+def close_databases() -> None:
+    """Close every database this process opened (tests; a process exiting needs nothing)."""
+    with _OPEN_LOCK:
+        dbs = list(_OPEN.values())
+        _OPEN.clear()
+    for db in dbs:
+        db.close()

@@ -1,0 +1,176 @@
+"""The holder's side of a claim: lease renewal, pause/cancel polling, and a fence cheap enough for every append.
+
+``persistence.md`` §10.2 puts ``fence(claim)`` before every bundle write. Reading the queue row costs ~14 µs,
+several times per step, against a compute-step budget of 200 µs. :meth:`Lease.fence` reads the row only when
+it has to, and this is why skipping the read in between is sound:
+
+1. Only the holder of a live claim changes its row's token, generation or status (the queue protocol's rule:
+   other processes set request flags only). Another process can take the row over only through
+   ``claim_next``/``claim_run``, which require ``claim_expires_at <= now`` or a dead holder on this host.
+2. The holder set ``claim_expires_at`` itself (``Claim.expires_at``) from the same wall clock the claimers read.
+   While ``now < expires_at`` the lease has not expired for anyone on this host, and the holder is alive (it is
+   the one asking), so nobody can have taken the row over: the last confirmation still holds.
+3. So :meth:`fence` is a clock comparison while ``now`` is before both the lease deadline and
+   ``confirmed_at + RENEW_MS`` (a confirmation is a successful row read or renewal); past either it reads the
+   row, as §10.2 describes, and raises ``ClaimLost(reason)``. The ``RENEW_MS`` bound re-reads at least every
+   10 s even if rule 1 were broken from outside (a row edited by hand), and a renewal thread that stalls makes
+   every append read the row until a renewal succeeds, so an expired claim is never written under.
+4. The gap between a fence check and the write is closed by the per-bundle writer lock, which a new holder
+   must take before writing (``WriterLock``); a stale holder paused between check and write still holds it.
+
+Rule 2 needs one clock for holder and claimers: true on one host, which is all SQLite claims support (multi-host
+claims are out of scope, §11). A queue implementation for many machines must fence with a row read (or bound
+clock skew) instead.
+
+A background thread reads the row every :data:`POLL_MS` (the pause and cancel flags, and a confirmation) and
+renews the lease every :data:`RENEW_MS`; on ``ClaimLost`` it calls ``on_lost`` so the engine aborts the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+
+from piw.errors import ClaimLost
+from piw.store.queue import POLL_MS, RENEW_MS, Claim, FinalStatus, ParkReason, QueueRow, RunQueue
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    """A claim held by this process: fenced writes, a renewed lease, polled flags."""
+
+    def __init__(
+        self,
+        queue: RunQueue,
+        claim: Claim,
+        *,
+        poll_ms: int = POLL_MS,
+        renew_ms: int = RENEW_MS,
+        on_lost: Callable[[str], None] | None = None,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.claim = claim
+        self.poll_ms = poll_ms
+        self.renew_ms = renew_ms
+        self.on_lost = on_lost
+        self.on_cancel = on_cancel
+        self.lost: str | None = None
+        self.pause_requested = False
+        self.cancel_requested = False
+        self.row_reads = 0
+        now = queue.clock()
+        self._confirmed_at = now
+        self._renewed_at = now
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cancel_signalled = False
+
+    @property
+    def run_id(self) -> str:
+        return self.claim.run_id
+
+    # ---- the fence ------------------------------------------------------------------------------------
+
+    def fence(self) -> None:
+        """Raise ``ClaimLost`` unless this process still holds the claim (see the module docstring)."""
+        if self.lost is not None:
+            raise ClaimLost(self.lost)
+        now = self.queue.clock()
+        claim = self.claim
+        if now < claim.expires_at and now < self._confirmed_at + self.renew_ms:
+            return
+        self.confirm()
+
+    def confirm(self) -> QueueRow:
+        """Read the row now: check the claim and take in the pause/cancel flags."""
+        if self.lost is not None:
+            raise ClaimLost(self.lost)
+        now = self.queue.clock()
+        self.row_reads += 1
+        try:
+            row = self.queue.fence(self.claim)
+        except ClaimLost as exc:
+            self._lose(exc.reason)
+            raise
+        self._confirmed_at = now
+        self._take_flags(row)
+        return row
+
+    def _take_flags(self, row: QueueRow) -> None:
+        self.pause_requested = row.pause_requested
+        self.cancel_requested = row.cancel_requested
+        if row.cancel_requested and not self._cancel_signalled:
+            self._cancel_signalled = True
+            if self.on_cancel is not None:
+                self.on_cancel()
+
+    def _lose(self, reason: str) -> None:
+        with self._lock:
+            first = self.lost is None
+            self.lost = reason
+        if first and self.on_lost is not None:
+            self.on_lost(reason)
+
+    # ---- renewal and polling ------------------------------------------------------------------------
+
+    def renew(self) -> None:
+        """Extend the lease now (``ClaimLost`` when it expired or changed: an expired claim never renews)."""
+        if self.lost is not None:
+            raise ClaimLost(self.lost)
+        now = self.queue.clock()
+        try:
+            self.claim = self.queue.renew(self.claim)
+        except ClaimLost as exc:
+            self._lose(exc.reason)
+            raise
+        self._renewed_at = self._confirmed_at = now
+
+    def tick(self) -> None:
+        """One round of the background thread: read the flags, and renew when a renewal is due."""
+        try:
+            self.confirm()
+            if self.queue.clock() >= self._renewed_at + self.renew_ms:
+                self.renew()
+        except ClaimLost:
+            return
+        except sqlite3.Error as exc:  # a busy or locked database: try again next round
+            log.warning("run %s: lease round failed: %s", self.run_id, exc)
+
+    def start(self) -> Lease:
+        """Start the background thread (daemon: a crashed process simply stops renewing)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"lease-{self.run_id}", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_ms / 1000):
+            if self.lost is not None:
+                return
+            self.tick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self._thread = None
+
+    # ---- giving the claim back ----------------------------------------------------------------------
+
+    def park(self, reason: ParkReason | None = None, *, delay_ms: int = 0, error: str | None = None) -> None:
+        self.stop()
+        if self.lost is None:
+            self.queue.park(self.claim, reason, delay_ms=delay_ms, error=error)
+            self.lost = "released"
+
+    def release(self, status: FinalStatus, error: str | None = None) -> None:
+        self.stop()
+        if self.lost is None:
+            self.queue.release(self.claim, status, error)
+            self.lost = "released"
