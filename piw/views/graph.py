@@ -74,14 +74,13 @@ class Card:
 def cards(
     snapshot: Mapping[str, Any], state: RunState | None = None, now: datetime | None = None
 ) -> list[Card]:
-    """One card per snapshot node, with run status when a state is given (one pass over the steps)."""
+    """One card per snapshot node, with run status when a state is given.
+
+    Attempt counts and summed durations come from the fold's ``node_stats``, so a card costs the same on the
+    first step of a run and on the millionth (watch redraws every frame from them).
+    """
     nodes: Mapping[str, Any] = snapshot.get("nodes") or {}
-    stats: dict[str, list[float]] = {}
-    if state is not None:
-        for step in state.steps:
-            entry = stats.setdefault(step.node_id, [0, 0.0])
-            entry[0] += 1
-            entry[1] += step.duration_ms or 0
+    stats: Mapping[str, tuple[int, float]] = state.node_stats if state is not None else {}
     out: list[Card] = []
     for node_id, spec in nodes.items():
         spec = spec if isinstance(spec, Mapping) else {}
@@ -94,8 +93,8 @@ def cards(
     return out
 
 
-def _with_status(card: Card, state: RunState, stat: list[float] | None, now: datetime | None) -> Card:
-    attempts, total = (int(stat[0]), stat[1]) if stat else (0, 0.0)
+def _with_status(card: Card, state: RunState, stat: tuple[int, float] | None, now: datetime | None) -> Card:
+    attempts, total = stat if stat else (0, 0.0)
     current = state.current is not None and state.current.node_id == card.id
     result = state.results.get(card.id)
     status = result.outcome if result is not None else "pending"
