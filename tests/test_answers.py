@@ -463,8 +463,10 @@ def test_concurrent_piw_decide_processes_start_one_continuation(cli: Cli, gate: 
     children = [run for run in run_ids(cli.home) if run != parent]
     assert children == [won[0]["runId"]]
     winner = won[0]["continuedFrom"]["humanDecision"]["choice"]
-    for (code, out), choice in zip(results, ("stop", "continue", "stop", "continue"), strict=True):
-        if choice == winner:
-            assert code == 0 and json.loads(out)["runId"] == won[0]["runId"]  # the same choice adopts the winner
+    for (code, out), picked in zip(results, ("stop", "continue", "stop", "continue"), strict=True):
+        if picked == winner:
+            assert (
+                code == 0 and json.loads(out)["runId"] == won[0]["runId"]
+            )  # the same choice adopts the winner
         else:
             assert code == 2  # DecisionResolved
