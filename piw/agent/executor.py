@@ -85,7 +85,7 @@ class AgentSettings:
     system_prompt: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
     session_visible: bool = True
-    max_concurrent_children: int = 4
+    max_concurrent_children: int = 8
     listeners: list[LoopListener] = field(default_factory=list)
 
 

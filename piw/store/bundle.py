@@ -153,6 +153,7 @@ class Bundle:
             workflow_sources=payload.get("workflowSources"),
             definition_digest=str(payload.get("definitionDigest", "")),
             started_at=first.at,
+            forked_from=payload.get("forkedFrom"),
         )
         return manifest.to_wire()
 
@@ -198,6 +199,25 @@ def is_bundle_dir(path: Path) -> bool:
         and RUN_ID_PATTERN.fullmatch(path.name) is not None
         and ((path / "manifest.json").is_file() or (path / "trace.ndjson").is_file())
     )
+
+
+def copy_artifacts(source: Bundle, target: Bundle) -> int:
+    """Copy every artifact of ``source`` into ``target`` (content-addressed, so existing files are kept).
+
+    A fork's adopted events name the parent's artifacts by bundle-relative path; they are copied, durable,
+    before the first line that names them. Returns the number of files copied.
+    """
+    folder = source.path / "artifacts"
+    if not folder.is_dir():
+        return 0
+    destination = ensure_private_dir(target.path / "artifacts")
+    copied = 0
+    for item in sorted(folder.iterdir()):
+        if item.name.startswith(".") or not item.is_file() or (destination / item.name).exists():
+            continue
+        write_private_file(destination / item.name, item.read_bytes(), fsync=True)
+        copied += 1
+    return copied
 
 
 def open_bundle(home: Path, run_id: str) -> Bundle:

@@ -139,6 +139,8 @@ class RunState:
     workflow_name: str = ""
     run_title: str | None = None
     parent_run_id: str | None = None
+    forked_from: dict[str, Any] | None = None
+    """``{runId, seq}`` of the run this one was forked from (``piw fork``)."""
     carried_step_count: int = 0
     human_decision: dict[str, Any] | None = None
     workflow_source: dict[str, Any] = field(default_factory=dict)
@@ -262,6 +264,7 @@ def state_to_json(state: RunState) -> dict[str, Any]:
         "workflowName": state.workflow_name,
         "runTitle": state.run_title,
         "parentRunId": state.parent_run_id,
+        "forkedFrom": state.forked_from,
         "carriedStepCount": state.carried_step_count or None,
         "humanDecision": state.human_decision,
         "workflowSource": state.workflow_source,
@@ -364,6 +367,7 @@ def state_from_json(data: dict[str, Any]) -> RunState:
         workflow_name=data.get("workflowName", ""),
         run_title=data.get("runTitle"),
         parent_run_id=data.get("parentRunId"),
+        forked_from=data.get("forkedFrom"),
         carried_step_count=data.get("carriedStepCount", 0),
         human_decision=data.get("humanDecision"),
         workflow_source=data.get("workflowSource", {}),

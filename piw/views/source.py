@@ -22,6 +22,7 @@ from piw.errors import StoreError
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle, run_is_live
 from piw.store.damage import Damage, artifact_damage, line_damage
+from piw.store.lineage import forks_of
 from piw.store.replay import RunState, fold
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
@@ -183,6 +184,8 @@ class RunData:
     """What is damaged in the bundle (its ``notice`` is ``notice``), for the JSON shapes."""
     next_at: str | None = None
     """When time travelling: the time of the first event after ``at`` (it bounds the session entries)."""
+    forks: tuple[str, ...] = ()
+    """Runs forked from this one (``piw fork``); read by :func:`load_run` only, not on every watch frame."""
 
     def events(self) -> RecordStream[TraceEvent]:
         """A fresh stream of the trace events up to ``at``."""
@@ -239,7 +242,8 @@ def load_run(
             "show. The next 'piw run' sets it aside in runs/.incomplete-*."
         )
     data = run_data(bundle, state, at=at, notice=stream.corruption, clock=clock)
-    return replace(data, next_at=following[0] if following else None, damage=stream.damage)
+    forks = tuple(forks_of(home, run_id))
+    return replace(data, next_at=following[0] if following else None, damage=stream.damage, forks=forks)
 
 
 def with_artifact_check(run: RunData) -> RunData:
