@@ -32,6 +32,8 @@ class RunSummary:
     damage: Damage | None = None
     interrupted: bool = False
     """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
+    cost: float | None = None
+    """USD summed over the run's model requests, when every part of it is known (``RunState.usage.cost``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,7 +77,13 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
             notice=damage.notice if damage else None,
             damage=damage,
             interrupted=damage is None and state.status == "running" and not run_is_live(bundle),
+            cost=_cost(state.usage),
         )
         count += 1
         if limit is not None and count >= limit:
             return
+
+
+def _cost(usage: dict[str, Any] | None) -> float | None:
+    cost = (usage or {}).get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
