@@ -45,7 +45,8 @@ MISTAKES = frozenset({"--bogus"})
 """Options the docs show on purpose as a mistake (the error they get)."""
 
 COMMAND = re.compile(
-    r"(?<![\w/.-])(?P<quote>[`'\"$] ?)?piw (?P<name>[a-z][a-z-]*)(?P<rest>(?: +(?:--?[A-Za-z][\w-]*(?:=\S+)?|[^\s'\"`)(|;,]+))*)"
+    r"(?<![\w/.-])(?P<quote>[`'\"$] ?)?piw (?P<name>[a-z][a-z-]*)"
+    r"(?P<rest>(?: +(?:--?[A-Za-z][\w-]*(?:=\S+)?|[^\s'\"`)(|;,]+))*)"
 )
 OPTION = re.compile(r"(?<!\S)(--[a-z][\w-]*)")
 

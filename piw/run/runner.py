@@ -19,7 +19,7 @@ from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
 from piw.store.queue import Claim, RunQueue, open_queue, runner_id
-from piw.store.replay import RunState
+from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
@@ -80,7 +80,8 @@ def start_run(
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
     bundle = open_bundle(home, run_id)
-    state = load_state(bundle)
+    # From the trace, never state.json: a cache that says "completed" must not stop a resume (persistence §3).
+    state = fold(bundle.read_trace().events)
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
     if not state.run_id:
         raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
@@ -107,7 +108,7 @@ def continue_run(
     except RunNotFound:
         bundle = None
     if bundle is not None:
-        state = load_state(bundle)
+        state = fold(bundle.read_trace().events)  # the trace decides, never a cached state.json
         if state.run_id and state.is_terminal:
             _release(queue, claim, state)
             return state
