@@ -457,9 +457,11 @@ def test_concurrent_piw_decide_processes_start_one_continuation(cli: Cli, gate: 
     racers = [
         cli.popen("decide", parent, choice, "--json") for choice in ("stop", "continue", "stop", "continue")
     ]
-    results = [(racer.wait(timeout=120), racer.stdout.read() if racer.stdout else "") for racer in racers]
+    outputs = [racer.communicate(timeout=120) for racer in racers]
+    results = [(racer.returncode, out) for racer, (out, _) in zip(racers, outputs, strict=True)]
+    errors = [err for _, err in outputs]
     won = [json.loads(out) for code, out in results if code == 0 and not json.loads(out)["adopted"]]
-    assert len(won) == 1
+    assert len(won) == 1, (results, errors)
     children = [run for run in run_ids(cli.home) if run != parent]
     assert children == [won[0]["runId"]]
     winner = won[0]["continuedFrom"]["humanDecision"]["choice"]

@@ -116,9 +116,10 @@ def continue_run(
             if claim is not None:
                 queue.park(claim)  # resume takes its own claim
             return resume_run(spec.run_id, home, options)
-        discard_incomplete(bundle)  # created, but run_started never committed: start it again
     if claim is None:
-        claim = queue.claim_run(spec.run_id, runner_id())
+        claim = queue.claim_run(spec.run_id, runner_id())  # RunLocked while another process creates it
+    if bundle is not None:
+        discard_incomplete(bundle)  # created, but run_started never committed (its creator died): again
     try:
         parent = load_state(open_bundle(home, spec.parent_run_id))
         workflow = load_workflow(
