@@ -467,8 +467,7 @@ def test_concurrent_piw_decide_processes_start_one_continuation(cli: Cli, gate: 
     winner = won[0]["continuedFrom"]["humanDecision"]["choice"]
     for (code, out), picked in zip(results, ("stop", "continue", "stop", "continue"), strict=True):
         if picked == winner:
-            assert (
-                code == 0 and json.loads(out)["runId"] == won[0]["runId"]
-            )  # the same choice adopts the winner
+            assert code == 0, errors  # the same choice adopts the winner
+            assert json.loads(out)["runId"] == won[0]["runId"]
         else:
-            assert code == 2  # DecisionResolved
+            assert code == 2, errors  # DecisionResolved

@@ -115,9 +115,15 @@ def continue_run(
         if state.run_id:
             if claim is not None:
                 queue.park(claim)  # resume takes its own claim
-            return resume_run(spec.run_id, home, options)
+            try:
+                return resume_run(spec.run_id, home, options)
+            except RunFinished:  # it ended an instant ago in the process that ran it: report that
+                return fold(bundle.read_trace().events)
     if claim is None:
-        claim = queue.claim_run(spec.run_id, runner_id())  # RunLocked while another process creates it
+        try:
+            claim = queue.claim_run(spec.run_id, runner_id())  # RunLocked while another process creates it
+        except RunFinished:  # another process created and finished it meanwhile: report it
+            return fold(open_bundle(home, spec.run_id).read_trace().events)
     if bundle is not None:
         discard_incomplete(bundle)  # created, but run_started never committed (its creator died): again
     try:
