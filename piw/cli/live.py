@@ -34,6 +34,7 @@ from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
 from piw.terminal import single_line
 from piw.views.base import Lines
+from piw.views.failure import where
 from piw.views.frame import FrameModel, FrameView
 from piw.views.source import RecordStream, Tail, session_tail
 
@@ -63,9 +64,17 @@ class StepLog:
     trace) so the line shows the message rather than only its id.
     """
 
-    def __init__(self, console: Console, notification_text: NotificationText | None = None) -> None:
+    def __init__(
+        self,
+        console: Console,
+        notification_text: NotificationText | None = None,
+        *,
+        outcome_below: bool = False,
+    ) -> None:
         self.console = console
         self.notification_text = notification_text
+        self.outcome_below = outcome_below
+        """``piw run`` prints the outcome block after the status line, so the line leaves the error to it."""
         self._tracks: dict[str, ProgressWindow] = {}
 
     def _progress_line(self, event: TraceEvent) -> str | None:
@@ -105,6 +114,9 @@ class StepLog:
             line.append(f"  {single_line(outcome)}  {event.payload.get('durationMs', 0)} ms", style="dim")
             if outcome != "ok":
                 line.append("  " + _clip(event.payload.get("error", ""), 200), style=style)
+                location = where(event.payload.get("traceback"))
+                if location:
+                    line.append(f"  at {location}", style="dim")
         elif kind == "notification_queued":
             text = self.notification_text(event) if self.notification_text else None
             line.append("✉ ", style="magenta")
@@ -133,7 +145,7 @@ class StepLog:
             line.append(f"■ {single_line(status)}", style=f"bold {style}")
             if state.waiting_on:
                 line.append(f" on {_node_label(state.waiting_on)}")
-            if state.error:
+            if state.error and not self.outcome_below:
                 line.append("  " + _clip(state.error, 300), style=style)
         else:
             return None
@@ -171,7 +183,7 @@ class LiveDisplay:
         self._session: Tail[SessionEntry] | None = None
         self._live: Live | None = None
         self._opened = False
-        self._steps = StepLog(console, self._notification_text)
+        self._steps = StepLog(console, self._notification_text, outcome_below=True)
 
     def _open(self, event: TraceEvent, state: RunState) -> None:
         """Open the bundle on the first event (``run_started``, or ``run_resumed`` for a resume)."""

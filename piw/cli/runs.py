@@ -12,6 +12,7 @@ from rich.table import Table
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
+from piw.cli.outcome import print_outcome
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
@@ -30,11 +31,13 @@ from piw.workflow.loader import (
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
 
-def _finish(state: RunState, as_json: bool) -> int:
+def _finish(state: RunState, as_json: bool, verbose: bool = False) -> int:
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
         sys.stdout.write(json_text(payload) + "\n")
+    else:
+        print_outcome(make_console(), piw_home(), state, verbose=verbose)
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
@@ -64,7 +67,9 @@ def _foreground(
 ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
 ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")]
 ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", help="Expand step cards.")]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
+]
 RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
 ]
@@ -77,7 +82,7 @@ def _follow(start: Callable[[ForegroundOptions], RunState], as_json: bool, flags
         state = start(options)
     finally:
         display.close()
-    return _finish(state, as_json)
+    return _finish(state, as_json, bool(flags[0]) if flags else False)
 
 
 @app.command()

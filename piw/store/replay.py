@@ -269,6 +269,7 @@ class _Folder:
             assistant_completion=completion,
             children=children,
             usage=payload.get("usage"),
+            traceback=_frames(payload.get("traceback")),
         )
         self.new_steps.append(step)
         self.results[node_id] = step
@@ -323,3 +324,10 @@ def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
 def fold(events: Iterable[TraceEvent]) -> RunState:
     """Replay a whole trace into ``RunState``."""
     return fold_more(RunState(), events)
+
+
+def _frames(value: Any) -> tuple[dict[str, Any], ...] | None:
+    """``node_failed.traceback``: a list of frame objects; anything else (an older or damaged writer) is none."""
+    if not isinstance(value, list) or not value:
+        return None
+    return tuple(frame for frame in value if isinstance(frame, dict)) or None

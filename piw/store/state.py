@@ -35,6 +35,8 @@ class StepRecord:
     assistant_completion: dict[str, Any] | None = None
     children: tuple[dict[str, Any], ...] = ()
     usage: dict[str, Any] | None = None
+    traceback: tuple[dict[str, Any], ...] | None = None
+    """A failure's frames in the workflow files, outermost first (``node_failed.traceback``)."""
 
 
 class StepList(Sequence[StepRecord]):
@@ -210,6 +212,7 @@ def step_to_json(step: StepRecord) -> dict[str, Any]:
         "assistantCompletion": step.assistant_completion,
         "children": list(step.children) or None,
         "usage": step.usage,
+        "traceback": list(step.traceback) if step.traceback else None,
     }
     return _drop_none(data, keep=("prompt", "output"))
 
@@ -320,6 +323,7 @@ def step_from_json(raw: dict[str, Any]) -> StepRecord:
         assistant_completion=raw.get("assistantCompletion"),
         children=tuple(raw.get("children") or ()),
         usage=raw.get("usage"),
+        traceback=tuple(raw["traceback"]) if raw.get("traceback") else None,
     )
 
 

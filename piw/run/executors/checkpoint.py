@@ -19,4 +19,4 @@ class CheckpointExecutor:
                 output = evaluate(node.summary, attempt.ctx)
             return NodeOutcome.ok(to_json_output(output, attempt.node_id))
         except Exception as exc:
-            return NodeOutcome.failed(describe_exception(exc))
+            return NodeOutcome.failed(describe_exception(exc), exception=exc)
