@@ -5,8 +5,8 @@ Shape (``piw run`` and ``piw resume`` without ``--json``):
 - completed: ``output`` and the final output (a string as text, anything else as indented JSON), unless it is
   the assistant reply the run just printed (a response is shown once);
 - failed, timed out or cancelled: ``error``, the error with ``at file:line`` of the workflow code that raised;
-- waiting: what the run waits for (:func:`print_waiting`; the wording of checkpoints and human decisions
-  belongs with them, this module only fixes where it goes).
+- waiting: what the run waits for (:func:`print_waiting`: the wording of checkpoints and human decisions
+  belongs with them, in :mod:`piw.cli.waiting`; this module only fixes where it goes).
 
 Every block is at most :func:`line_budget` lines of at most the console width; when anything was cut, a last
 line names the command that shows it whole (``piw inspect RUN --view output``, or the steps view of the failed
@@ -120,13 +120,11 @@ def print_outcome(console: Console, home: Path, state: RunState, *, verbose: boo
 
 
 def print_waiting(console: Console, home: Path, state: RunState) -> None:
-    """What a waiting run waits for.
+    """What a waiting run waits for: the question, the choices and the exact command that answers it.
 
-    The checkpoint/decision wording (the question, the choices, the exact ``piw answer``/``piw decide``
-    command) is the decisions work's; until it lands here this prints the request the gate recorded.
+    The wording is the checkpoint and decision work's (:mod:`piw.cli.waiting`); this module only places it after
+    the status line, like the output and the error.
     """
-    lines = [Text(line) for line in value_lines(_resolved(home, state)[0])]
-    lines[0] = Text(f"{node_label(state.waiting_on or '?')}: ") + lines[0]
-    cut = _block(console, "waits", lines)
-    if cut:
-        _hint(console, f"… {cut}; the whole request:", f"piw inspect {state.run_id} --view output")
+    from piw.cli.waiting import print_wait
+
+    print_wait(console, home, state)

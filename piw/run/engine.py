@@ -19,15 +19,26 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged
+from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
+from piw.run.continuation import ContinuationSpec, carried, continued_from
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
-from piw.run.executors.checkpoint import CheckpointExecutor
+from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
+from piw.run.fork import Prefix, check_prefix
+from piw.run.process_groups import stop_group
 from piw.run.tracebacks import redact, workflow_files, workflow_traceback
-from piw.store.bundle import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
+from piw.store.bundle import (
+    Bundle,
+    WriterLock,
+    copy_artifacts,
+    create_bundle,
+    discard_incomplete,
+    new_run_id,
+    open_bundle,
+)
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
@@ -38,6 +49,7 @@ from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.workflow.routing import Decision, decide, next_invocation
+from piw.workflow.user_code import WorkflowCodeExit
 
 
 class RunInterrupted(PiwError):
@@ -60,7 +72,11 @@ class RunOptions:
     agent_executor: Executor | None = None
     origin_session: dict[str, Any] | None = None
     clock: Callable[[], datetime] = _utc_now
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
+    decisions: DecisionBook | None = None
+    """Where human-decision gates record their open request (the run database); ``None`` records none."""
 
 
 class _MissingAgentExecutor:
@@ -83,7 +99,7 @@ class Engine:
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(),
-            "checkpoint": CheckpointExecutor(),
+            "checkpoint": CheckpointExecutor(self.options.decisions),
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }
         self._function = FunctionActionExecutor()
@@ -91,24 +107,49 @@ class Engine:
 
     # ---- public entry points ----------------------------------------------------------------------------
 
-    def start(self, raw_input: Any, title: str | None = None) -> RunState:
+    def start(self, raw_input: Any, title: str | None = None, run_id: str | None = None) -> RunState:
         """Start a new run; input and definition are validated before any bundle exists."""
+        input_value = prepare_input(self.workflow.definition, raw_input)
+        writer = self._create_run(input_value, title, {}, run_id)
+        return self._guarded(lambda: self._begin(writer))
+
+    def fork(self, prefix: Prefix, raw_input: Any | None = None, title: str | None = None) -> RunState:
+        """Start a run that adopts ``prefix`` of a parent run and continues live from the fork point.
+
+        Everything that can refuse the fork (input, a definition that cannot reach the fork point) is checked
+        before the new bundle exists; the parent bundle is only read.
+        """
+        parent = prefix.parent
+        recorded = prefix.started.payload
         definition = self.workflow.definition
-        input_value = prepare_input(definition, raw_input)
-        run_title = title if title is not None else resolve_title(definition, input_value)
-        run_id = new_run_id(definition.name)
-        manifest = Manifest(
-            run_id=run_id,
-            workflow_name=definition.name,
-            run_title=run_title,
-            workflow_source=self.workflow.source,
-            workflow_sources=self.workflow.sources or None,
-            definition_digest=self.workflow.digest,
-            started_at=now_iso(),
+        source_input = parent.resolve(recorded.get("input")) if raw_input is None else raw_input
+        input_value = prepare_input(definition, source_input)
+        extra: dict[str, Any] = {"forkedFrom": {"runId": parent.run_id, "seq": prefix.seq}}
+        for key in ("continuedFrom", "carried"):
+            if key in recorded:
+                extra[key] = recorded[key]
+        if title is None:
+            title = recorded.get("runTitle")
+        probe = fold(
+            [TraceEvent(1, now_iso(), "run", "run_started", "fork", {"input": input_value, **extra})]
         )
-        bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
-        lock = WriterLock(bundle).acquire()
-        writer = self._open_writer(bundle, lock, RunState(), manifest)
+        where = str(self.workflow.path)
+        reached = check_prefix(self.graph, prefix, probe, parent.resolve, where).next_target
+        if prefix.next_node is not None and reached != prefix.next_node:
+            goes = "ends the run" if reached is None else f"goes to {reached!r}"
+            raise UsageError(
+                f"The workflow in {where} cannot reach the fork point {prefix.next_node!r}: after the adopted "
+                f"steps its routing {goes}."
+            )
+        writer = self._create_run(input_value, title, extra)
+        return self._guarded(lambda: self._adopt(writer, prefix))
+
+    def _create_run(
+        self, input_value: Any, title: str | None, extra: dict[str, Any], run_id: str | None = None
+    ) -> RunWriter:
+        """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
+        definition = self.workflow.definition
+        run_title = title if title is not None else resolve_title(definition, input_value)
         payload: dict[str, Any] = {
             "workflowName": definition.name,
             "runTitle": run_title,
@@ -118,7 +159,53 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            **extra,
         }
+        return self._create(run_id or new_run_id(definition.name), payload)
+
+    def start_continuation(self, spec: ContinuationSpec) -> RunState:
+        """Create the continuation of a waiting run and follow the answered checkpoint's edge (§8).
+
+        The caller has accepted the answer (and recorded it, where a database is wired); this creates the new
+        bundle, whose ``run_started`` carries the parent's results with the checkpoint answered.
+        """
+        parent = open_bundle(self.home, spec.parent_run_id)
+        state = fold(parent.read_trace().events)
+        if state.status != "waiting" or state.waiting_on != spec.node_id:
+            raise ResumeRefused(
+                f"Run {spec.parent_run_id} is not waiting on {spec.node_id} ({state.status}); it cannot be continued."
+            )
+        self._check_source(state, parent)
+        payload: dict[str, Any] = {
+            "workflowName": state.workflow_name,
+            "runTitle": state.run_title,
+            "input": parent.resolve(state.input),
+            "workflowSource": self.workflow.source,
+            "workflowSources": self.workflow.sources or None,
+            "definitionDigest": self.workflow.digest,
+            "maxSteps": state.max_steps,
+            "originSession": self.options.origin_session,
+            "continuedFrom": continued_from(spec),
+            "carried": carried(parent, state, spec),
+        }
+        writer = self._create(spec.run_id, payload)
+        return self._guarded(lambda: self._after_answer(writer, spec.node_id))
+
+    def _create(self, run_id: str, payload: dict[str, Any]) -> RunWriter:
+        """Create the bundle and commit ``run_started``; until then nothing is left behind on failure."""
+        manifest = Manifest(
+            run_id=run_id,
+            workflow_name=payload["workflowName"],
+            run_title=payload.get("runTitle"),
+            workflow_source=self.workflow.source,
+            workflow_sources=self.workflow.sources or None,
+            definition_digest=self.workflow.digest,
+            started_at=now_iso(),
+            forked_from=payload.get("forkedFrom"),
+        )
+        bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
+        lock = WriterLock(bundle).acquire()
+        writer = self._open_writer(bundle, lock, RunState(), manifest)
         try:
             writer.append(
                 "run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True
@@ -131,7 +218,37 @@ class Engine:
             lock.release()
             discard_incomplete(bundle)
             raise
-        return self._guarded(lambda: self._begin(writer))
+        return writer
+
+    def _after_answer(self, writer: RunWriter, node_id: str) -> None:
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(self._apply(self._route_answered(node_id)))
+
+    def _route_answered(self, node_id: str) -> Decision:
+        """Route from a carried checkpoint: its (answered) output is what the edges after it see."""
+        writer = self.writer
+        assert writer is not None
+        output = self._resolve(writer.state.outputs.get(node_id))
+        return decide(self.graph, writer.state, node_id, "ok", output, None)
+
+    def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
+        """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
+        assert self.session is not None
+        copy_artifacts(prefix.parent, writer.bundle)
+        for entry in prefix.entries:
+            self.session.adopt(entry)
+        self.session.sync()
+        # The adopted steps already ran in the parent: listeners (the live display) see the fork continue, not
+        # a replay of every copied line.
+        listeners, writer.listeners[:] = list(writer.listeners), []
+        try:
+            events = [writer.adopt(event) for event in prefix.events]
+        finally:
+            writer.listeners[:] = listeners
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._continue(writer, events, 0)
 
     def _begin(self, writer: RunWriter) -> None:
         if self.options.on_start:
@@ -163,21 +280,7 @@ class Engine:
     # ---- resume helpers ---------------------------------------------------------------------------------
 
     def _check_source(self, state: RunState, bundle: Bundle) -> None:
-        loaded = self.workflow
-        same = (
-            state.workflow_source == loaded.source
-            and list(state.workflow_sources or []) == list(loaded.sources or [])
-            and state.definition_digest == loaded.digest
-        )
-        if not same:
-            where = (
-                state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
-            )
-            raise SourceChanged(
-                f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
-                f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
-                f"again with 'piw run {state.workflow_name}'."
-            )
+        check_source(self.workflow, state)
 
     def _repair_tail(self, bundle: Bundle, valid_bytes: int, torn_bytes: int) -> int:
         if torn_bytes <= 0:
@@ -190,6 +293,10 @@ class Engine:
         if truncated:
             resumed["truncatedBytes"] = truncated
         current = state.current
+        group = current.process_group if current is not None else None
+        # The dead holder's command may still run: stop it before its node reruns (process_groups).
+        if group and stop_group(group):
+            resumed["killedProcessGroup"] = {"pid": group.get("pid"), "pgid": group.get("pgid")}
         if current is not None:
             if self._can_reattach(current.node_type, current.node_id, current.attempt_id):
                 resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)
@@ -222,6 +329,9 @@ class Engine:
             if event.type == "include_entered":
                 mount = self.graph.mounts["/".join(event.payload.get("mountPath", []))]
                 return Decision(target=f"{mount.path}/{mount.definition.start_at}")
+            if event.type == "run_started" and isinstance(event.payload.get("continuedFrom"), dict):
+                # a continuation that crashed before its first step: follow the answered checkpoint's edge
+                return self._route_answered(str(event.payload["continuedFrom"].get("nodeId")))
         return Decision(target=self.workflow.definition.start_at)
 
     def _peek_target(self, decision: Decision) -> str | None:
@@ -415,6 +525,11 @@ class Engine:
             else:
                 executor = self.executors[node.node_type]
             outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
+        except WorkflowCodeExit as exc:
+            # Workflow code is called through call_user, which turns its BaseExceptions (sys.exit(), ...) into
+            # this; one that no executor handled still fails the node instead of ending piw with the run left
+            # ``running``. Other BaseExceptions are piw's own unwinding (Ctrl-C, SIGTERM) and pass.
+            outcome = NodeOutcome.failed(describe_exception(exc))
         finally:
             attempt.active = False
             self.active = None
@@ -498,7 +613,8 @@ class Engine:
                     raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
                 return attempt.child_runner(make_runner)(prompt, **kwargs)
 
-            return ActionContext(**common, publisher=publish, agent_runner=run_agent)
+            extra: dict[str, Any] = {"waiter": self.options.waiter} if self.options.waiter else {}
+            return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
         return NodeContext(**common)
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
@@ -507,6 +623,34 @@ class Engine:
         self.publisher.publish(
             attempt.node_id, attempt.attempt_id, raw, is_active=attempt.is_live, wait_for_token=attempt.cancel
         )
+
+
+def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
+    """``SourceChanged`` unless the loaded workflow is the one the run started from (file hash or built-in
+    revision, every mounted child, the definition digest): completed steps replay only against that."""
+    same = (
+        state.workflow_source == loaded.source
+        and list(state.workflow_sources or []) == list(loaded.sources or [])
+        and state.definition_digest == loaded.digest
+    )
+    if not same:
+        where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
+        raise SourceChanged(
+            f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
+            f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
+            f"again with 'piw run {state.workflow_name}'."
+        )
+
+
+def _source_label(recorded: dict[str, Any], installed: dict[str, Any], name: str) -> str:
+    """The parenthesis of ``SourceChanged``: a file's path, or a built-in's recorded and installed revisions."""
+    if recorded.get("kind") == "builtin":
+        now = installed.get("revision") if installed.get("kind") == "builtin" else None
+        return (
+            f"builtin {recorded.get('id')} revision {recorded.get('revision')}, "
+            f"installed revision {now if now is not None else 'none'}"
+        )
+    return str(recorded.get("path") or recorded.get("id") or name)
 
 
 def _timeout_value(value: Any) -> float | None:

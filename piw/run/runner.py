@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import ResumeRefused, RunFinished
+from piw.errors import ResumeRefused, RunFinished, RunNotFound
+from piw.run.continuation import ContinuationSpec
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
-from piw.store.bundle import Bundle, load_state, open_bundle
+from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.store.bundle import Bundle, discard_incomplete, load_state, open_bundle
 from piw.store.replay import RunState
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
@@ -29,6 +33,10 @@ class ForegroundOptions:
     agent_executor_factory: Callable[[LoadedWorkflow], Executor | None] | None = None
     record_origin: bool = True
     on_start: Callable[[Bundle], None] | None = None
+    clock: Callable[[], datetime] | None = None
+    """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
 
 
 def _origin_session() -> dict[str, Any]:
@@ -37,6 +45,7 @@ def _origin_session() -> dict[str, Any]:
 
 def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) -> Engine:
     factory = options.agent_executor_factory
+    clock: dict[str, Any] = {"clock": options.clock} if options.clock else {}
     return Engine(
         workflow,
         home,
@@ -47,6 +56,8 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             agent_executor=factory(workflow) if factory else None,
             origin_session=_origin_session() if options.record_origin else None,
             on_start=options.on_start,
+            waiter=options.waiter,
+            **clock,
         ),
     )
 
@@ -73,6 +84,56 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
     return _engine(workflow, home, options).resume(run_id)
+
+
+def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
+    """Run an accepted answer's continuation in the foreground: create it, or resume it if it exists.
+
+    The answer is recorded first (``piw.run.answers``); this is safe to repeat: an existing continuation is
+    resumed (or just reported, when it already ended), never created twice.
+    """
+    try:
+        bundle = open_bundle(home, spec.run_id)
+    except RunNotFound:
+        bundle = None
+    if bundle is not None:
+        state = load_state(bundle)
+        if not state.run_id:
+            discard_incomplete(bundle)  # created, but run_started never committed: start it again
+        elif state.is_terminal:
+            return state
+        else:
+            return resume_run(spec.run_id, home, options)
+    parent = load_state(open_bundle(home, spec.parent_run_id))
+    workflow = load_workflow(
+        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
+    )
+    return _engine(workflow, home, options).start_continuation(spec)
+
+
+def fork_run(
+    parent_id: str,
+    home: Path,
+    point: ForkPoint,
+    options: ForegroundOptions,
+    *,
+    workflow: str | None = None,
+    raw_input: Any | None = None,
+    title: str | None = None,
+) -> RunState:
+    """Start a fork of ``parent_id`` at ``point`` and follow it; the parent bundle is only read.
+
+    ``workflow`` names a (possibly changed) definition; by default the parent's own source is loaded again.
+    """
+    parent = open_bundle(home, parent_id)
+    prefix = select_prefix(parent, point)
+    if workflow is None:
+        state = load_state(parent, prefix_events(parent))
+        workflow = str(workflow_path_of(state.workflow_source, state.workflow_name, home))
+    loaded = load_workflow(workflow, home, tools_known())
+    if raw_input is not None:
+        prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
+    return _engine(loaded, home, options).fork(prefix, raw_input, title)
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:

@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
@@ -92,6 +94,19 @@ def json_bytes(value: Any) -> bytes:
     return (dumps_line(value) + "\n").encode("utf-8")
 
 
+def encode_state(state: RunState) -> bytes:
+    """``state.json``'s bytes: one compact line, written by orjson (ten times faster than ``json`` on a long run).
+
+    Every value in a state was folded from decoded trace lines, so it is plain JSON data (string keys, finite
+    numbers); a float of magnitude under 1e-4 or from 1e16 up may be spelled differently from ``json``
+    (``0.00001`` for ``1e-05``): the same number, and this file is only a cache.
+    """
+    try:
+        return orjson.dumps(state_to_json(state), option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return json_bytes(state_to_json(state))
+
+
 @dataclass(frozen=True)
 class Bundle:
     """The paths of one run bundle."""
@@ -143,7 +158,7 @@ class Bundle:
         return read_trace(self.trace_path)
 
     def write_state(self, state: RunState) -> None:
-        write_private_file(self.state_path, json_bytes(state_to_json(state)))
+        write_private_file(self.state_path, encode_state(state))
 
     def write_manifest(self, manifest: Manifest) -> None:
         write_private_file(self.manifest_path, json_bytes(manifest.to_wire()))
@@ -165,6 +180,25 @@ def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: M
     bundle = Bundle(run_id, path)
     bundle.write_manifest(manifest)
     return bundle
+
+
+def copy_artifacts(source: Bundle, target: Bundle) -> int:
+    """Copy every artifact of ``source`` into ``target`` (content-addressed, so existing files are kept).
+
+    A fork's adopted events name the parent's artifacts by bundle-relative path; they are copied, durable,
+    before the first line that names them. Returns the number of files copied.
+    """
+    folder = source.path / "artifacts"
+    if not folder.is_dir():
+        return 0
+    destination = ensure_private_dir(target.path / "artifacts")
+    copied = 0
+    for item in sorted(folder.iterdir()):
+        if item.name.startswith(".") or not item.is_file() or (destination / item.name).exists():
+            continue
+        write_private_file(destination / item.name, item.read_bytes(), fsync=True)
+        copied += 1
+    return copied
 
 
 def open_bundle(home: Path, run_id: str) -> Bundle:

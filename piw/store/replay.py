@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from sys import intern
 from typing import Any
 
 from piw.store.state import (
@@ -19,7 +20,9 @@ from piw.store.state import (
     StepList,
     StepRecord,
     UpdateRecord,
+    add_step_stat,
     add_usage,
+    evolve,
     result_to_json,
     state_from_json,
     state_to_json,
@@ -50,6 +53,11 @@ __all__ = [
 ]
 
 
+def _shared(value: Any) -> Any:
+    """One object per distinct short string that every step repeats (node ids, types, outcomes)."""
+    return intern(value) if type(value) is str else value
+
+
 class _Folder:
     """Mutable working copy used inside one ``fold_more`` call; never escapes it."""
 
@@ -64,6 +72,7 @@ class _Folder:
         """Steps finished in this call; added to the shared ``StepList`` once, in ``result``."""
         self.updates: dict[tuple[str, str], UpdateRecord] = state.updates  # type: ignore[assignment]
         self.mounts: dict[str, dict[str, Any]] = state.mounts  # type: ignore[assignment]
+        self.node_stats: dict[str, tuple[int, float]] = state.node_stats  # type: ignore[assignment]
         self.owned = False
         self.fields: dict[str, Any] = {}
         self.current = state.current
@@ -94,6 +103,7 @@ class _Folder:
             self.results = dict(state.results)
             self.updates = dict(state.updates)
             self.mounts = dict(state.mounts)
+            self.node_stats = dict(state.node_stats)
             self.owned = True
 
     def result(self, last: TraceEvent | None) -> RunState:
@@ -103,16 +113,19 @@ class _Folder:
         current = self.attempt()
         if not self.owned and current is self.state.current and not self.fields:
             return self.state
-        return replace(
-            self.state,
-            outputs=self.outputs,
-            results=self.results,
-            steps=self.state.steps.extended(self.new_steps),
-            updates=self.updates,
-            mounts=self.mounts,
-            current=current,
-            **self.fields,
-        )
+        changes = self.fields
+        changes["current"] = current
+        if self.owned:
+            changes.update(
+                outputs=self.outputs,
+                results=self.results,
+                updates=self.updates,
+                mounts=self.mounts,
+                node_stats=self.node_stats,
+            )
+        if self.new_steps:
+            changes["steps"] = self.state.steps.extended(self.new_steps)
+        return evolve(self.state, changes)
 
     # ---- run-scoped events -------------------------------------------------------------------------------
 
@@ -132,6 +145,9 @@ class _Folder:
             max_steps=payload.get("maxSteps", 100),
             origin_session=payload.get("originSession"),
         )
+        forked = payload.get("forkedFrom")
+        if isinstance(forked, dict):
+            self.fields["forked_from"] = {"runId": forked.get("runId"), "seq": forked.get("seq")}
         continued = payload.get("continuedFrom")
         if isinstance(continued, dict):
             self.fields["parent_run_id"] = continued.get("runId")
@@ -141,9 +157,18 @@ class _Folder:
             self.own()
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
-                self.new_steps.append(step_from_json(raw))
+                step = step_from_json(raw)
+                self.new_steps.append(step)
+                add_step_stat(self.node_stats, step)
+            by_attempt = {step.attempt_id: step for step in self.new_steps}
             for node_id, raw in (carried.get("results") or {}).items():
-                self.results[node_id] = step_from_json(raw)
+                # the same record as its step, as state.json's reader builds it
+                self.results[node_id] = by_attempt.get(raw.get("attemptId", "")) or step_from_json(raw)
+            # The include state of the parent, so a gate inside a mount continues with that mount's input and
+            # invocation (``stepIndex`` indexes ``steps``, where the carried steps come first).
+            self.mounts.update({path: dict(entry) for path, entry in (carried.get("mounts") or {}).items()})
+            if carried.get("usage") is not None:
+                self.fields["usage"] = carried["usage"]
             self.fields["carried_step_count"] = len(carried.get("steps") or [])
 
     def run_paused(self, event: TraceEvent) -> None:
@@ -215,6 +240,11 @@ class _Folder:
         if current is not None:
             self.current = replace(current, children=(*current.children, dict(event.payload)))
 
+    def process_started(self, event: TraceEvent) -> None:
+        current = self._current_for(event)
+        if current is not None:
+            self.current = replace(current, process_group=dict(event.payload))
+
     def update_published(self, event: TraceEvent) -> None:
         self.own()
         payload = event.payload
@@ -235,7 +265,7 @@ class _Folder:
     def node_terminal(self, event: TraceEvent) -> None:
         self.own()
         payload = event.payload
-        node_id = event.node_id or ""
+        node_id = _shared(event.node_id or "")
         outcome = payload.get("outcome", "ok" if event.type == "node_finished" else "failed")
         started = self.started
         node_type: str = payload.get("nodeType", "")
@@ -253,25 +283,17 @@ class _Folder:
                 node_type, started_at, prompt = current.node_type, current.started_at, current.prompt
                 completion, children = current.assistant_completion, current.children
                 self.current = None
+        get = payload.get
+        # node ids, types and outcomes repeat on every step of a long run: one string object each
         step = StepRecord(
-            attempt_id=event.attempt_id or "",
-            node_id=node_id,
-            node_type=node_type,
-            outcome=outcome,
-            started_at=started_at,
-            finished_at=event.at,
-            duration_ms=payload.get("durationMs"),
-            prompt=prompt,
-            output=payload.get("output"),
-            error=payload.get("error"),
-            action=payload.get("action"),
-            conversation=payload.get("conversation"),
-            assistant_completion=completion,
-            children=children,
-            usage=payload.get("usage"),
-            traceback=_frames(payload.get("traceback")),
-        )
+            attempt_id=event.attempt_id or "", node_id=node_id, node_type=_shared(node_type),
+            outcome=_shared(outcome), started_at=started_at, finished_at=event.at, duration_ms=get("durationMs"),
+            prompt=prompt, output=get("output"), error=get("error"), action=get("action"),
+            conversation=get("conversation"), assistant_completion=completion, children=children,
+            usage=get("usage"), traceback=_frames(tb) if (tb := get("traceback")) else None,
+        )  # fmt: skip
         self.new_steps.append(step)
+        add_step_stat(self.node_stats, step)
         self.results[node_id] = step
         if outcome == "ok":
             self.outputs[node_id] = step.output
@@ -292,6 +314,7 @@ _HANDLERS = {
     "assistant_completion_recorded": _Folder.assistant_completion_recorded,
     "child_step_finished": _Folder.child_step_finished,
     "update_published": _Folder.update_published,
+    "process_started": _Folder.process_started,
     "node_finished": _Folder.node_terminal,
     "node_failed": _Folder.node_terminal,
     **{

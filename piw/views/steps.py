@@ -67,9 +67,7 @@ def _row(number: int, step: StepRecord) -> list[Text | str]:
 class StepsView(View):
     """``node`` keeps only that node's attempts; with ``node`` or ``verbose`` a failure's traceback follows it."""
 
-    def __init__(
-        self, state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
-    ) -> None:
+    def __init__(self, state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False) -> None:
         self.state, self.now, self.node, self.verbose = state, now, node, verbose
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
@@ -77,10 +75,13 @@ class StepsView(View):
         if not state.steps and state.current is None:
             yield Text("No steps yet.", style="dim")
             return
+        if self.node is None and not self.verbose:
+            yield from table_lines(COLUMNS, self._rows(), width)
+            return
         if self.node is not None and not self._has_node():
             yield Text(f"No steps of node {node_label(self.node)}.", style="dim")
             return
-        for line in table_lines(COLUMNS, self._rows(), width):
+        for line in table_lines(COLUMNS, self._detailed_rows(), width):
             if line.cell_len <= width:
                 yield line
             else:  # a traceback line: wrapped, because showing it whole is why it is there
@@ -92,23 +93,44 @@ class StepsView(View):
             current is not None and current.node_id == self.node
         )
 
-    def _rows(self) -> Iterator[list[Text | str] | Text]:
-        details = self.verbose or self.node is not None
+    def _detailed_rows(self) -> Iterator[list[Text | str] | Text]:
+        """The rows of ``node`` (or all), each failure followed by its traceback lines."""
         for number, step in enumerate(self.state.steps, start=1):
             if self.node is not None and step.node_id != self.node:
                 continue
             yield _row(number, step)
-            if details and step.outcome != "ok" and (step.traceback or self.node is not None):
+            if step.outcome != "ok" and (step.traceback or self.node is not None):
                 yield from traceback_lines(step.traceback, step.error, indent="      ")
         current = self.state.current
         if current is not None and (self.node is None or current.node_id == self.node):
+            yield from self._rows(len(self.state.steps))
+
+    def count(self) -> int:
+        """Rows in the table: one per finished attempt, plus the attempt in progress."""
+        return len(self.state.steps) + (self.state.current is not None)
+
+    def header(self, width: int) -> Text:
+        return next(table_lines(COLUMNS, (), width))
+
+    def row_lines(self, start: int, stop: int, width: int) -> list[Text]:
+        """Rows ``start..stop`` (0-based) without the header, so a pager never builds the whole table."""
+        rows = self._rows(start, stop)
+        return list(table_lines(COLUMNS, rows, width))[1:]
+
+    def _rows(self, start: int = 0, stop: int | None = None) -> Iterator[list[Text | str]]:
+        steps = self.state.steps
+        end = len(steps) if stop is None else min(stop, len(steps))
+        for number in range(start, end):
+            yield _row(number + 1, steps[number])
+        if (stop is not None and stop <= len(steps)) or start > len(steps):
+            return
+        current = self.state.current
+        if current is not None:
             detail = safe(current.status_detail or "", "dim")
             elapsed = fmt_duration(ms_between(current.started_at, self.now))
             yield [str(len(self.state.steps) + 1), Text(node_label(current.node_id)), _outcome("running"),
                    elapsed, short_id(current.attempt_id), detail]  # fmt: skip
 
 
-def steps_view(
-    state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
-) -> StepsView:
+def steps_view(state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False) -> StepsView:
     return StepsView(state, now, node=node, verbose=verbose)

@@ -14,9 +14,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model
 
 from piw.errors import DefinitionError
+from piw.workflow.gates import (
+    AudienceArg,
+    Choice,
+    GateTimeoutArg,
+    HumanDecision,
+    RequestArg,
+    make_human_decision,
+)
 
 if TYPE_CHECKING:
     from piw.updates.shell_lines import ShellLine
@@ -54,6 +62,12 @@ class AgentNode:
     timeout_s: TimeoutArg = 900.0
     status_detail: str | None = None
     tools: tuple[str, ...] = ()
+    updates: bool = False
+    """Offer the ``update``/``status`` actions of the ``workflow`` tool (and their lines in the contract)."""
+    context: Literal["run", "step"] = "run"
+    """``"step"``: requests carry only this attempt's entries, not the run's whole conversation."""
+    max_output_tokens: int | None = None
+    """``max_tokens`` of this step's requests; ``None``: the model's configured cap, else the default."""
     node_type: Literal["agent"] = "agent"
 
     @property
@@ -132,21 +146,13 @@ class NotifyNode:
 
 
 @dataclass(frozen=True)
-class HumanDecision:
-    """The protected form of a checkpoint: only a person or the timeout policy answers."""
-
-    audience: str
-    choices: tuple[str, ...]
-    request: Callable[[NodeContext], str] | str
-    on_timeout: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
 class CheckpointNode:
     """The run ends ``waiting`` for an answer; the answer starts a continuation run."""
 
     summary: Callable[[NodeContext], Any] | Any = None
     human_decision: HumanDecision | None = None
+    answer: type[BaseModel] | None = None
+    """The model an answer (``piw answer RUN JSON``) must fit; the edges after the gate see its JSON dump."""
     node_type: Literal["checkpoint"] = "checkpoint"
 
 
@@ -228,6 +234,8 @@ def agent(
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
     tools: Sequence[str] = (),
+    context: Literal["run", "step"] = "run",
+    max_output_tokens: int | None = None,
 ) -> AgentNode: ...
 @overload
 def agent(
@@ -238,6 +246,9 @@ def agent(
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
     tools: Sequence[str] = (),
+    updates: bool = False,
+    context: Literal["run", "step"] = "run",
+    max_output_tokens: int | None = None,
 ) -> AgentNode: ...
 def agent(
     *,
@@ -247,6 +258,9 @@ def agent(
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
     tools: Sequence[str] = (),
+    updates: bool = False,
+    context: Literal["run", "step"] = "run",
+    max_output_tokens: int | None = None,
 ) -> AgentNode:
     """An agent step: the model submits JSON through the ``workflow`` tool, or replies (``assistant_message``)."""
     _check_callable_or(prompt, (str,), "prompt")
@@ -265,7 +279,27 @@ def agent(
         raise DefinitionError("tools must be a sequence of tool names")
     if "workflow" in tools:
         raise DefinitionError("tools must not list 'workflow': it is reserved and offered by piw itself")
-    return AgentNode(prompt, expected_output, validate, timeout_s, status_detail, tuple(tools))
+    if not isinstance(updates, bool):
+        raise DefinitionError(f"updates must be True or False, got {updates!r}")
+    if updates and isinstance(expected_output, AssistantMessage):
+        raise DefinitionError(
+            "updates=True needs the workflow tool, which assistant_message() steps are never offered"
+        )
+    if context not in ("run", "step"):
+        raise DefinitionError(f'context must be "run" or "step", got {context!r}')
+    if max_output_tokens is not None and (type(max_output_tokens) is not int or max_output_tokens < 1):
+        raise DefinitionError(f"max_output_tokens must be an int >= 1 or None, got {max_output_tokens!r}")
+    return AgentNode(
+        prompt,
+        expected_output,
+        validate,
+        timeout_s,
+        status_detail,
+        tuple(tools),
+        updates=updates,
+        context=context,
+        max_output_tokens=max_output_tokens,
+    )
 
 
 def decision(question: PromptArg, choices: Sequence[str], field: str = "route") -> AgentNode:
@@ -274,13 +308,21 @@ def decision(question: PromptArg, choices: Sequence[str], field: str = "route") 
     if not options or not all(isinstance(choice, str) and choice for choice in options):
         raise DefinitionError("decision choices must be a non-empty list of strings")
 
+    if not field.isidentifier() or field == "reason":
+        raise DefinitionError(f"decision field {field!r} must be a Python identifier other than 'reason'")
+
     def check(value: Any, ctx: NodeContext) -> Any:
-        if not isinstance(value, dict) or value.get(field) not in options:
+        data = value.model_dump() if isinstance(value, BaseModel) else value
+        if not isinstance(data, dict) or data.get(field) not in options:
             raise ValueError(f"output.{field} must be one of: {', '.join(options)}")
         return value
 
-    hint = f'a JSON object {{"{field}": one of {list(options)}, "reason": "<why>"}}'
-    return agent(prompt=question, expected_output=hint, validate=check)
+    # A model rather than a description, so the step's workflow tool carries the choices as an enum that a
+    # grammar-constrained server can enforce (agent-steps.md §3.1); the old hint also held a "<why>" a small
+    # model would copy.
+    fields: dict[str, Any] = {field: (Literal[options], ...), "reason": (str, "")}
+    shape = create_model("Decision", **fields)
+    return agent(prompt=question, expected_output=shape, validate=check)
 
 
 def compute(run: Callable[[NodeContext], Any] | Any, *, status_detail: str | None = None) -> ComputeNode:
@@ -336,35 +378,45 @@ def notify(
     return NotifyNode(message, kind)
 
 
-def checkpoint(summary: Callable[[NodeContext], Any] | Any = None) -> CheckpointNode:
-    """Stop the run in ``waiting`` until someone answers (``piw answer``)."""
-    return CheckpointNode(summary)
+def checkpoint(
+    summary: Callable[[NodeContext], Any] | Any = None, *, answer: type[BaseModel] | None = None
+) -> CheckpointNode:
+    """Stop the run in ``waiting`` until someone answers (``piw answer``); ``answer`` is the model it must fit."""
+    if answer is not None and not (isinstance(answer, type) and issubclass(answer, BaseModel)):
+        raise DefinitionError("checkpoint answer must be a pydantic model class (or None for any JSON value)")
+    return CheckpointNode(summary, None, answer)
 
 
 def human_decision(
-    audience: str,
-    choices: Sequence[str],
-    request: Callable[[NodeContext], str] | str,
-    on_timeout: Mapping[str, Any] | None = None,
+    audience: AudienceArg,
+    choices: Sequence[str | Choice],
+    request: RequestArg,
+    on_timeout: GateTimeoutArg = None,
 ) -> CheckpointNode:
-    """A protected gate that only a person (or the declared timeout policy) can answer, never a model."""
-    if not isinstance(audience, str) or not audience.strip():
-        raise DefinitionError("human_decision audience must be a non-empty string")
-    options = tuple(choices)
-    if not options or not all(isinstance(choice, str) and choice for choice in options):
-        raise DefinitionError("human_decision choices must be a non-empty list of strings")
-    _check_callable_or(request, (str,), "human_decision request")
-    if on_timeout is not None and not isinstance(on_timeout, Mapping):
-        raise DefinitionError(
-            "human_decision on_timeout must be a mapping such as {'after_s': 3600, 'choice': 'no'}"
-        )
-    return CheckpointNode(None, HumanDecision(audience, options, request, on_timeout))
+    """A protected gate that only a person (or the declared timeout policy) can answer, never a model.
+
+    ``choices`` are strings or ``choice(id, label, inputs=[text_input(...)])``; ``request`` is a string (its
+    title), a ``DecisionRequest``/mapping (title, subject, summary, blocks) or a function of the context returning
+    one; ``on_timeout`` is ``timeout_after(minutes, choice)``, ``{"after_minutes": N, "choice": C}`` or a
+    function of the context returning one or ``None``. ``audience`` may be a function of the context too.
+    """
+    return CheckpointNode(None, make_human_decision(audience, choices, request, on_timeout))
 
 
-def include(child: WorkflowDefinition, input: Callable[[NodeContext], Any] | Any = None) -> Include:
-    """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``."""
+def include(child: WorkflowDefinition | str, input: Callable[[NodeContext], Any] | Any = None) -> Include:
+    """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``.
+
+    ``child`` is a definition, or the id of a built-in (``include("plain-summary", ...)``), which resolves only
+    within the built-in catalog, never to a same-named workflow file (``builtins.md`` B14).
+    """
+    if isinstance(child, str):
+        from piw.workflow.catalog import builtin_definition
+
+        child = builtin_definition(child)
     if not isinstance(child, WorkflowDefinition):
-        raise DefinitionError("include child must be a workflow created by define_workflow(...)")
+        raise DefinitionError(
+            "include child must be a workflow created by define_workflow(...) or a built-in id"
+        )
     return Include(child, input)
 
 
