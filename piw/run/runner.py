@@ -17,7 +17,7 @@ from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, load_state, open_bundle
-from piw.store.replay import RunState
+from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
@@ -87,7 +87,8 @@ def start_run(
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
     bundle = open_bundle(home, run_id)
-    state = load_state(bundle)
+    # From the trace, never state.json: a cache that says "completed" must not stop a resume (persistence §3).
+    state = fold(bundle.read_trace().events)
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
     if not state.run_id:
         raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
@@ -111,7 +112,7 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
     except RunNotFound:
         bundle = None
     if bundle is not None:
-        state = load_state(bundle)
+        state = fold(bundle.read_trace().events)  # the trace decides, never a cached state.json
         if not state.run_id:
             discard_incomplete(bundle)  # created, but run_started never committed: start it again
         elif state.is_terminal:
