@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -62,13 +63,25 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
     )
 
 
+@contextlib.contextmanager
+def _closing(engine: Engine) -> Iterator[Engine]:
+    """Run with ``engine``, then release what its agent executor holds (a Pi process, a local model server)."""
+    try:
+        yield engine
+    finally:
+        close = getattr(engine.options.agent_executor, "close", None)
+        if callable(close):
+            close()
+
+
 def start_run(
     reference: str, home: Path, raw_input: Any, title: str | None, options: ForegroundOptions
 ) -> RunState:
     """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
     workflow = load_workflow(reference, home, tools_known())
     prepare_input(workflow.definition, raw_input)  # input errors come before provider selection
-    return _engine(workflow, home, options).start(raw_input, title)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.start(raw_input, title)
 
 
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
@@ -84,7 +97,8 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     workflow = load_workflow(
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
-    return _engine(workflow, home, options).resume(run_id)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.resume(run_id)
 
 
 def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
@@ -109,7 +123,8 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
     workflow = load_workflow(
         workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
     )
-    return _engine(workflow, home, options).start_continuation(spec)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.start_continuation(spec)
 
 
 def fork_run(
