@@ -250,7 +250,7 @@ class _AttemptRun:
         workflow = LoopTool(WORKFLOW_TOOL_SPEC, self.tool.handle)
         offered = [workflow] if self.tool.gate_open else []
         loop = AgentLoop(
-            self.executor.provider,
+            self._provider(),
             tools=[*offered, *self._registry_tools()],
             hidden_tools=[] if offered else [workflow],
             budget=self.budget,
@@ -266,6 +266,17 @@ class _AttemptRun:
             stop_when=lambda: self.step.accepted or self.step.closed,
         )
         return loop.run(branch_messages(self.attempt.session))
+
+    def _provider(self) -> Provider:
+        """The executor's provider, behind the run's budget gate when the run has one."""
+        gate = self.attempt.budget
+        if gate is None:
+            return self.executor.provider
+        from piw.run.budget import BudgetedProvider
+
+        owner = self.update_owner or self.attempt
+        child_key = self.attempt.gnode.local_id if self.child else None
+        return BudgetedProvider(self.executor.provider, gate, owner, self.attempt.attempt_id, child_key)
 
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
+from piw.run.budget import BUDGET_WAIT, BudgetGate
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor
 from piw.run.executors.compute import ComputeExecutor
@@ -42,6 +43,7 @@ from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEve
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
+from piw.workflow.budget import Budget
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
@@ -72,6 +74,12 @@ class RunOptions:
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
+    budget: Budget | None = None
+    """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
+
+
+class _BudgetStopped(Exception):
+    """Raised past an attempt whose model request the budget refused; the run then waits on its budget."""
 
 
 class _MissingAgentExecutor:
@@ -90,6 +98,7 @@ class Engine:
         self.writer: RunWriter | None = None
         self.session: SessionLog | None = None
         self.publisher: UpdatePublisher | None = None
+        self.budget: BudgetGate | None = None
         self.active: Attempt | None = None
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
@@ -166,6 +175,7 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            "budget": self._limits(),
             **extra,
         }
         try:
@@ -181,6 +191,12 @@ class Engine:
             discard_incomplete(bundle)
             raise
         return writer
+
+    def _limits(self) -> dict[str, Any] | None:
+        """The limits this run starts with: the workflow's budget, tightened by the per-run one."""
+        declared = self.workflow.definition.budget
+        limits = declared.tightened(self.options.budget) if declared else self.options.budget
+        return limits.to_wire() if limits is not None and not limits.empty else None
 
     def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
         """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
@@ -309,6 +325,7 @@ class Engine:
         self.writer = writer
         self.session = SessionLog(bundle.session_path, self.options.durability, self.options.files)
         self.publisher = UpdatePublisher(writer)
+        self.budget = BudgetGate(writer)
         return writer
 
     def _guarded(self, body: Callable[[], None]) -> RunState:
@@ -376,7 +393,13 @@ class Engine:
                 writer.append("run", "run_failed", {"status": "failed", "error": message}, sync=True)
                 return
             gnode = self.graph.nodes[node_id]
-            outcome = self._execute(node_id, reattach)
+            try:
+                outcome = self._execute(node_id, reattach)
+            except _BudgetStopped:
+                assert self.budget is not None and self.budget.stop is not None
+                payload = {"status": "waiting", "waitingOn": BUDGET_WAIT, "finalOutput": self.budget.stop}
+                writer.append("run", "run_waiting", payload, sync=True)
+                return
             reattach = None
             if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
                 payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
@@ -475,6 +498,7 @@ class Engine:
             origin_session_id=(self.options.origin_session or {}).get("id"),
             reattached=reattach is not None,
             publisher=self.publisher,
+            budget=self.budget,
         )
         attempt_holder.append(attempt)
         self.active = attempt
@@ -492,6 +516,10 @@ class Engine:
         finally:
             attempt.active = False
             self.active = None
+        if self.budget is not None and self.budget.stop is not None:
+            # The refused request was never sent: the attempt stays without a terminal event, so a top-up's
+            # continuation runs the node again from its start.
+            raise _BudgetStopped
         payload: dict[str, Any] = {"outcome": outcome.outcome, "durationMs": attempt.elapsed_ms()}
         if outcome.outcome == "ok":
             payload["output"] = outcome.output
