@@ -153,7 +153,15 @@ def test_checkpoint_ends_the_run_waiting(
     )
     gated = run_workflow(gate)
     assert gated.status == "waiting"
-    assert gated.final_output == {"audience": "ops", "choices": ["ship", "hold"], "request": "Ship it?"}
+    opened = dict(gated.final_output)
+    assert opened.pop("decisionId").startswith("dec_") and opened.pop("requestSha256").startswith("sha256:")
+    assert opened.pop("openedAt").endswith("Z")
+    assert opened == {
+        "kind": "human_decision",
+        "audience": "ops",
+        "request": {"title": "Ship it?", "blocks": []},
+        "choices": [{"id": "ship", "label": "ship"}, {"id": "hold", "label": "hold"}],
+    }
 
 
 def test_notify_is_recorded_once_per_execution(

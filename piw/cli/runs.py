@@ -13,6 +13,7 @@ from rich.table import Table
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
+from piw.cli.waiting import print_wait
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
@@ -32,11 +33,13 @@ from piw.workflow.loader import (
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
 
-def _finish(state: RunState, as_json: bool) -> int:
+def _finish(state: RunState, as_json: bool, extra: dict[str, Any] | None = None) -> int:
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
-        sys.stdout.write(json_text(payload) + "\n")
+        sys.stdout.write(json_text({**payload, **(extra or {})}) + "\n")
+    elif state.status == "waiting":
+        print_wait(make_console(), piw_home(), state)
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
@@ -91,6 +94,7 @@ def _follow(
     start: Callable[[ForegroundOptions], RunState],
     as_json: bool,
     flags: tuple[Any, ...],
+    extra: dict[str, Any] | None = None,
     replay_from: str | None = None,
 ) -> int:
     """Run in the foreground with the live display, closing it before the final JSON is printed."""
@@ -100,7 +104,7 @@ def _follow(
         state = start(options)
     finally:
         display.close()
-    return _finish(state, as_json)
+    return _finish(state, as_json, extra)
 
 
 @app.command()

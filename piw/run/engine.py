@@ -20,8 +20,9 @@ from typing import Any
 
 from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
 from piw.run.budget import BUDGET_WAIT, BudgetGate
+from piw.run.continuation import ContinuationSpec, carried, continued_from
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
-from piw.run.executors.checkpoint import CheckpointExecutor
+from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
@@ -81,6 +82,9 @@ class RunOptions:
 class _BudgetStopped(Exception):
     """Raised past an attempt whose model request the budget refused; the run then waits on its budget."""
 
+    decisions: DecisionBook | None = None
+    """Where human-decision gates record their open request (the run database); ``None`` records none."""
+
 
 class _MissingAgentExecutor:
     def execute(self, attempt: Attempt) -> NodeOutcome:
@@ -103,7 +107,7 @@ class Engine:
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(),
-            "checkpoint": CheckpointExecutor(),
+            "checkpoint": CheckpointExecutor(self.options.decisions),
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }
         self._function = FunctionActionExecutor()
@@ -111,10 +115,10 @@ class Engine:
 
     # ---- public entry points ----------------------------------------------------------------------------
 
-    def start(self, raw_input: Any, title: str | None = None) -> RunState:
+    def start(self, raw_input: Any, title: str | None = None, run_id: str | None = None) -> RunState:
         """Start a new run; input and definition are validated before any bundle exists."""
         input_value = prepare_input(self.workflow.definition, raw_input)
-        writer = self._create_run(input_value, title, {})
+        writer = self._create_run(input_value, title, {}, run_id)
         return self._guarded(lambda: self._begin(writer))
 
     def fork(self, prefix: Prefix, raw_input: Any | None = None, title: str | None = None) -> RunState:
@@ -148,24 +152,12 @@ class Engine:
         writer = self._create_run(input_value, title, extra)
         return self._guarded(lambda: self._adopt(writer, prefix))
 
-    def _create_run(self, input_value: Any, title: str | None, extra: dict[str, Any]) -> RunWriter:
+    def _create_run(
+        self, input_value: Any, title: str | None, extra: dict[str, Any], run_id: str | None = None
+    ) -> RunWriter:
         """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
         definition = self.workflow.definition
         run_title = title if title is not None else resolve_title(definition, input_value)
-        run_id = new_run_id(definition.name)
-        manifest = Manifest(
-            run_id=run_id,
-            workflow_name=definition.name,
-            run_title=run_title,
-            workflow_source=self.workflow.source,
-            workflow_sources=self.workflow.sources or None,
-            definition_digest=self.workflow.digest,
-            started_at=now_iso(),
-            forked_from=extra.get("forkedFrom"),
-        )
-        bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
-        lock = WriterLock(bundle).acquire()
-        writer = self._open_writer(bundle, lock, RunState(), manifest)
         payload: dict[str, Any] = {
             "workflowName": definition.name,
             "runTitle": run_title,
@@ -178,6 +170,51 @@ class Engine:
             "budget": self._limits(),
             **extra,
         }
+        return self._create(run_id or new_run_id(definition.name), payload)
+
+    def start_continuation(self, spec: ContinuationSpec) -> RunState:
+        """Create the continuation of a waiting run and follow the answered checkpoint's edge (§8).
+
+        The caller has accepted the answer (and recorded it, where a database is wired); this creates the new
+        bundle, whose ``run_started`` carries the parent's results with the checkpoint answered.
+        """
+        parent = open_bundle(self.home, spec.parent_run_id)
+        state = fold(parent.read_trace().events)
+        if state.status != "waiting" or state.waiting_on != spec.node_id:
+            raise ResumeRefused(
+                f"Run {spec.parent_run_id} is not waiting on {spec.node_id} ({state.status}); it cannot be continued."
+            )
+        self._check_source(state, parent)
+        payload: dict[str, Any] = {
+            "workflowName": state.workflow_name,
+            "runTitle": state.run_title,
+            "input": parent.resolve(state.input),
+            "workflowSource": self.workflow.source,
+            "workflowSources": self.workflow.sources or None,
+            "definitionDigest": self.workflow.digest,
+            "maxSteps": state.max_steps,
+            "originSession": self.options.origin_session,
+            "continuedFrom": continued_from(spec),
+            "carried": carried(parent, state, spec),
+        }
+        writer = self._create(spec.run_id, payload)
+        return self._guarded(lambda: self._after_answer(writer, spec.node_id))
+
+    def _create(self, run_id: str, payload: dict[str, Any]) -> RunWriter:
+        """Create the bundle and commit ``run_started``; until then nothing is left behind on failure."""
+        manifest = Manifest(
+            run_id=run_id,
+            workflow_name=payload["workflowName"],
+            run_title=payload.get("runTitle"),
+            workflow_source=self.workflow.source,
+            workflow_sources=self.workflow.sources or None,
+            definition_digest=self.workflow.digest,
+            started_at=now_iso(),
+            forked_from=payload.get("forkedFrom"),
+        )
+        bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
+        lock = WriterLock(bundle).acquire()
+        writer = self._open_writer(bundle, lock, RunState(), manifest)
         try:
             writer.append(
                 "run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True
@@ -197,6 +234,18 @@ class Engine:
         declared = self.workflow.definition.budget
         limits = declared.tightened(self.options.budget) if declared else self.options.budget
         return limits.to_wire() if limits is not None and not limits.empty else None
+
+    def _after_answer(self, writer: RunWriter, node_id: str) -> None:
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(self._apply(self._route_answered(node_id)))
+
+    def _route_answered(self, node_id: str) -> Decision:
+        """Route from a carried checkpoint: its (answered) output is what the edges after it see."""
+        writer = self.writer
+        assert writer is not None
+        output = self._resolve(writer.state.outputs.get(node_id))
+        return decide(self.graph, writer.state, node_id, "ok", output, None)
 
     def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
         """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
@@ -246,19 +295,7 @@ class Engine:
     # ---- resume helpers ---------------------------------------------------------------------------------
 
     def _check_source(self, state: RunState, bundle: Bundle) -> None:
-        loaded = self.workflow
-        same = (
-            state.workflow_source == loaded.source
-            and list(state.workflow_sources or []) == list(loaded.sources or [])
-            and state.definition_digest == loaded.digest
-        )
-        if not same:
-            where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
-            raise SourceChanged(
-                f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
-                f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
-                f"again with 'piw run {state.workflow_name}'."
-            )
+        check_source(self.workflow, state)
 
     def _repair_tail(self, bundle: Bundle, valid_bytes: int, torn_bytes: int) -> int:
         if torn_bytes <= 0:
@@ -307,6 +344,9 @@ class Engine:
             if event.type == "include_entered":
                 mount = self.graph.mounts["/".join(event.payload.get("mountPath", []))]
                 return Decision(target=f"{mount.path}/{mount.definition.start_at}")
+            if event.type == "run_started" and isinstance(event.payload.get("continuedFrom"), dict):
+                # a continuation that crashed before its first step: follow the answered checkpoint's edge
+                return self._route_answered(str(event.payload["continuedFrom"].get("nodeId")))
         return Decision(target=self.workflow.definition.start_at)
 
     def _peek_target(self, decision: Decision) -> str | None:
@@ -594,6 +634,23 @@ class Engine:
         raw = item.model_dump() if hasattr(item, "model_dump") else item
         self.publisher.publish(
             attempt.node_id, attempt.attempt_id, raw, is_active=attempt.is_live, wait_for_token=attempt.cancel
+        )
+
+
+def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
+    """``SourceChanged`` unless the loaded workflow is the one the run started from (file hash or built-in
+    revision, every mounted child, the definition digest): completed steps replay only against that."""
+    same = (
+        state.workflow_source == loaded.source
+        and list(state.workflow_sources or []) == list(loaded.sources or [])
+        and state.definition_digest == loaded.digest
+    )
+    if not same:
+        where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
+        raise SourceChanged(
+            f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
+            f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
+            f"again with 'piw run {state.workflow_name}'."
         )
 
 

@@ -10,11 +10,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import ResumeRefused, RunFinished
+from piw.errors import ResumeRefused, RunFinished, RunNotFound
+from piw.run.continuation import ContinuationSpec
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
-from piw.store.bundle import Bundle, load_state, open_bundle
+from piw.store.bundle import Bundle, discard_incomplete, load_state, open_bundle
 from piw.store.replay import RunState
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
@@ -47,6 +48,7 @@ def _origin_session() -> dict[str, Any]:
 
 def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) -> Engine:
     factory = options.agent_executor_factory
+    clock: dict[str, Any] = {"clock": options.clock} if options.clock else {}
     return Engine(
         workflow,
         home,
@@ -59,7 +61,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             on_start=options.on_start,
             waiter=options.waiter,
             budget=options.budget,
-            **({"clock": options.clock} if options.clock else {}),
+            **clock,
         ),
     )
 
@@ -86,6 +88,31 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
     return _engine(workflow, home, options).resume(run_id)
+
+
+def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
+    """Run an accepted answer's continuation in the foreground: create it, or resume it if it exists.
+
+    The answer is recorded first (``piw.run.answers``); this is safe to repeat: an existing continuation is
+    resumed (or just reported, when it already ended), never created twice.
+    """
+    try:
+        bundle = open_bundle(home, spec.run_id)
+    except RunNotFound:
+        bundle = None
+    if bundle is not None:
+        state = load_state(bundle)
+        if not state.run_id:
+            discard_incomplete(bundle)  # created, but run_started never committed: start it again
+        elif state.is_terminal:
+            return state
+        else:
+            return resume_run(spec.run_id, home, options)
+    parent = load_state(open_bundle(home, spec.parent_run_id))
+    workflow = load_workflow(
+        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
+    )
+    return _engine(workflow, home, options).start_continuation(spec)
 
 
 def fork_run(

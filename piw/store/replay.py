@@ -147,8 +147,15 @@ class _Folder:
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
                 self.new_steps.append(step_from_json(raw))
+            by_attempt = {step.attempt_id: step for step in self.new_steps}
             for node_id, raw in (carried.get("results") or {}).items():
-                self.results[node_id] = step_from_json(raw)
+                # the same record as its step, as state.json's reader builds it
+                self.results[node_id] = by_attempt.get(raw.get("attemptId", "")) or step_from_json(raw)
+            # The include state of the parent, so a gate inside a mount continues with that mount's input and
+            # invocation (``stepIndex`` indexes ``steps``, where the carried steps come first).
+            self.mounts.update({path: dict(entry) for path, entry in (carried.get("mounts") or {}).items()})
+            if carried.get("usage") is not None:
+                self.fields["usage"] = carried["usage"]
             self.fields["carried_step_count"] = len(carried.get("steps") or [])
             if isinstance(carried.get("spent"), dict):
                 self.fields["spent"] = dict(carried["spent"])
