@@ -77,13 +77,12 @@ class RunOptions:
     on_start: Callable[[Bundle], None] | None = None
     budget: Budget | None = None
     """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
+    decisions: DecisionBook | None = None
+    """Where human-decision gates record their open request (the run database); ``None`` records none."""
 
 
 class _BudgetStopped(Exception):
     """Raised past an attempt whose model request the budget refused; the run then waits on its budget."""
-
-    decisions: DecisionBook | None = None
-    """Where human-decision gates record their open request (the run database); ``None`` records none."""
 
 
 class _MissingAgentExecutor:
