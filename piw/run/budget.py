@@ -18,14 +18,11 @@ from typing import TYPE_CHECKING, Any
 from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.messages import AssistantMessage
-from piw.workflow.budget import WIRE_KEYS, Budget
+from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
 
 if TYPE_CHECKING:
     from piw.run.executors import Attempt
     from piw.store.writer import RunWriter
-
-BUDGET_WAIT = "budget"
-"""``run_waiting.waitingOn`` of a run stopped by its budget (a node id for checkpoints)."""
 
 CHARS_PER_TOKEN = 4
 """The estimate of a request's input tokens before it is sent: its messages' JSON length / 4."""
@@ -55,11 +52,13 @@ class BudgetGate:
             spent = dict(self.writer.state.spent or {})
             first = step_key not in self.writer.state.spent_steps
             estimate = len(json.dumps(request.model_dump(mode="json")["messages"])) // CHARS_PER_TOKEN
-            reason = _shortfall(limits, spent, first, estimate)
-            if reason is None:
+            shortfall = _shortfall(limits, spent, first, estimate)
+            if shortfall is None:
                 return None
+            dimension, reason = shortfall
             self.stop = {
                 "reason": reason,
+                "limit": dimension,
                 "limits": limits.to_wire(),
                 "spent": _public_spent(spent),
                 "byNode": dict(self.writer.state.spent_by_node),
@@ -92,24 +91,33 @@ def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spent.items() if key != "steps"}
 
 
-def _shortfall(limits: Budget, spent: dict[str, Any], first: bool, estimate: int) -> str | None:
+def _shortfall(limits: Budget, spent: dict[str, Any], first: bool, estimate: int) -> tuple[str, str] | None:
     """Why a request cannot be covered, or ``None`` (each limit checked against what this request needs)."""
     requests = int(spent.get("requests", 0))
     if limits.max_model_requests is not None and requests + 1 > limits.max_model_requests:
-        return f"the budget allows {limits.max_model_requests} model requests and {requests} were made"
+        return (
+            "modelRequests",
+            f"the budget allows {limits.max_model_requests} model requests and {requests} were made",
+        )
     steps = int(spent.get("agentSteps", 0))
     if first and limits.max_agent_steps is not None and steps + 1 > limits.max_agent_steps:
-        return f"the budget allows {limits.max_agent_steps} agent steps and {steps} have made requests"
+        return (
+            "agentSteps",
+            f"the budget allows {limits.max_agent_steps} agent steps and {steps} have made requests",
+        )
     tokens = int(spent.get("tokens", 0))
     if limits.max_tokens is not None and tokens + estimate > limits.max_tokens:
         left = max(limits.max_tokens - tokens, 0)
-        return f"the next request needs about {estimate} tokens and the budget has {left} of {limits.max_tokens} left"
+        return (
+            "tokens",
+            f"the next request needs about {estimate} tokens and the budget has {left} of {limits.max_tokens} left",
+        )
     if limits.max_cost_usd is not None:
         cost = float(spent.get("cost", 0.0))
         priced = requests - int(spent.get("unpricedRequests", 0))
         average = cost / priced if priced > 0 else 0.0
         if cost + average > limits.max_cost_usd or cost >= limits.max_cost_usd:
-            return (
+            return "costUsd", (
                 f"the budget allows ${limits.max_cost_usd:.4f} and ${cost:.4f} was spent "
                 f"(about ${average:.4f} a request)"
             )

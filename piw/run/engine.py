@@ -19,8 +19,14 @@ from types import FrameType
 from typing import Any
 
 from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
-from piw.run.budget import BUDGET_WAIT, BudgetGate
-from piw.run.continuation import ContinuationSpec, carried, continued_from
+from piw.run.budget import BudgetGate
+from piw.run.continuation import (
+    ContinuationSpec,
+    blocked_node,
+    carried,
+    continued_budget,
+    continued_from,
+)
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
@@ -44,7 +50,7 @@ from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEve
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
-from piw.workflow.budget import Budget
+from piw.workflow.budget import BUDGET_WAIT, Budget
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
@@ -193,10 +199,16 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": state.max_steps,
             "originSession": self.options.origin_session,
+            "budget": continued_budget(state, spec),
             "continuedFrom": continued_from(spec),
             "carried": carried(parent, state, spec),
         }
+        resume_at = blocked_node(parent, state) if spec.node_id == BUDGET_WAIT else None
+        if resume_at is not None:
+            payload["continuedFrom"]["resumeAt"] = resume_at
         writer = self._create(spec.run_id, payload)
+        if resume_at is not None:
+            return self._guarded(lambda: self._after_top_up(writer, resume_at))
         return self._guarded(lambda: self._after_answer(writer, spec.node_id))
 
     def _create(self, run_id: str, payload: dict[str, Any]) -> RunWriter:
@@ -238,6 +250,12 @@ class Engine:
         if self.options.on_start:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(self._route_answered(node_id)))
+
+    def _after_top_up(self, writer: RunWriter, node_id: str) -> None:
+        """A budget top-up's continuation runs the node whose request was refused, from its start."""
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(node_id)
 
     def _route_answered(self, node_id: str) -> Decision:
         """Route from a carried checkpoint: its (answered) output is what the edges after it see."""
@@ -345,7 +363,10 @@ class Engine:
                 return Decision(target=f"{mount.path}/{mount.definition.start_at}")
             if event.type == "run_started" and isinstance(event.payload.get("continuedFrom"), dict):
                 # a continuation that crashed before its first step: follow the answered checkpoint's edge
-                return self._route_answered(str(event.payload["continuedFrom"].get("nodeId")))
+                continued = event.payload["continuedFrom"]
+                if continued.get("resumeAt"):
+                    return Decision(target=str(continued["resumeAt"]))  # a budget top-up: the blocked node
+                return self._route_answered(str(continued.get("nodeId")))
         return Decision(target=self.workflow.definition.start_at)
 
     def _peek_target(self, decision: Decision) -> str | None:

@@ -27,6 +27,9 @@ FLAG_KEYS = {"cost": "max_cost_usd", "tokens": "max_tokens", "requests": "max_mo
              "steps": "max_agent_steps"}  # fmt: skip
 """``--budget`` keys → fields."""
 
+BUDGET_WAIT = "budget"
+"""``run_waiting.waitingOn`` of a run stopped by its budget (a checkpoint's node id otherwise)."""
+
 _SUFFIX = {"k": 1_000, "m": 1_000_000}
 _NUMBER = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<suffix>[kKmM]?)")
 
@@ -99,6 +102,21 @@ class Budget:
             return cls(**{by_wire[key]: value for key, value in data.items()})
         except DefinitionError as exc:
             raise UsageError(f"Invalid {what}: {exc}") from None
+
+
+def parse_top_up(value: Any) -> Budget:
+    """The ``piw answer RUN '{"topUp": {...}}'`` of a run waiting on its budget; ``UsageError`` otherwise."""
+    if not isinstance(value, dict) or set(value) != {"topUp"}:
+        raise UsageError(
+            'A run waiting on its budget takes {"topUp": {"costUsd": 1.0}} (keys costUsd, tokens, modelRequests, '
+            "agentSteps); to stop it instead, cancel it with 'piw cancel RUN'."
+        )
+    extra = Budget.from_wire(value["topUp"], "top-up")
+    if extra.empty:
+        raise UsageError(
+            "The top-up is empty; add at least one of costUsd, tokens, modelRequests, agentSteps."
+        )
+    return extra
 
 
 def parse_budget(text: str) -> Budget:
