@@ -214,3 +214,18 @@ def test_the_budget_dsl_and_flag_parsing() -> None:
     assert Budget(max_model_requests=5).topped_up(Budget(max_model_requests=2, max_tokens=9)) == Budget(
         max_model_requests=7
     )
+
+
+def test_provider_prices_price_the_requests_and_a_cost_budget_stops_the_run(
+    cli: Any, piw_home: Path, openai_stub: OpenAIStub, tmp_path: Path
+) -> None:
+    priced = 'models = ["m"]\nprice_per_mtok_in = 1.0\nprice_per_mtok_out = 2.0'
+    write_stub_config(piw_home, openai_stub, model=priced)
+    words(openai_stub)
+    done = cli("run", str(write_steps(tmp_path)), "--budget", "cost=0.00005", "--json")
+    assert json.loads(done.stdout)["status"] == "waiting"
+    assert openai_stub.request_count == 2  # each request costs $0.00002: a third would pass $0.00005
+    state = cli.json("inspect", json.loads(done.stdout)["runId"])
+    assert state["spent"]["cost"] == pytest.approx(0.00004)
+    assert state["finalOutput"]["limit"] == "costUsd"
+    assert "unpricedRequests" not in state["spent"]
