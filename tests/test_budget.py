@@ -90,7 +90,8 @@ def test_a_budget_of_n_requests_stops_before_request_n_plus_one(
     assert stop["blockedNode"] == "s4" and stop["limit"] == "modelRequests"
     assert sorted(stop["byNode"]) == ["s1", "s2", "s3"]
     # The end of the run says what was spent, on what, and the exact commands that continue or stop it.
-    assert "Stopped by its budget before a model request of s4" in done.stdout
+    assert "Stopped by its budget before a model request of s4:" in done.stdout
+    assert "the budget allows 3 model requests and 3 were made." in done.stdout
     assert f"""piw answer {run_id} '{{"topUp": {{"modelRequests": 3}}}}'""" in done.stdout
     assert f"piw cancel {run_id}" in done.stdout
     run_started = trace(piw_home, run_id)[0]

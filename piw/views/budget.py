@@ -62,8 +62,9 @@ def budget_stop_lines(run_id: str, stop: Any) -> Iterator[Text]:
     stop = stop if isinstance(stop, dict) else {}
     head = Text("Stopped by its budget before a model request of ")
     head.append(node_label(str(stop.get("blockedNode", "?"))), style="bold")
-    head.append(f": {single_line(str(stop.get('reason', '')))}.")
+    head.append(":")
     yield head
+    yield Text(f"  {single_line(str(stop.get('reason', '')))}.")
     yield Text("Spent: " + spent_line(stop.get("spent"), stop.get("limits")))
     by_node = stop.get("byNode") or {}
     for node, usage in sorted(by_node.items(), key=lambda item: -int(item[1].get("requests", 0))):
