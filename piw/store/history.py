@@ -28,6 +28,8 @@ class RunSummary:
     """Set when the bundle could not be replayed (e.g. a damaged trace); the row then comes from the manifest."""
     interrupted: bool = False
     """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
+    cost: float | None = None
+    """USD summed over the run's model requests, when every part of it is known (``RunState.usage.cost``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,10 +70,16 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
             finished_at=state.finished_at,
             current_node=state.current.node_id if state.current else None,
             interrupted=state.status == "running" and not run_is_live(bundle),
+            cost=_cost(state.usage),
         )
         count += 1
         if limit is not None and count >= limit:
             return
+
+
+def _cost(usage: dict[str, Any] | None) -> float | None:
+    cost = (usage or {}).get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
 
 
 def _from_manifest(bundle: Bundle) -> RunSummary | None:
