@@ -326,7 +326,7 @@ class _AttemptRun:
     def _provider(self) -> Provider:
         """The executor's provider, behind the run's budget gate when the run has one."""
         gate = self.attempt.budget
-        if gate is None:
+        if gate is None or not gate.active:
             return self.executor.provider
         from piw.run.budget import BudgetedProvider
 

@@ -37,6 +37,11 @@ class BudgetGate:
         """Set once a request was refused: the ``finalOutput`` of the ``run_waiting`` the engine writes."""
         self._lock = threading.Lock()
 
+    @property
+    def active(self) -> bool:
+        """Whether the run has limits: only then are requests checked and recorded (``usage_recorded``)."""
+        return bool(self.writer.state.budget)
+
     def limits(self) -> Budget | None:
         raw = self.writer.state.budget
         return Budget.from_wire(raw) if raw else None
