@@ -7,6 +7,7 @@ views all read the same ``RunState``. Resume continues from the trace alone (``p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import threading
@@ -35,6 +36,7 @@ from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
 from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
+from piw.run.tracebacks import redact, workflow_files, workflow_traceback
 from piw.store.bundle import (
     Bundle,
     WriterLock,
@@ -601,6 +603,13 @@ class Engine:
             payload["output"] = outcome.output
         else:
             payload["error"] = outcome.error or f"Node {node_id} {outcome.outcome}."
+            exception = outcome.exception
+            if exception is not None:
+                payload["error"] = redact(payload["error"])
+                outcome = dataclasses.replace(outcome, error=payload["error"])  # the run's error routes on it
+                frames = workflow_traceback(exception, self._workflow_files())
+                if frames:
+                    payload["traceback"] = frames
         for key, value in (("conversation", outcome.conversation), ("action", outcome.action),
                            ("usage", outcome.usage)):  # fmt: skip
             if value is not None:
@@ -610,6 +619,14 @@ class Engine:
             "node", kind, payload, node_id=node_id, attempt_id=attempt_id, sync=node.node_type != "compute"
         )
         return outcome
+
+    def _workflow_files(self) -> frozenset[str]:
+        """The run's workflow files (main and included): the frames a failure's traceback keeps."""
+        graph = self.workflow.graph
+        return workflow_files(
+            [self.workflow.path, self.workflow.definition.source_file]
+            + [mount.definition.source_file for mount in graph.mounts.values()]
+        )
 
     # ---- contexts -----------------------------------------------------------------------------------------
 

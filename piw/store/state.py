@@ -43,6 +43,8 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="ca
     assistant_completion: dict[str, Any] | None = None
     children: tuple[dict[str, Any], ...] = ()
     usage: dict[str, Any] | None = None
+    traceback: tuple[dict[str, Any], ...] | None = None
+    """A failure's frames in the workflow files, outermost first (``node_failed.traceback``)."""
 
 
 class StepList(Sequence[StepRecord]):
@@ -252,6 +254,8 @@ def step_to_json(step: StepRecord) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(step)
     if "children" in data:
         data["children"] = list(data["children"])
+    if "traceback" in data:
+        data["traceback"] = list(data["traceback"])
     return data
 
 
@@ -367,6 +371,7 @@ def step_from_json(raw: dict[str, Any]) -> StepRecord:
         assistant_completion=raw.get("assistantCompletion"),
         children=tuple(raw.get("children") or ()),
         usage=raw.get("usage"),
+        traceback=tuple(raw["traceback"]) if raw.get("traceback") else None,
     )
 
 
