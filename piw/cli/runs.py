@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +23,7 @@ from piw.store.replay import RunState
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
+from piw.workflow.budget import parse_budget
 from piw.workflow.loader import (
     discover,
     import_definition,
@@ -82,6 +84,13 @@ ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
 ]
+BudgetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
+    ),
+]
 RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
 ]
@@ -113,13 +122,15 @@ def run(
     model: ModelOption = None,
     script: ScriptOption = None,
     verbose: VerboseOption = False,
+    budget: BudgetOption = None,
     as_json: RunJsonOption = False,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted."""
     raw_input = parse_input_option(input)
+    limits = parse_budget(budget) if budget is not None else None
     home = piw_home()
     return _follow(
-        lambda options: start_run(workflow, home, raw_input, title, options),
+        lambda options: start_run(workflow, home, raw_input, title, replace(options, budget=limits)),
         as_json,
         (verbose, provider, model, script),
     )
