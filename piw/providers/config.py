@@ -68,10 +68,13 @@ class CompatConfig(_Strict):
     structured_tool_choice: Literal["auto", "required"] = "auto"
 
 
+LLAMACPP_KEYS = ("model_path", "chat_template", "n_ctx", "n_threads")
+
+
 class ProviderConfig(_Strict):
     """One ``[providers.NAME]`` table."""
 
-    api: Literal["openai-completions", "anthropic-messages", "scripted"] = "openai-completions"
+    api: Literal["openai-completions", "anthropic-messages", "scripted", "llamacpp"] = "openai-completions"
     base_url: str | None = None
     api_key: str | None = None
     """``$NAME`` reads the environment at request time; anything else is a literal key."""
@@ -80,6 +83,34 @@ class ProviderConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     script: str | None = None
     """Scripted providers only: a reply file, relative to ``$PIW_HOME``."""
+    price_per_mtok_in: float | None = Field(default=None, ge=0)
+    """USD per million input tokens for every model of this provider that sets no ``cost`` of its own."""
+    price_per_mtok_out: float | None = Field(default=None, ge=0)
+    """USD per million output tokens (with ``price_per_mtok_in``)."""
+
+    @model_validator(mode="after")
+    def _prices_together(self) -> ProviderConfig:
+        if (self.price_per_mtok_in is None) != (self.price_per_mtok_out is None):
+            raise ValueError("set both price_per_mtok_in and price_per_mtok_out, or neither")
+        return self
+
+    def priced(self, model: ModelConfig | None, model_id: str) -> ModelConfig | None:
+        """``model`` with the provider's prices as its ``cost`` when it sets none (budgets need a price)."""
+        if self.price_per_mtok_in is None or self.price_per_mtok_out is None:
+            return model
+        if model is not None and model.cost is not None:
+            return model
+        cost = ModelCost(input=self.price_per_mtok_in, output=self.price_per_mtok_out)
+        return (model or ModelConfig(id=model_id)).model_copy(update={"cost": cost})
+
+    model_path: str | None = None
+    """``llamacpp`` only: the GGUF file to serve (relative paths from ``$PIW_HOME``)."""
+    chat_template: str | None = None
+    """``llamacpp`` only: a built-in template name (``qwen-bare-json``) or a Jinja file replacing the GGUF's own."""
+    n_ctx: int | None = Field(default=None, gt=0)
+    """``llamacpp`` only: the context size in tokens (default 4096)."""
+    n_threads: int | None = Field(default=None, gt=0)
+    """``llamacpp`` only: CPU threads (default 2; on a loaded 2-core machine 1 can be faster)."""
 
     @field_validator("models", mode="before")
     @classmethod
@@ -89,13 +120,22 @@ class ProviderConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _script_only_for_scripted(self) -> ProviderConfig:
+    def _keys_of_their_api(self) -> ProviderConfig:
         if self.script is not None and self.api != "scripted":
             raise ValueError("'script' is only allowed with api = \"scripted\"")
+        local = [key for key in LLAMACPP_KEYS if getattr(self, key) is not None]
+        if local and self.api != "llamacpp":
+            raise ValueError(f'{local[0]!r} is only allowed with api = "llamacpp"')
+        if self.api == "llamacpp" and self.base_url is not None:
+            raise ValueError(
+                "a llamacpp provider serves its model itself: remove base_url (or use openai-completions)"
+            )
         return self
 
     def find_model(self, model_id: str) -> ModelConfig | None:
-        return next((model for model in self.models if model.id == model_id), None)
+        """The listed model of that id, priced by the provider's prices when it has no ``cost`` of its own."""
+        found = next((model for model in self.models if model.id == model_id), None)
+        return self.priced(found, model_id) if found is not None else None
 
 
 class AgentConfig(_Strict):

@@ -7,6 +7,7 @@ views all read the same ``RunState``. Resume continues from the trace alone (``p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import threading
@@ -18,8 +19,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
-from piw.run.continuation import ContinuationSpec, carried, continued_from
+from piw.errors import ArtifactDamaged, PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
+from piw.run.budget import BudgetGate
+from piw.run.continuation import (
+    ContinuationSpec,
+    blocked_node,
+    carried,
+    continued_budget,
+    continued_from,
+)
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
@@ -28,6 +36,7 @@ from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
 from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
+from piw.run.tracebacks import redact, workflow_files, workflow_traceback
 from piw.store.bundle import (
     Bundle,
     WriterLock,
@@ -36,13 +45,16 @@ from piw.store.bundle import (
     discard_incomplete,
     new_run_id,
     open_bundle,
+    set_aside_incomplete,
 )
+from piw.store.damage import artifact_damage
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
+from piw.workflow.budget import BUDGET_WAIT, Budget
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
@@ -73,8 +85,14 @@ class RunOptions:
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
+    budget: Budget | None = None
+    """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
+
+
+class _BudgetStopped(Exception):
+    """Raised past an attempt whose model request the budget refused; the run then waits on its budget."""
 
 
 class _MissingAgentExecutor:
@@ -93,6 +111,7 @@ class Engine:
         self.writer: RunWriter | None = None
         self.session: SessionLog | None = None
         self.publisher: UpdatePublisher | None = None
+        self.budget: BudgetGate | None = None
         self.active: Attempt | None = None
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
@@ -157,6 +176,7 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            "budget": self._limits(),
             **extra,
         }
         return self._create(run_id or new_run_id(definition.name), payload)
@@ -183,10 +203,16 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": state.max_steps,
             "originSession": self.options.origin_session,
+            "budget": continued_budget(state, spec),
             "continuedFrom": continued_from(spec),
             "carried": carried(parent, state, spec),
         }
+        resume_at = blocked_node(parent, state) if spec.node_id == BUDGET_WAIT else None
+        if resume_at is not None:
+            payload["continuedFrom"]["resumeAt"] = resume_at
         writer = self._create(spec.run_id, payload)
+        if resume_at is not None:
+            return self._guarded(lambda: self._after_top_up(writer, resume_at))
         return self._guarded(lambda: self._after_answer(writer, spec.node_id))
 
     def _create(self, run_id: str, payload: dict[str, Any]) -> RunWriter:
@@ -201,6 +227,7 @@ class Engine:
             started_at=now_iso(),
             forked_from=payload.get("forkedFrom"),
         )
+        set_aside_incomplete(self.home)  # bundles of runs killed before they started (none are retried)
         bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
         lock = WriterLock(bundle).acquire()
         writer = self._open_writer(bundle, lock, RunState(), manifest)
@@ -218,10 +245,22 @@ class Engine:
             raise
         return writer
 
+    def _limits(self) -> dict[str, Any] | None:
+        """The limits this run starts with: the workflow's budget, tightened by the per-run one."""
+        declared = self.workflow.definition.budget
+        limits = declared.tightened(self.options.budget) if declared else self.options.budget
+        return limits.to_wire() if limits is not None and not limits.empty else None
+
     def _after_answer(self, writer: RunWriter, node_id: str) -> None:
         if self.options.on_start:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(self._route_answered(node_id)))
+
+    def _after_top_up(self, writer: RunWriter, node_id: str) -> None:
+        """A budget top-up's continuation runs the node whose request was refused, from its start."""
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(node_id)
 
     def _route_answered(self, node_id: str) -> Decision:
         """Route from a carried checkpoint: its (answered) output is what the edges after it see."""
@@ -268,11 +307,20 @@ class Engine:
             if state.status in TERMINAL_STATUSES:
                 raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
             self._check_source(state, bundle)
+            damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there
+            if damage is not None:
+                raise ArtifactDamaged(
+                    f"Run {run_id}: {damage.notice} Restore the file from a backup (nothing was written), or "
+                    "start the run again.",
+                    damage.file,
+                )
             truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
         except BaseException:
             lock.release()
             raise
         writer = self._open_writer(bundle, lock, state, manifest)
+        if not bundle.manifest_path.is_file():
+            bundle.write_manifest(manifest)  # it was lost and recovered from the trace: a cache, rebuilt
         return self._guarded(lambda: self._continue(writer, read.events, truncated))
 
     # ---- resume helpers ---------------------------------------------------------------------------------
@@ -307,6 +355,10 @@ class Engine:
             return
         decision = self._decision_after(events, state)
         if decision.terminal is not None and not decision.exits:
+            if truncated:
+                # Only the terminal event is owed, but the repair must still be reported (persistence.md §5),
+                # e.g. when the cut was inside the terminal line itself.
+                writer.append("run", "run_resumed", resumed, sync=True)
             writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)
             return
         resumed["resumeAt"] = self._peek_target(decision)
@@ -329,7 +381,10 @@ class Engine:
                 return Decision(target=f"{mount.path}/{mount.definition.start_at}")
             if event.type == "run_started" and isinstance(event.payload.get("continuedFrom"), dict):
                 # a continuation that crashed before its first step: follow the answered checkpoint's edge
-                return self._route_answered(str(event.payload["continuedFrom"].get("nodeId")))
+                continued = event.payload["continuedFrom"]
+                if continued.get("resumeAt"):
+                    return Decision(target=str(continued["resumeAt"]))  # a budget top-up: the blocked node
+                return self._route_answered(str(continued.get("nodeId")))
         return Decision(target=self.workflow.definition.start_at)
 
     def _peek_target(self, decision: Decision) -> str | None:
@@ -348,6 +403,7 @@ class Engine:
         self.writer = writer
         self.session = SessionLog(bundle.session_path, self.options.durability, self.options.files)
         self.publisher = UpdatePublisher(writer)
+        self.budget = BudgetGate(writer)
         return writer
 
     def _guarded(self, body: Callable[[], None]) -> RunState:
@@ -415,7 +471,13 @@ class Engine:
                 writer.append("run", "run_failed", {"status": "failed", "error": message}, sync=True)
                 return
             gnode = self.graph.nodes[node_id]
-            outcome = self._execute(node_id, reattach)
+            try:
+                outcome = self._execute(node_id, reattach)
+            except _BudgetStopped:
+                assert self.budget is not None and self.budget.stop is not None
+                payload = {"status": "waiting", "waitingOn": BUDGET_WAIT, "finalOutput": self.budget.stop}
+                writer.append("run", "run_waiting", payload, sync=True)
+                return
             reattach = None
             if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
                 payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
@@ -514,6 +576,7 @@ class Engine:
             origin_session_id=(self.options.origin_session or {}).get("id"),
             reattached=reattach is not None,
             publisher=self.publisher,
+            budget=self.budget,
         )
         attempt_holder.append(attempt)
         self.active = attempt
@@ -531,11 +594,22 @@ class Engine:
         finally:
             attempt.active = False
             self.active = None
+        if self.budget is not None and self.budget.stop is not None:
+            # The refused request was never sent: the attempt stays without a terminal event, so a top-up's
+            # continuation runs the node again from its start.
+            raise _BudgetStopped
         payload: dict[str, Any] = {"outcome": outcome.outcome, "durationMs": attempt.elapsed_ms()}
         if outcome.outcome == "ok":
             payload["output"] = outcome.output
         else:
             payload["error"] = outcome.error or f"Node {node_id} {outcome.outcome}."
+            exception = outcome.exception
+            if exception is not None:
+                payload["error"] = redact(payload["error"])
+                outcome = dataclasses.replace(outcome, error=payload["error"])  # the run's error routes on it
+                frames = workflow_traceback(exception, self._workflow_files())
+                if frames:
+                    payload["traceback"] = frames
         for key, value in (("conversation", outcome.conversation), ("action", outcome.action),
                            ("usage", outcome.usage)):  # fmt: skip
             if value is not None:
@@ -545,6 +619,14 @@ class Engine:
             "node", kind, payload, node_id=node_id, attempt_id=attempt_id, sync=node.node_type != "compute"
         )
         return outcome
+
+    def _workflow_files(self) -> frozenset[str]:
+        """The run's workflow files (main and included): the frames a failure's traceback keeps."""
+        graph = self.workflow.graph
+        return workflow_files(
+            [self.workflow.path, self.workflow.definition.source_file]
+            + [mount.definition.source_file for mount in graph.mounts.values()]
+        )
 
     # ---- contexts -----------------------------------------------------------------------------------------
 
