@@ -314,7 +314,7 @@ def test_damaged_bundles_show_what_they_can(runs: Runs, tmp_path: Path) -> None:
         await settle(
             pilot, lambda: "workflow.json is missing or damaged" in text(pilot), "the snapshot notice"
         )
-        assert "✗ failed" in text(pilot)
+        await settle(pilot, lambda: "✗ failed" in text(pilot), "the replayed state")
 
     run_app(viewer(home, message="No run 'nosuchrun' in …; list runs with 'piw runs'."), steps)
 

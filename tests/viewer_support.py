@@ -101,7 +101,7 @@ def run_app(
 
     async def main() -> None:
         async with app.run_test(size=size, notifications=True) as pilot:
-            await pilot.pause()
+            await ready(pilot)
             await steps(pilot)
 
     asyncio.run(main())
@@ -113,7 +113,24 @@ async def settle(pilot: Any, condition: Callable[[], bool], what: str, rounds: i
         if condition():
             return
         await pilot.pause(0.02)
-    raise AssertionError(f"gave up waiting for {what}:\n{screen_text(pilot.app)}")
+    workers = [(worker.name, worker.state, worker.error) for worker in pilot.app.workers]
+    raise AssertionError(f"gave up waiting for {what} (workers {workers}):\n{screen_text(pilot.app)}")
+
+
+async def ready(pilot: Any) -> None:
+    """Wait until the runs list has read the runs (a worker thread) and an open run has read its trace."""
+    from piw.app.run_screen import RunScreen
+    from piw.app.runs_screen import RunsScreen
+
+    app = pilot.app
+    for _ in range(1000):
+        await pilot.pause()
+        lists = [s for s in app.screen_stack if isinstance(s, RunsScreen)]
+        runs = [s for s in app.screen_stack if isinstance(s, RunScreen)]
+        if all(s.loaded for s in lists) and all(s.reader.indexed.is_set() for s in runs):
+            break
+        await pilot.pause(0.01)
+    await pilot.pause()
 
 
 def text(pilot: Any) -> str:

@@ -47,6 +47,8 @@ from piw.views.step_detail import conversation_range
 from piw.views.steps import steps_view
 from piw.views.trace import matches
 
+SYNC_REPLAY = 50_000
+"""Replays longer than this many events run on a worker thread, so keys keep working."""
 TABS = ("steps", "conversation", "updates", "progress", "trace", "state")
 POSITION_BAR = 24
 
@@ -141,6 +143,8 @@ class RunScreen(Screen[None]):
         self._now = reader.now_at(None, clock)
         self._steps: StepsSource | None = None
         self.seen_notifications: set[str] = set()
+        self.replaying: int | None = None
+        """The seq a worker is replaying to, while it does."""
 
     # ---- layout ------------------------------------------------------------------------------------------
 
@@ -174,8 +178,10 @@ class RunScreen(Screen[None]):
         self.pane("steps").focus()
         if self.reader.indexed.is_set():
             self._indexed()
-        else:
-            self.run_worker(self._index, thread=True, group="index", exit_on_error=False)
+        else:  # after the first frame is on screen, so reading the trace never delays it
+            self.call_after_refresh(
+                lambda: self.run_worker(self._index, thread=True, group="index", exit_on_error=False)
+            )
         self.set_interval(1.0, self._tick)
 
     def on_unmount(self) -> None:
@@ -235,6 +241,9 @@ class RunScreen(Screen[None]):
 
     def redraw(self) -> None:
         """Recompute the state at the current position and redraw what is visible."""
+        if self.replaying is not None:
+            self._draw_position()
+            return
         ready = self.reader.indexed.is_set()
         self._state = self.reader.state_at(self.at) if ready else self.reader.state
         self._now = self.reader.now_at(self.at if ready else None, self.clock)
@@ -275,6 +284,8 @@ class RunScreen(Screen[None]):
         line.append_text(bar_text(console, bar, POSITION_BAR))
         if not self.reader.indexed.is_set():
             line.append(f"  reading the trace… {int(self.reader.progress * 100)}%", style="yellow")
+        elif self.replaying is not None:
+            line.append(f"  replaying to seq {self.replaying:,}…", style="yellow")
         elif self.at is not None:
             event = self.reader.event(self.at)
             moment = fmt_clock(event.at) if event else ""
@@ -419,7 +430,24 @@ class RunScreen(Screen[None]):
             if seq >= last:
                 seq = None
         self.at = seq
+        if self.reader.replay_cost(seq) > SYNC_REPLAY:
+            # A first jump far back folds many events: do it on a worker (it leaves checkpoints behind, so
+            # the next jumps nearby are quick) and redraw when it is done.
+            self.replaying = seq
+            self._draw_position()
+            self.run_worker(lambda: self._replay(seq), thread=True, group="replay", exclusive=True)
+            return
         self.redraw()
+
+    def _replay(self, seq: int | None) -> None:
+        self.reader.state_at(seq)
+        self.app.call_from_thread(self._replayed, seq)
+
+    def _replayed(self, seq: int | None) -> None:
+        if self.replaying == seq:
+            self.replaying = None
+        if self.at == seq:
+            self.redraw()
 
     def action_travel(self, delta: int) -> None:
         self.travel_to(self.upto + delta)

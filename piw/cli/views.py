@@ -16,8 +16,9 @@ from piw.cli.console import make_console
 from piw.cli.waiting import decision_summary, wait_view
 from piw.cli.watch import Watcher, newest_run
 from piw.errors import UsageError
-from piw.store.bundle import check_run_id, open_bundle, piw_home
+from piw.store.bundle import open_bundle, piw_home
 from piw.store.replay import state_to_json
+from piw.store.runref import resolve_run_id
 from piw.terminal import json_text
 from piw.views import VIEW_NAMES, View, load_run, view_for
 from piw.views.source import with_artifact_check
@@ -33,15 +34,21 @@ def print_view(console: Console, view: View) -> None:
 
 @app.command()
 def inspect(
-    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    run_id: Annotated[str, typer.Argument(help="The run to show (an id, a unique prefix, latest or -N).")],
     view: Annotated[str, typer.Option("--view", help=f"One of: {', '.join(VIEW_NAMES)}.")] = "state",
-    node: Annotated[str | None, typer.Option("--node", help="Trace view: only this node's events.")] = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="Trace and steps views: only this node (steps: with its traceback)."),
+    ] = None,
     attempt: Annotated[
         str | None, typer.Option("--attempt", help="Trace view: only this attempt (id or prefix).")
     ] = None,
     at: Annotated[int | None, typer.Option("--at", help="Replay only events 1..SEQ (time travel).")] = None,
     expanded: Annotated[
         bool, typer.Option("--expanded", help="Conversation view: expand step cards.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Steps view: every failure's whole traceback.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the replayed RunState as JSON.")] = False,
 ) -> int:
@@ -50,10 +57,13 @@ def inspect(
         raise UsageError(f"Unknown view {view!r}; use one of: {', '.join(VIEW_NAMES)}.")
     if at is not None and at < 1:
         raise UsageError("--at takes a trace sequence number, 1 or more; see 'piw inspect RUN --view trace'.")
-    if (node is not None or attempt is not None) and view != "trace":
-        raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
-    run = load_run(piw_home(), check_run_id(run_id), at)
-    decision = decision_summary(piw_home(), run.state) if at is None else None
+    if node is not None and view not in ("trace", "steps"):
+        raise UsageError("--node filters the trace and steps views; add '--view steps' or '--view trace'.")
+    if attempt is not None and view != "trace":
+        raise UsageError("--attempt filters the trace view; add '--view trace'.")
+    home = piw_home()
+    run = load_run(home, resolve_run_id(home, run_id), at)
+    decision = decision_summary(home, run.state) if at is None else None
     if as_json or view == "state":
         run = with_artifact_check(run)
     if as_json:
@@ -67,9 +77,9 @@ def inspect(
     if run.notice:  # in full on stderr: the state view clips its notice line to the width
         make_console(sys.stderr).print(f"Warning: {run.notice}", soft_wrap=True)
     console = make_console()
-    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded))
+    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded, verbose=verbose))
     if view == "state" and decision is not None:
-        wait = wait_view(piw_home(), run.state)
+        wait = wait_view(home, run.state)
         if wait is not None:
             console.print(wait)
     return 0
@@ -77,12 +87,15 @@ def inspect(
 
 @app.command()
 def watch(
-    run_id: Annotated[str | None, typer.Argument(help="The run to follow (default: the newest).")] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="The run to follow (an id, a prefix, latest or -N; default: the newest)."),
+    ] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
 ) -> int:
     """Follow a run live until it ends (press q or Ctrl-C to stop watching)."""
     home = piw_home()
-    bundle = open_bundle(home, check_run_id(run_id) if run_id else newest_run(home))
+    bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else newest_run(home))
     Watcher(bundle, make_console()).run(once=once)
     return 0
 

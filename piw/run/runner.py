@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +23,7 @@ from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
+from piw.workflow.budget import Budget
 from piw.workflow.loader import LoadedWorkflow, builtins_dir, load_workflow, prepare_input, resolve_reference
 
 
@@ -40,6 +41,8 @@ class ForegroundOptions:
     """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
+    budget: Budget | None = None
+    """``piw run --budget``: sets or tightens the workflow's budget for this run."""
 
 
 def _origin_session() -> dict[str, Any]:
@@ -63,9 +66,21 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             waiter=options.waiter,
             decisions=open_decision_book(queue),
             outbox=queue,
+            budget=options.budget,
             **clock,
         ),
     )
+
+
+@contextlib.contextmanager
+def _closing(engine: Engine) -> Iterator[Engine]:
+    """Run with ``engine``, then release what its agent executor holds (a Pi process, a local model server)."""
+    try:
+        yield engine
+    finally:
+        close = getattr(engine.options.agent_executor, "close", None)
+        if callable(close):
+            close()
 
 
 def start_run(
@@ -74,7 +89,8 @@ def start_run(
     """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
     workflow = load_workflow(reference, home, tools_known())
     prepare_input(workflow.definition, raw_input)  # input errors come before provider selection
-    return _engine(workflow, home, options).start(raw_input, title)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.start(raw_input, title)
 
 
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
@@ -90,7 +106,8 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     workflow = load_workflow(
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
-    return _engine(workflow, home, options).resume(run_id)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.resume(run_id)
 
 
 def continue_run(
@@ -131,7 +148,8 @@ def continue_run(
         workflow = load_workflow(
             workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
         )
-        state = _engine(workflow, home, options).start_continuation(spec)
+        with _closing(_engine(workflow, home, options)) as engine:
+            state = engine.start_continuation(spec)
     except BaseException as exc:
         with contextlib.suppress(PiwError):
             queue.park(
