@@ -34,6 +34,7 @@ import orjson
 from piw.errors import PiwError
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.lineage import forks_of
 from piw.store.replay import RunState, fold_more, state_from_json
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
@@ -92,6 +93,8 @@ class RunReader:
         self._trace_tail: Tail[TraceEvent] | None = None
         self._session = session_tail(bundle)
         self.entries: list[SessionEntry] = []
+        self.forks: tuple[str, ...] = ()
+        """Runs forked from this one (read once when opened; only directory names and manifests)."""
 
     # ---- what to show ----------------------------------------------------------------------------------
 
@@ -404,4 +407,6 @@ def open_run(home: Path, run_id: str) -> RunReader:
     if not bundle.trace_path.is_file():
         notices.append("trace.ndjson is missing")
     state = fast_state(bundle) or RunState()
-    return RunReader(bundle, snapshot, state, notices)
+    reader = RunReader(bundle, snapshot, state, notices)
+    reader.forks = tuple(forks_of(home, run_id))
+    return reader

@@ -37,6 +37,7 @@ from piw.app.step_screen import StepScreen
 from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.views.base import fmt_clock, node_label, safe
+from piw.views.budget import spent_line
 from piw.views.conversation import NOTIFICATION_TYPE, conversation_view
 from piw.views.follow import file_changes
 from piw.views.frame import summary_lines
@@ -105,7 +106,7 @@ class RunScreen(Screen[None]):
         Binding("escape", "back", "Back"),
     ]
     DEFAULT_CSS = """
-    RunScreen #summary { height: auto; max-height: 3; padding: 0 1; }
+    RunScreen #summary { height: auto; max-height: 4; padding: 0 1; }
     RunScreen #body { height: 1fr; }
     RunScreen #graph { width: 2fr; min-width: 20; border-right: solid $panel; }
     RunScreen #tabs { width: 3fr; }
@@ -262,7 +263,10 @@ class RunScreen(Screen[None]):
         notice = self.reader.notice
         if notice:
             lines.insert(1, safe(f"⚠ {notice}", "yellow"))
-        self.query_one("#summary", Static).update(Text("\n").join(lines[:3]))
+        extra = lineage_budget_line(state, self.reader.forks)
+        if extra is not None:
+            lines.append(extra)
+        self.query_one("#summary", Static).update(Text("\n").join(lines[:4]))
 
     def _draw_graph(self) -> None:
         pane = self.graph
@@ -329,7 +333,9 @@ class RunScreen(Screen[None]):
             pane.set_source(self._steps)
         elif name == "state":
             live = self.live_writer if self.at is None else None
-            view = state_view(state, now, live=live, notice=self.reader.notice, at=self.at)
+            view = state_view(
+                state, now, live=live, notice=self.reader.notice, at=self.at, forks=self.reader.forks
+            )
             pane.set_source(ViewSource(view))
         elif not ready:
             pane.set_source(TextSource([f"Reading the trace… {int(self.reader.progress * 100)}%"]))
@@ -511,6 +517,22 @@ class RunScreen(Screen[None]):
             self._redraw_filtered(include_steps=True)
         elif len(self.app.screen_stack) > 2:
             self.app.pop_screen()
+
+
+def lineage_budget_line(state: RunState, forks: tuple[str, ...]) -> Text | None:
+    """``⑂ forked from RUN at seq N · 2 forks · budget 3 of 5 requests · …`` (``None`` when none applies)."""
+    parts: list[Text] = []
+    origin = state.forked_from
+    if origin:
+        parts.append(safe(f"⑂ forked from {origin.get('runId')} at seq {origin.get('seq')}", "magenta"))
+    if forks:
+        shown = ", ".join(forks[:2]) + (f" and {len(forks) - 2} more" if len(forks) > 2 else "")
+        parts.append(safe(f"forks: {shown}", "magenta"))
+    if state.budget:
+        parts.append(Text("budget ", style="dim") + safe(spent_line(state.spent, state.budget)))
+    if not parts:
+        return None
+    return Text("  ") + Text(" · ").join(parts)
 
 
 def _notification_id(entry: SessionEntry) -> str | None:

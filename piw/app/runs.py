@@ -51,6 +51,7 @@ class RunRow:
         return format_remaining(max(0.0, (now - started).total_seconds() * 1000))
 
     def cost_text(self) -> str:
+        """USD spent: the run's ``usage.cost``, or its ``spent.cost`` when it has a budget."""
         return f"${self.cost:.4f}" if self.cost is not None else "—"
 
     def status_text(self) -> str:
@@ -62,8 +63,9 @@ class RunRow:
         return " ".join((self.run_id, self.title, self.workflow, self.current_node, self.status)).lower()
 
 
-def row_of(summary: RunSummary) -> RunRow:
-    title = summary.run_title or summary.workflow_name or ""
+def row_of(summary: RunSummary, *, forked: bool = False) -> RunRow:
+    """A row of a summary; a forked run's title starts with ``⑂``."""
+    title = ("⑂ " if forked else "") + (summary.run_title or summary.workflow_name or "")
     return RunRow(
         run_id=single_line(summary.run_id),
         status=single_line(summary.status),
@@ -94,8 +96,8 @@ def load_rows(home: Path) -> list[RunRow]:
         live = head.status != "running" or run_is_live(bundle)
         rows.append(row_of(RunSummary(
             head.run_id, head.workflow_name, head.run_title, head.status, head.started_at, head.finished_at,
-            head.current_node, interrupted=not live, cost=_cost(head.usage),
-        )))  # fmt: skip
+            head.current_node, interrupted=not live, cost=_cost(head.spent if head.budget else head.usage),
+        ), forked=bool(head.forked_from)))  # fmt: skip
     if slow:
         rows = [_folded_row(Bundle(row.run_id, home / "runs" / row.run_id))
                 if row is not None and row.run_id in slow else row for row in rows]  # fmt: skip
@@ -113,9 +115,9 @@ def _folded_row(bundle: Bundle) -> RunRow | None:
     summary = RunSummary(
         state.run_id, state.workflow_name, state.run_title, state.status, state.started_at, state.finished_at,
         state.current.node_id if state.current else None, notice=stream.corruption, interrupted=not live,
-        cost=_cost(state.usage),
+        cost=_cost(state.spent if state.budget else state.usage),
     )  # fmt: skip
-    return row_of(summary)
+    return row_of(summary, forked=bool(state.forked_from))
 
 
 class _Head(msgspec.Struct, rename="camel"):
@@ -130,6 +132,9 @@ class _Head(msgspec.Struct, rename="camel"):
     finished_at: str | None = None
     current_node: str | None = None
     usage: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    spent: dict[str, Any] | None = None
+    forked_from: dict[str, Any] | None = None
 
 
 _HEAD = msgspec.json.Decoder(_Head)
