@@ -39,7 +39,7 @@ def spent_line(spent: dict[str, Any] | None, limits: dict[str, Any] | None = Non
     )
     parts.append(_with_limit(int(spent.get("tokens", 0)), limits.get("tokens"), "tokens"))
     unpriced = int(spent.get("unpricedRequests", 0))
-    if requests and unpriced == requests:
+    if requests and (unpriced == requests or ("cost" not in spent and "unpricedRequests" not in spent)):
         parts.append("cost unknown (no price configured)")
     else:
         cost = money(float(spent.get("cost", 0.0)))
