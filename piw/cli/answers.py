@@ -42,7 +42,8 @@ from piw.workflow.definition import CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, load_workflow
 
 DetachOption = Annotated[
-    bool, typer.Option("--detach", help="Queue the continuation for 'piw host' instead of running it here.")
+    bool,
+    typer.Option("--detach", help="Queue the continuation for a detached host instead of running it here."),
 ]
 
 
