@@ -209,18 +209,24 @@ def test_the_outbox_keeps_one_row_per_node_execution(make_queue: MakeQueue) -> N
 def test_delivery_leases_expire_and_redeliver_the_same_notification(make_queue: MakeQueue) -> None:
     queue, clock = make_queue(), make_queue.clock  # type: ignore[attr-defined]
     queue.queue_notification(note(1))
-    queue.queue_notification(note(2, target=None))
-    (held,) = queue.lease_notifications(run_id="run1", untargeted=False, limit=1)
+    queue.queue_notification(note(2))
+    queue.queue_notification(note(3, target=None))  # no origin session: a host's
+    (held,) = queue.lease_notifications(run_id="run1", limit=1)
     assert held.notification_id == "ntf_1" and held.delivery_token
     other = make_queue()
     assert [row.notification_id for row in other.lease_notifications(run_id="run1")] == ["ntf_2"]
-    assert other.lease_notifications(run_id="run1") == []  # both leased
+    assert other.lease_notifications(run_id="run1") == []  # both leased; ntf_3 is not the session's
     clock.advance(DELIVERY_LEASE_MS)
     again = other.lease_notifications(run_id="run1")
     assert [row.notification_id for row in again] == ["ntf_1", "ntf_2"]  # redelivered under new tokens
     assert not queue.mark_delivered("ntf_1", str(held.delivery_token))  # the expired lease was taken over
     assert other.mark_delivered("ntf_1", str(again[0].delivery_token))
+    (hosted,) = queue.lease_notifications(untargeted=True)
+    assert hosted.notification_id == "ntf_3" and queue.lease_notifications(untargeted=True) == []
+    assert queue.mark_delivered("ntf_3", str(hosted.delivery_token))
     clock.advance(DELIVERY_LEASE_MS)
-    assert [row.notification_id for row in queue.lease_notifications(untargeted=True)] == ["ntf_2"]
-    delivered = [row for row in queue.notifications_of("run1") if row.delivered_at is not None]
-    assert [row.notification_id for row in delivered] == ["ntf_1"]
+    assert [row.notification_id for row in queue.lease_notifications(run_id="run1")] == ["ntf_2"]
+    delivered = [
+        row.notification_id for row in queue.notifications_of("run1") if row.delivered_at is not None
+    ]
+    assert delivered == ["ntf_1", "ntf_3"]

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from piw.cli.app import app
 from piw.cli.console import make_console
@@ -80,6 +81,11 @@ def _foreground(
             script=script,
             sink=sink,
             replay_from=replay_from,
+        ),
+        show_notification=lambda row: console.print(
+            Text("✉ ", style="magenta")
+            + safe_text(single_line(row.content))
+            + Text("  (delivered late)", style="dim")
         ),
     )
     return options, display

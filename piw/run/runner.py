@@ -14,10 +14,12 @@ from typing import Any
 from piw.errors import PiwError, ResumeRefused, RunFinished, RunNotFound
 from piw.run.answers import open_decision_book
 from piw.run.continuation import ContinuationSpec
+from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
+from piw.store.outbox import NotificationRow
 from piw.store.queue import Claim, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
@@ -43,6 +45,8 @@ class ForegroundOptions:
     """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
     budget: Budget | None = None
     """``piw run --budget``: sets or tightens the workflow's budget for this run."""
+    show_notification: Callable[[NotificationRow], None] | None = None
+    """How the origin session shows a notification an earlier process of this run left undelivered."""
 
 
 def _origin_session() -> dict[str, Any]:
@@ -59,7 +63,10 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
         RunOptions(
             durability=resolve_durability(options.durability or configured_durability(home)),
             files=options.files,
-            listeners=list(options.listeners),
+            listeners=[
+                *options.listeners,
+                *([OriginDelivery(queue, home, options.show_notification)] if options.record_origin else []),
+            ],
             agent_executor=factory(workflow) if factory else None,
             origin_session=_origin_session() if options.record_origin else None,
             on_start=options.on_start,

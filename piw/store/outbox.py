@@ -11,6 +11,7 @@ writes the trace.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -110,10 +111,16 @@ def notifications_of(queue: SqliteQueue, run_id: str) -> list[NotificationRow]:
 
 
 def lease_notifications(
-    queue: SqliteQueue, *, run_id: str | None = None, untargeted: bool = False, limit: int = 100
+    queue: SqliteQueue,
+    *,
+    run_id: str | None = None,
+    untargeted: bool = False,
+    only: Collection[str] | None = None,
+    limit: int = 100,
 ) -> list[NotificationRow]:
-    """Take the delivery lease of undelivered rows nobody holds: the rows of ``run_id`` (its origin session's
-    process), or, with ``untargeted``, rows with no target session (a host). Each gets its own token."""
+    """Take the delivery lease of undelivered rows nobody holds: the rows of ``run_id`` that have a target session
+    (for its origin session's process), or, with ``untargeted``, rows with no target session (for a host). Each
+    gets its own token. ``only`` restricts it to those notification ids."""
     now = queue.clock()
     where = "delivered_at IS NULL AND (delivery_expires_at IS NULL OR delivery_expires_at <= ?)"
     params: list[Any] = [now]
@@ -122,6 +129,13 @@ def lease_notifications(
         params.append(run_id)
     if untargeted:
         where += " AND target_session_id IS NULL"
+    elif run_id is not None:
+        where += " AND target_session_id IS NOT NULL"
+    if only is not None:
+        if not only:
+            return []
+        where += f" AND notification_id IN ({','.join('?' * len(only))})"
+        params.extend(only)
     taken: list[NotificationRow] = []
     with queue.db.transaction() as conn:
         found = conn.execute(

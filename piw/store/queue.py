@@ -26,7 +26,7 @@ import os
 import secrets
 import socket
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -244,7 +244,12 @@ class RunQueue(Protocol):
     def notifications_of(self, run_id: str) -> list[NotificationRow]: ...
 
     def lease_notifications(
-        self, *, run_id: str | None = None, untargeted: bool = False, limit: int = 100
+        self,
+        *,
+        run_id: str | None = None,
+        untargeted: bool = False,
+        only: Collection[str] | None = None,
+        limit: int = 100,
     ) -> list[NotificationRow]:
         """Take a 30 s delivery lease on undelivered rows (of one run, or with no target session)."""
         ...
@@ -572,9 +577,14 @@ class SqliteQueue:
         return outbox.notifications_of(self, run_id)
 
     def lease_notifications(
-        self, *, run_id: str | None = None, untargeted: bool = False, limit: int = 100
+        self,
+        *,
+        run_id: str | None = None,
+        untargeted: bool = False,
+        only: Collection[str] | None = None,
+        limit: int = 100,
     ) -> list[NotificationRow]:
-        return outbox.lease_notifications(self, run_id=run_id, untargeted=untargeted, limit=limit)
+        return outbox.lease_notifications(self, run_id=run_id, untargeted=untargeted, only=only, limit=limit)
 
     def mark_delivered(self, notification_id: str, token: str) -> bool:
         return outbox.mark_delivered(self, notification_id, token)
