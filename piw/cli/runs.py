@@ -116,7 +116,12 @@ def _follow(
 @app.command()
 def run(
     workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
-    input: Annotated[str | None, typer.Option("--input", help="Run input: JSON text, or @file.")] = None,
+    input: Annotated[
+        str | None,
+        typer.Option(
+            "--input", help="Run input: a JSON object, @FILE holding one, or - to read it from stdin."
+        ),
+    ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
     provider: ProviderOption = None,
     model: ModelOption = None,
