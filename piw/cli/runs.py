@@ -74,8 +74,14 @@ def _foreground(
             sink=sink,
             replay_from=replay_from,
         ),
+        warn=_warn,
     )
     return options, display
+
+
+def _warn(message: str) -> None:
+    """A problem that does not stop the run: one ``Warning:`` line on stderr (never in ``--json`` stdout)."""
+    make_console(sys.stderr).print(safe_text(f"Warning: {single_line(message)}"), soft_wrap=True)
 
 
 ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
