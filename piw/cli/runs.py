@@ -14,11 +14,13 @@ from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
 from piw.cli.outcome import print_outcome
+from piw.cli.runs_table import print_runs
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
 from piw.store.history import run_summaries
 from piw.store.replay import RunState
+from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
 from piw.workflow.budget import parse_budget
@@ -136,7 +138,9 @@ def run(
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    run_id: Annotated[
+        str, typer.Argument(help="The run to continue (an id, a unique prefix, latest or -N).")
+    ],
     provider: ProviderOption = None,
     model: ModelOption = None,
     script: ScriptOption = None,
@@ -145,6 +149,7 @@ def resume(
 ) -> int:
     """Continue an interrupted run from its trace; completed steps are not run again."""
     home = piw_home()
+    run_id = resolve_run_id(home, run_id)
     return _follow(
         lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
     )
@@ -170,20 +175,7 @@ def runs(
     if not rows:
         console.print("No runs yet. Start one with 'piw run WORKFLOW'.")
         return 0
-    table = Table(box=None, pad_edge=False)
-    for column in ("run id", "status", "title", "started", "current node"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(
-            row.run_id,
-            "running (interrupted)" if row.interrupted else row.status,
-            safe_text(
-                single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")
-            ),
-            row.started_at or "",
-            safe_text(row.current_node or ""),
-        )
-    console.print(table)
+    print_runs(console, rows)
     if any(row.interrupted for row in rows):
         console.print("Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID'.")
     return 0
