@@ -67,7 +67,9 @@ def _row(number: int, step: StepRecord) -> list[Text | str]:
 class StepsView(View):
     """``node`` keeps only that node's attempts; with ``node`` or ``verbose`` a failure's traceback follows it."""
 
-    def __init__(self, state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False) -> None:
+    def __init__(
+        self, state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
+    ) -> None:
         self.state, self.now, self.node, self.verbose = state, now, node, verbose
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
@@ -132,5 +134,7 @@ class StepsView(View):
                    elapsed, short_id(current.attempt_id), detail]  # fmt: skip
 
 
-def steps_view(state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False) -> StepsView:
+def steps_view(
+    state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
+) -> StepsView:
     return StepsView(state, now, node=node, verbose=verbose)
