@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -13,13 +14,16 @@ from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
 from piw.cli.outcome import print_outcome
+from piw.cli.runs_table import print_runs
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
 from piw.store.history import run_summaries
 from piw.store.replay import RunState
+from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
+from piw.workflow.budget import parse_budget
 from piw.workflow.loader import (
     discover,
     import_definition,
@@ -80,6 +84,13 @@ ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
 ]
+BudgetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
+    ),
+]
 RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
 ]
@@ -111,13 +122,15 @@ def run(
     model: ModelOption = None,
     script: ScriptOption = None,
     verbose: VerboseOption = False,
+    budget: BudgetOption = None,
     as_json: RunJsonOption = False,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted."""
     raw_input = parse_input_option(input)
+    limits = parse_budget(budget) if budget is not None else None
     home = piw_home()
     return _follow(
-        lambda options: start_run(workflow, home, raw_input, title, options),
+        lambda options: start_run(workflow, home, raw_input, title, replace(options, budget=limits)),
         as_json,
         (verbose, provider, model, script),
     )
@@ -125,7 +138,9 @@ def run(
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    run_id: Annotated[
+        str, typer.Argument(help="The run to continue (an id, a unique prefix, latest or -N).")
+    ],
     provider: ProviderOption = None,
     model: ModelOption = None,
     script: ScriptOption = None,
@@ -134,6 +149,7 @@ def resume(
 ) -> int:
     """Continue an interrupted run from its trace; completed steps are not run again."""
     home = piw_home()
+    run_id = resolve_run_id(home, run_id)
     return _follow(
         lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
     )
@@ -159,20 +175,7 @@ def runs(
     if not rows:
         console.print("No runs yet. Start one with 'piw run WORKFLOW'.")
         return 0
-    table = Table(box=None, pad_edge=False)
-    for column in ("run id", "status", "title", "started", "current node"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(
-            row.run_id,
-            "running (interrupted)" if row.interrupted else row.status,
-            safe_text(
-                single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")
-            ),
-            row.started_at or "",
-            safe_text(row.current_node or ""),
-        )
-    console.print(table)
+    print_runs(console, rows)
     if any(row.interrupted for row in rows):
         console.print("Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID'.")
     return 0

@@ -20,7 +20,14 @@ from types import FrameType
 from typing import Any
 
 from piw.errors import ArtifactDamaged, PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
-from piw.run.continuation import ContinuationSpec, carried, continued_from
+from piw.run.budget import BudgetGate
+from piw.run.continuation import (
+    ContinuationSpec,
+    blocked_node,
+    carried,
+    continued_budget,
+    continued_from,
+)
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
@@ -47,6 +54,7 @@ from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEve
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
+from piw.workflow.budget import BUDGET_WAIT, Budget
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
@@ -77,8 +85,14 @@ class RunOptions:
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
+    budget: Budget | None = None
+    """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
+
+
+class _BudgetStopped(Exception):
+    """Raised past an attempt whose model request the budget refused; the run then waits on its budget."""
 
 
 class _MissingAgentExecutor:
@@ -97,6 +111,7 @@ class Engine:
         self.writer: RunWriter | None = None
         self.session: SessionLog | None = None
         self.publisher: UpdatePublisher | None = None
+        self.budget: BudgetGate | None = None
         self.active: Attempt | None = None
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
@@ -161,6 +176,7 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            "budget": self._limits(),
             **extra,
         }
         return self._create(run_id or new_run_id(definition.name), payload)
@@ -187,10 +203,16 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": state.max_steps,
             "originSession": self.options.origin_session,
+            "budget": continued_budget(state, spec),
             "continuedFrom": continued_from(spec),
             "carried": carried(parent, state, spec),
         }
+        resume_at = blocked_node(parent, state) if spec.node_id == BUDGET_WAIT else None
+        if resume_at is not None:
+            payload["continuedFrom"]["resumeAt"] = resume_at
         writer = self._create(spec.run_id, payload)
+        if resume_at is not None:
+            return self._guarded(lambda: self._after_top_up(writer, resume_at))
         return self._guarded(lambda: self._after_answer(writer, spec.node_id))
 
     def _create(self, run_id: str, payload: dict[str, Any]) -> RunWriter:
@@ -223,10 +245,22 @@ class Engine:
             raise
         return writer
 
+    def _limits(self) -> dict[str, Any] | None:
+        """The limits this run starts with: the workflow's budget, tightened by the per-run one."""
+        declared = self.workflow.definition.budget
+        limits = declared.tightened(self.options.budget) if declared else self.options.budget
+        return limits.to_wire() if limits is not None and not limits.empty else None
+
     def _after_answer(self, writer: RunWriter, node_id: str) -> None:
         if self.options.on_start:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(self._route_answered(node_id)))
+
+    def _after_top_up(self, writer: RunWriter, node_id: str) -> None:
+        """A budget top-up's continuation runs the node whose request was refused, from its start."""
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(node_id)
 
     def _route_answered(self, node_id: str) -> Decision:
         """Route from a carried checkpoint: its (answered) output is what the edges after it see."""
@@ -347,7 +381,10 @@ class Engine:
                 return Decision(target=f"{mount.path}/{mount.definition.start_at}")
             if event.type == "run_started" and isinstance(event.payload.get("continuedFrom"), dict):
                 # a continuation that crashed before its first step: follow the answered checkpoint's edge
-                return self._route_answered(str(event.payload["continuedFrom"].get("nodeId")))
+                continued = event.payload["continuedFrom"]
+                if continued.get("resumeAt"):
+                    return Decision(target=str(continued["resumeAt"]))  # a budget top-up: the blocked node
+                return self._route_answered(str(continued.get("nodeId")))
         return Decision(target=self.workflow.definition.start_at)
 
     def _peek_target(self, decision: Decision) -> str | None:
@@ -366,6 +403,7 @@ class Engine:
         self.writer = writer
         self.session = SessionLog(bundle.session_path, self.options.durability, self.options.files)
         self.publisher = UpdatePublisher(writer)
+        self.budget = BudgetGate(writer)
         return writer
 
     def _guarded(self, body: Callable[[], None]) -> RunState:
@@ -433,7 +471,13 @@ class Engine:
                 writer.append("run", "run_failed", {"status": "failed", "error": message}, sync=True)
                 return
             gnode = self.graph.nodes[node_id]
-            outcome = self._execute(node_id, reattach)
+            try:
+                outcome = self._execute(node_id, reattach)
+            except _BudgetStopped:
+                assert self.budget is not None and self.budget.stop is not None
+                payload = {"status": "waiting", "waitingOn": BUDGET_WAIT, "finalOutput": self.budget.stop}
+                writer.append("run", "run_waiting", payload, sync=True)
+                return
             reattach = None
             if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
                 payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
@@ -532,6 +576,7 @@ class Engine:
             origin_session_id=(self.options.origin_session or {}).get("id"),
             reattached=reattach is not None,
             publisher=self.publisher,
+            budget=self.budget,
         )
         attempt_holder.append(attempt)
         self.active = attempt
@@ -549,6 +594,10 @@ class Engine:
         finally:
             attempt.active = False
             self.active = None
+        if self.budget is not None and self.budget.stop is not None:
+            # The refused request was never sent: the attempt stays without a terminal event, so a top-up's
+            # continuation runs the node again from its start.
+            raise _BudgetStopped
         payload: dict[str, Any] = {"outcome": outcome.outcome, "durationMs": attempt.elapsed_ms()}
         if outcome.outcome == "ok":
             payload["output"] = outcome.output

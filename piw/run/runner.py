@@ -21,6 +21,7 @@ from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
+from piw.workflow.budget import Budget
 from piw.workflow.loader import LoadedWorkflow, builtins_dir, load_workflow, prepare_input, resolve_reference
 
 
@@ -38,6 +39,8 @@ class ForegroundOptions:
     """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
+    budget: Budget | None = None
+    """``piw run --budget``: sets or tightens the workflow's budget for this run."""
 
 
 def _origin_session() -> dict[str, Any]:
@@ -58,6 +61,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             origin_session=_origin_session() if options.record_origin else None,
             on_start=options.on_start,
             waiter=options.waiter,
+            budget=options.budget,
             **clock,
         ),
     )
