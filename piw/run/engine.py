@@ -18,14 +18,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged
+from piw.errors import ClaimLost, PiwError, ResumeRefused, RunFinished, RunLocked, SourceChanged, TraceCorrupt
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor
 from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
+from piw.run.takeover import Takeover, before_rerun
 from piw.store.bundle import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
+from piw.store.index import RunIndex
+from piw.store.lease import Lease
+from piw.store.queue import RENEW_MS, FinalStatus
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
@@ -44,6 +48,25 @@ class RunInterrupted(PiwError):
     exit_code = 130
 
 
+NO_ORIGIN_SESSION = "Assistant completion requires an origin session."
+"""The exact failure of an assistant node in a detached run that has no origin session (agent-steps §7)."""
+CANCELLED_ERROR = "Cancelled with 'piw cancel'."
+FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
+    "completed": "done",
+    "waiting": "done",
+    "failed": "failed",
+    "timed_out": "failed",
+    "cancelled": "cancelled",
+}
+_PAUSED = "paused"
+_QUEUED = "queued"
+_SHUTDOWN = "shutdown"
+
+
+class _Parked(BaseException):
+    """Unwinds the loop when the holder shuts down: the active node is aborted without a terminal event."""
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -59,6 +82,9 @@ class RunOptions:
     origin_session: dict[str, Any] | None = None
     clock: Callable[[], datetime] = _utc_now
     on_start: Callable[[Bundle], None] | None = None
+    session_visible: bool = True
+    """Foreground (``True``): this process shows assistant output. A detached host (``False``) never runs an
+    assistant-completion node: it parks the run for its origin session, or fails the node without one."""
 
 
 class _MissingAgentExecutor:
@@ -78,6 +104,10 @@ class Engine:
         self.session: SessionLog | None = None
         self.publisher: UpdatePublisher | None = None
         self.active: Attempt | None = None
+        self.lease: Lease | None = None
+        self.stopped: str | None = None
+        self._park_requested = False
+        """Why the loop stopped short of a terminal event: ``paused`` or a park reason."""
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(),
@@ -89,12 +119,25 @@ class Engine:
 
     # ---- public entry points ----------------------------------------------------------------------------
 
-    def start(self, raw_input: Any, title: str | None = None) -> RunState:
-        """Start a new run; input and definition are validated before any bundle exists."""
+    def start(
+        self,
+        raw_input: Any,
+        title: str | None = None,
+        *,
+        run_id: str | None = None,
+        lease: Lease | None = None,
+        begin: bool = True,
+    ) -> RunState:
+        """Start a new run; input and definition are validated before any bundle exists.
+
+        With a ``lease`` (the claim on the run's queue row, ``run_id`` its id) every write is fenced by it and
+        the claim is settled when the run stops: released final, or parked. ``begin=False`` (``piw run
+        --detach``) stops after ``run_started`` and hands the row to the queue for a host.
+        """
         definition = self.workflow.definition
         input_value = prepare_input(definition, raw_input)
         run_title = title if title is not None else resolve_title(definition, input_value)
-        run_id = new_run_id(definition.name)
+        run_id = run_id or new_run_id(definition.name)
         manifest = Manifest(
             run_id=run_id,
             workflow_name=definition.name,
@@ -105,7 +148,7 @@ class Engine:
             started_at=now_iso(),
         )
         bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
-        lock = WriterLock(bundle).acquire()
+        lock = self._acquire(bundle, lease)
         writer = self._open_writer(bundle, lock, RunState(), manifest)
         payload: dict[str, Any] = {
             "workflowName": definition.name,
@@ -128,7 +171,13 @@ class Engine:
             self.session.close()
             lock.release()
             discard_incomplete(bundle)
+            if lease is not None:
+                lease.release("failed", "the run never started")
             raise
+        if not begin:
+            self.stopped = _QUEUED
+            return self._guarded(lambda: None)
+        self._running()
         return self._guarded(lambda: self._begin(writer))
 
     def _begin(self, writer: RunWriter) -> None:
@@ -136,10 +185,11 @@ class Engine:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(Decision(target=self.workflow.definition.start_at)))
 
-    def resume(self, run_id: str) -> RunState:
+    def resume(self, run_id: str, lease: Lease | None = None) -> RunState:
         """Continue an interrupted run from its trace (``persistence.md`` §8)."""
         bundle = open_bundle(self.home, run_id)
-        lock = WriterLock(bundle).acquire()
+        lock = self._acquire(bundle, lease)
+        state: RunState | None = None
         try:
             manifest = Manifest.model_validate(bundle.read_manifest())
             read = bundle.read_trace()
@@ -151,12 +201,91 @@ class Engine:
             if state.status in TERMINAL_STATUSES:
                 raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
             self._check_source(state, bundle)
+            lock.fence()
             truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
-        except BaseException:
+            before_rerun(Takeover(bundle, state, lease.claim.taken_from if lease else None, "resume"))
+        except BaseException as exc:
             lock.release()
+            if lease is not None:
+                self._settle_refusal(lease, exc, state)
             raise
+        if not self.options.session_visible:
+            # A host acts for the run's recorded origin session (or none): it never becomes one itself.
+            self.options.origin_session = state.origin_session
         writer = self._open_writer(bundle, lock, state, manifest)
+        self._running()
         return self._guarded(lambda: self._continue(writer, read.events, truncated))
+
+    # ---- claims -------------------------------------------------------------------------------------------
+
+    def _acquire(self, bundle: Bundle, lease: Lease | None) -> WriterLock:
+        """Take the writer lock (fenced by ``lease``); a busy lock parks the claim for ``RENEW_MS``."""
+        self.lease = lease
+        if lease is not None:
+            lease.on_lost = self._abort_active
+            lease.on_cancel = self._abort_active
+        try:
+            return WriterLock(bundle, lease).acquire()
+        except RunLocked:
+            if lease is not None:
+                lease.park(delay_ms=RENEW_MS)
+            raise
+
+    def request_park(self) -> None:
+        """Holder shutdown (a host stopping): abort the active node without a terminal event and park the run."""
+        self._park_requested = True
+        self._abort_active()
+
+    def _abort_active(self, *_: Any) -> None:
+        """Cancel requested or claim lost: the active node is aborted (its model request closed, its shell
+        group killed); the loop then records the cancellation, or writes nothing more after a lost claim."""
+        active = self.active
+        if active is not None:
+            active.cancel.set()
+
+    def _running(self) -> None:
+        if self.lease is not None:
+            self.lease.queue.mark_running(self.lease.claim)
+
+    @staticmethod
+    def _settle_refusal(lease: Lease, exc: BaseException, state: RunState | None) -> None:
+        """A resume that refused before writing: say why on the queue row (§8 steps 1–3)."""
+        if isinstance(exc, ClaimLost):
+            lease.stop()
+        elif isinstance(exc, RunFinished) and state is not None:
+            lease.release(FINAL_QUEUE_STATUS.get(state.status, "done"))  # a crash after the terminal event
+        elif isinstance(exc, SourceChanged):
+            lease.park("source_changed", error=str(exc))
+        elif isinstance(exc, TraceCorrupt):
+            lease.park("trace_corrupt", error=str(exc))
+        elif isinstance(exc, RunLocked):
+            pass  # _acquire parked it already
+        else:
+            lease.park("interrupted", error=str(exc))
+
+    def _settle_claim(self, state: RunState, error: BaseException | None) -> None:
+        """Give the claim back when the loop stops: final status, paused, parked, or nothing once it is lost."""
+        lease = self.lease
+        if lease is None:
+            return
+        if lease.lost is not None:
+            lease.stop()
+            return
+        try:
+            if state.status in TERMINAL_STATUSES:
+                lease.release(FINAL_QUEUE_STATUS[state.status])
+            elif self.stopped == _PAUSED:
+                lease.park()  # pause_requested stays set: claimers skip the row until 'piw resume'
+            elif self.stopped == _QUEUED:
+                lease.requeue()
+            elif self.stopped == _SHUTDOWN:
+                lease.park()  # holder shutdown: available to the next claimer at once
+            elif self.stopped is not None:
+                lease.park(self.stopped)  # type: ignore[arg-type]
+            else:
+                lease.park("interrupted", error=None if error is None else str(error) or type(error).__name__)
+        except ClaimLost:
+            lease.stop()
 
     # ---- resume helpers ---------------------------------------------------------------------------------
 
@@ -184,10 +313,27 @@ class Engine:
 
     def _continue(self, writer: RunWriter, events: list[TraceEvent], truncated: int) -> None:
         state = writer.state
+        if not truncated and events[-1].type == "run_started":
+            # Queued and never begun (``piw run --detach``): the host starts it; there is nothing to resume.
+            self._begin(writer)
+            return
+        if state.paused and state.current is None:
+            writer.append("run", "run_resumed", {}, sync=True)  # after a pause: empty (§4)
+            decision = self._decision_after(events, state)
+            if decision.terminal is not None and not decision.exits:
+                writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)
+                return
+            next_node = self._apply(decision)
+            if next_node is not None:
+                self._loop(next_node)
+            return
         resumed: dict[str, Any] = {"replayedSteps": len(state.steps)}
         if truncated:
             resumed["truncatedBytes"] = truncated
         current = state.current
+        if current is not None and self._needs_origin_session(current.node_id):
+            self.stopped = "needs-origin-session"  # the origin session's 'piw resume' recovers it visibly
+            return
         if current is not None:
             if self._can_reattach(current.node_type, current.node_id, current.attempt_id):
                 resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)
@@ -233,31 +379,46 @@ class Engine:
     def _open_writer(
         self, bundle: Bundle, lock: WriterLock, state: RunState, manifest: Manifest
     ) -> RunWriter:
-        writer = RunWriter(bundle, lock, self.options.durability, state, manifest, self.options.files)
+        index = RunIndex(self.home) if self.lease is not None else None
+        writer = RunWriter(
+            bundle, lock, self.options.durability, state, manifest, self.options.files, index=index
+        )
         writer.listeners.extend(self.options.listeners)
         self.writer = writer
-        self.session = SessionLog(bundle.session_path, self.options.durability, self.options.files)
+        self.session = SessionLog(
+            bundle.session_path, self.options.durability, self.options.files, fence=lock.fence
+        )
         self.publisher = UpdatePublisher(writer)
         return writer
 
     def _guarded(self, body: Callable[[], None]) -> RunState:
         writer = self.writer
         assert writer is not None and self.session is not None
+        error: BaseException | None = None
         try:
             with self._interrupts_cancel_the_active_attempt():
                 body()
+        except _Parked:
+            self.stopped = _SHUTDOWN
         except KeyboardInterrupt:
             if self.active is not None:
                 self.active.cancel.set()
                 self.active.active = False
+            self.stopped = "interrupted"
             raise RunInterrupted(
                 f"Run {writer.bundle.run_id} was interrupted and parked; continue it with "
                 f"'piw resume {writer.bundle.run_id}'."
             ) from None
+        except BaseException as exc:
+            if self.active is not None:
+                self.active.cancel.set()
+            error = exc
+            raise
         finally:
             writer.close()
             self.session.close()
             writer.lock.release()
+            self._settle_claim(writer.state, error)
         return writer.state
 
     @contextlib.contextmanager
@@ -296,6 +457,13 @@ class Engine:
         writer = self.writer
         assert writer is not None
         while node_id is not None:
+            if self._park_requested:
+                raise _Parked
+            if self._stop_at_boundary():
+                return
+            if self._needs_origin_session(node_id):
+                self.stopped = "needs-origin-session"  # parked before node_started: no attempt, no request
+                return
             state = writer.state
             if state.steps_taken >= state.max_steps:
                 message = (
@@ -307,6 +475,9 @@ class Engine:
             gnode = self.graph.nodes[node_id]
             outcome = self._execute(node_id, reattach)
             reattach = None
+            if self.lease is not None and self.lease.cancel_requested:
+                self._write_cancelled()  # a cancelled node never routes on (a $result switch included)
+                return
             if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
                 payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
                 writer.append("run", "run_waiting", payload, sync=True)
@@ -317,6 +488,42 @@ class Engine:
             output = committed.output if committed is not None else None
             decision = self._route_after(node_id, outcome.outcome, output, outcome.error)
             node_id = self._apply(decision)
+
+    def _stop_at_boundary(self) -> bool:
+        """Between steps: a requested cancel ends the run, a requested pause writes ``run_paused`` and parks."""
+        lease = self.lease
+        writer = self.writer
+        if lease is None or writer is None:
+            return False
+        if lease.cancel_requested:
+            self._write_cancelled()
+            return True
+        if lease.pause_requested:
+            writer.append("run", "run_paused", {}, sync=True)
+            self.stopped = _PAUSED
+            return True
+        return False
+
+    def _write_cancelled(self) -> None:
+        assert self.writer is not None
+        self.writer.append(
+            "run", "run_cancelled", {"status": "cancelled", "error": CANCELLED_ERROR}, sync=True
+        )
+
+    def _origin_id(self) -> str | None:
+        return (self.options.origin_session or {}).get("id")
+
+    def _is_assistant(self, node_id: str) -> bool:
+        gnode = self.graph.nodes.get(node_id)
+        return (
+            gnode is not None and isinstance(gnode.node, AgentNode) and gnode.node.completion == "assistant"
+        )
+
+    def _needs_origin_session(self, node_id: str) -> bool:
+        """A detached run reaching an assistant node that has an origin session to show the reply in."""
+        return (
+            not self.options.session_visible and self._is_assistant(node_id) and self._origin_id() is not None
+        )
 
     def _route_after(
         self, node_id: str, outcome: str, output: Any, error: str | None, exit_name: str | None = None
@@ -401,12 +608,16 @@ class Engine:
             session=self.session,
             timeout_s=timeout_s,
             cancel=ctx.cancelled if isinstance(ctx, ActionContext) else threading.Event(),
-            origin_session_id=(self.options.origin_session or {}).get("id"),
+            origin_session_id=self._origin_id(),
             reattached=reattach is not None,
             publisher=self.publisher,
         )
         attempt_holder.append(attempt)
         self.active = attempt
+        if self.lease is not None and (self.lease.cancel_requested or self.lease.lost):
+            attempt.cancel.set()  # requested just before the attempt became active
+        if not self.options.session_visible and self._is_assistant(node_id) and self._origin_id() is None:
+            timeout_error = NO_ORIGIN_SESSION  # fails before prompting: no request, routes like any failure
         try:
             if isinstance(node, ActionNode):
                 executor: Executor = self._shell if node.shell is not None else self._function
@@ -416,6 +627,8 @@ class Engine:
         finally:
             attempt.active = False
             self.active = None
+        if self._park_requested:
+            raise _Parked  # aborted for a park: no terminal event, the node reruns on resume (§8 step 5)
         payload: dict[str, Any] = {"outcome": outcome.outcome, "durationMs": attempt.elapsed_ms()}
         if outcome.outcome == "ok":
             payload["output"] = outcome.output

@@ -1,17 +1,25 @@
-"""Starting and resuming runs in the foreground: the one library call behind ``piw run`` and ``piw resume``."""
+"""Starting and resuming runs in the foreground: the one library call behind ``piw run`` and ``piw resume``.
+
+Foreground runs go through the run queue like detached ones (``persistence.md`` §10.2): a row claimed by this
+process before the bundle exists, a lease renewed while it runs, and the claim released (final) or parked when
+it stops, so ``piw runs``, ``piw pause`` and ``piw cancel`` in another terminal see and reach it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piw.errors import ResumeRefused, RunFinished
-from piw.run.engine import Engine, RunOptions
+from piw.errors import LoadError, PiwError, ResumeRefused, RunFinished
+from piw.run.engine import FINAL_QUEUE_STATUS, Engine, RunOptions
 from piw.run.executors import Executor
-from piw.store.bundle import Bundle, load_state, open_bundle
+from piw.store.bundle import Bundle, load_state, new_run_id, open_bundle
+from piw.store.lease import Lease
+from piw.store.queue import NewRun, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
@@ -29,9 +37,15 @@ class ForegroundOptions:
     agent_executor_factory: Callable[[LoadedWorkflow], Executor | None] | None = None
     record_origin: bool = True
     on_start: Callable[[Bundle], None] | None = None
+    launch: dict[str, Any] = field(default_factory=dict)
+    """How the run was started (provider, model, script, title; never keys): recorded on its queue row so
+    ``piw resume`` and a host reuse them."""
+    origin_session: dict[str, Any] | None = None
+    """An explicit origin session (``piw run --detach`` from a terminal); default: a new one if recorded."""
+    session_visible: bool = True
 
 
-def _origin_session() -> dict[str, Any]:
+def new_origin_session() -> dict[str, Any]:
     return {"id": "ses_" + secrets.token_hex(16), "startedAt": now_iso()}
 
 
@@ -45,10 +59,48 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             files=options.files,
             listeners=list(options.listeners),
             agent_executor=factory(workflow) if factory else None,
-            origin_session=_origin_session() if options.record_origin else None,
+            origin_session=options.origin_session
+            or (new_origin_session() if options.record_origin and options.session_visible else None),
             on_start=options.on_start,
+            session_visible=options.session_visible,
         ),
     )
+
+
+def queue_record(
+    run_id: str,
+    workflow: LoadedWorkflow,
+    raw_input: Any,
+    options: dict[str, Any],
+    origin: dict[str, Any] | None,
+) -> NewRun:
+    """The queue row of a new run: enough for a host to (re)create its bundle and run it."""
+    return NewRun(
+        run_id=run_id,
+        workflow_ref=str(workflow.path),
+        workflow_source=workflow.source,
+        definition_digest=workflow.digest,
+        input=raw_input,
+        options={key: value for key, value in options.items() if value is not None},
+        origin_session_id=(origin or {}).get("id"),
+    )
+
+
+def _claimed_start(
+    engine: Engine, run_id: str, raw_input: Any, title: str | None, launch: dict[str, Any], begin: bool
+) -> RunState:
+    """Insert the run's queue row already claimed by this process, then start the run under that claim."""
+    queue = open_queue(engine.home)
+    record = queue_record(run_id, engine.workflow, raw_input, launch, engine.options.origin_session)
+    claim = queue.enqueue(record, claim_for=runner_id())
+    assert claim is not None
+    lease = Lease(queue, claim).start()
+    try:
+        return engine.start(raw_input, title, run_id=run_id, lease=lease, begin=begin)
+    except BaseException as exc:
+        if lease.lost is None:  # failed before the engine took the claim over (e.g. the title function)
+            lease.release("failed", str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
+        raise
 
 
 def start_run(
@@ -57,22 +109,108 @@ def start_run(
     """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
     workflow = load_workflow(reference, home, tools_known())
     prepare_input(workflow.definition, raw_input)  # input errors come before provider selection
-    return _engine(workflow, home, options).start(raw_input, title)
+    engine = _engine(workflow, home, options)
+    run_id = new_run_id(workflow.definition.name)
+    launch = {**options.launch, "title": title}
+    return _claimed_start(engine, run_id, raw_input, title, launch, begin=True)
+
+
+def queue_run(
+    reference: str,
+    home: Path,
+    raw_input: Any,
+    title: str | None,
+    options: ForegroundOptions,
+    check: Callable[[LoadedWorkflow], object] | None = None,
+) -> RunState:
+    """``piw run --detach``: validate, create the bundle with ``run_started``, and leave it queued for a host.
+
+    ``check`` (e.g. building the provider the host will use) runs after the input is validated and before
+    anything exists, so a bad input or an unusable provider leaves no row and no bundle behind.
+    """
+    workflow = load_workflow(reference, home, tools_known())
+    prepare_input(workflow.definition, raw_input)  # nothing exists until the input is valid
+    if check is not None:
+        check(workflow)
+    detached = ForegroundOptions(
+        durability=options.durability,
+        files=options.files,
+        agent_executor_factory=None,
+        record_origin=False,
+        launch=options.launch,
+        origin_session=options.origin_session,
+        session_visible=False,
+    )
+    engine = _engine(workflow, home, detached)
+    run_id = new_run_id(workflow.definition.name)
+    launch = {**options.launch, "title": title}
+    return _claimed_start(engine, run_id, raw_input, title, launch, begin=False)
 
 
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
-    """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
+    """Resume an unfinished run with the workflow it started from (a changed source is refused).
+
+    The run's queue row is claimed first (``RunLocked`` while another process holds it live; a dead holder on
+    this host is taken over at once), a pause request is cleared, and the claim is parked or released when the
+    run stops again.
+    """
     bundle = open_bundle(home, run_id)
     state = load_state(bundle)
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
     if not state.run_id:
         raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+    queue = open_queue(home)
     if state.is_terminal:
+        finish_row(queue, state)
         raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
-    workflow = load_workflow(
-        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+    ensure_row(queue, state, home)
+    claim = queue.claim_run(run_id, runner_id())
+    queue.clear_pause(run_id)
+    lease = Lease(queue, claim).start()
+    try:
+        workflow = load_workflow(
+            workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+        )
+        engine = _engine(workflow, home, options)
+    except LoadError as exc:
+        lease.park("source_changed", error=str(exc))
+        raise
+    except BaseException as exc:
+        lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
+        raise
+    return engine.resume(run_id, lease)
+
+
+def ensure_row(queue: RunQueue, state: RunState, home: Path) -> None:
+    """A run started before the database existed (or after it was moved aside) gets a parked row."""
+    if queue.get(state.run_id) is not None:
+        return
+    source = state.workflow_source or {}
+    queue.ensure(
+        NewRun(
+            run_id=state.run_id,
+            workflow_ref=str(workflow_path_of(source, state.workflow_name, home)) if source else "",
+            workflow_source=source,
+            definition_digest=state.definition_digest,
+            input=None,
+            origin_session_id=(state.origin_session or {}).get("id"),
+        )
     )
-    return _engine(workflow, home, options).resume(run_id)
+
+
+def finish_row(queue: RunQueue, state: RunState) -> None:
+    """A run whose trace has a terminal event: set its queue row final if a crash left it open (§8 step 2)."""
+    row = queue.get(state.run_id)
+    if row is None or row.is_final:
+        return
+    with contextlib.suppress(PiwError):  # a live holder finalizes it itself
+        queue.finalize(state.run_id, FINAL_QUEUE_STATUS.get(state.status, "done"))
+
+
+def recorded_launch(home: Path, run_id: str) -> dict[str, Any]:
+    """The provider, model and script a run was started with (its queue row), for ``piw resume``."""
+    row = open_queue(home).get(run_id)
+    return dict(row.options) if row is not None else {}
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:

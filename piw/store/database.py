@@ -379,6 +379,9 @@ def open_database(home: Path) -> Database:
 
     Raises ``StateSchemaMismatch`` (one line, exit 2) for a corrupt or foreign ``piw.sqlite``.
     """
+    from piw.store.bundle import ensure_private_dir
+
+    ensure_private_dir(home)
     path = database_path(home)
     with _OPEN_LOCK:
         db = _OPEN.get(path)

@@ -1,7 +1,9 @@
-"""Run listings: a summary row per bundle, newest first, from the replayed state.
+"""Run listings: a summary row per run, newest first, from the ``runs`` index and the run queue.
 
-The SQLite ``runs`` index (``persistence.md`` §10) will cache these rows; until then bundles are folded directly
-(``state.json`` accelerates it).
+The index (``piw.store.index``) caches each bundle's fold, so listing does not fold every bundle. Whether a
+``running`` run is live comes from its queue row (``persistence.md`` §10.2, spec README §5): held by a process
+with an unexpired lease is live; queued, paused or parked says so; anything else has no process writing it and
+is shown as interrupted. :func:`folded_summaries` is the old way (fold every bundle) kept for the benchmark.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError
-from piw.store.bundle import Bundle, list_bundles, load_state, run_is_live
+from piw.store.bundle import list_bundles, load_state, run_is_live
+from piw.store.database import now_ms
+from piw.store.index import DAMAGED_NOTICE, IndexRow, indexed_rows
+from piw.store.queue import QueueRow, SqliteQueue
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,8 @@ class RunSummary:
     """Set when the bundle could not be replayed (e.g. a damaged trace); the row then comes from the manifest."""
     interrupted: bool = False
     """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
+    detail: str | None = None
+    """What a ``running`` run is doing in queue terms: ``queued``, ``paused``, ``parked: <reason>``, ``interrupted``."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,53 +47,81 @@ class RunSummary:
             "currentNode": self.current_node,
         }
 
+    @property
+    def display_status(self) -> str:
+        return f"{self.status} ({self.detail})" if self.detail else self.status
+
+
+def queue_detail(row: QueueRow | None, paused: bool, now: int) -> tuple[str | None, bool]:
+    """``(detail, interrupted)`` of a ``running`` run from its queue row (``None`` when it has none)."""
+    if row is None:
+        return ("paused" if paused else "interrupted"), not paused
+    if row.has_live_claim(now):
+        return ("pausing" if row.pause_requested else "cancelling" if row.cancel_requested else None), False
+    if row.pause_requested or paused:
+        return "paused", False
+    if row.status == "queued":
+        return "queued", False
+    if row.status == "parked" and row.park_reason and row.park_reason != "interrupted":
+        return f"parked: {row.park_reason.replace('_', ' ')}", False
+    if row.status == "parked" and row.park_reason is None and row.available_at > now:
+        return "queued", False
+    return "interrupted", True
+
 
 def run_summaries(home: Path, status: str | None = None, limit: int | None = None) -> Iterator[RunSummary]:
-    """Summaries of every readable run, newest first; unreadable bundles are skipped."""
-    count = 0
+    """Summaries of every run, newest first, from the index (reconciled with the bundles on disk)."""
+    rows = [row for row in indexed_rows(home) if status is None or row.status == status]
+    if limit is not None:
+        rows = rows[:limit]
+    running = [row.run_id for row in rows if row.status == "running" and row.notice is None]
+    queue_rows = SqliteQueue.open(home).rows(running) if running else {}
+    now = now_ms()
+    for row in rows:
+        detail, interrupted = (None, False)
+        if row.run_id in running:
+            detail, interrupted = queue_detail(queue_rows.get(row.run_id), row.paused, now)
+        yield _summary(row, detail, interrupted)
+
+
+def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary:
+    return RunSummary(
+        run_id=row.run_id,
+        workflow_name=row.workflow_name,
+        run_title=row.run_title,
+        status=row.status,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        current_node=row.current_node,
+        notice=row.notice,
+        interrupted=interrupted,
+        detail=detail,
+    )
+
+
+def folded_summaries(home: Path) -> list[RunSummary]:
+    """Every run folded from its bundle (the listing before the index existed; the benchmark's baseline)."""
+    out: list[RunSummary] = []
     for bundle in list_bundles(home):
         try:
             state = load_state(bundle)
         except PiwError:
-            damaged = _from_manifest(bundle)
-            if damaged is not None and (status is None or damaged.status == status):
-                yield damaged
-                count += 1
-                if limit is not None and count >= limit:
-                    return
+            out.append(
+                RunSummary(bundle.run_id, "", None, "running", None, None, None, notice=DAMAGED_NOTICE)
+            )
             continue
         if not state.run_id:
             continue
-        if status is not None and state.status != status:
-            continue
-        yield RunSummary(
-            run_id=state.run_id,
-            workflow_name=state.workflow_name,
-            run_title=state.run_title,
-            status=state.status,
-            started_at=state.started_at,
-            finished_at=state.finished_at,
-            current_node=state.current.node_id if state.current else None,
-            interrupted=state.status == "running" and not run_is_live(bundle),
+        out.append(
+            RunSummary(
+                run_id=state.run_id,
+                workflow_name=state.workflow_name,
+                run_title=state.run_title,
+                status=state.status,
+                started_at=state.started_at,
+                finished_at=state.finished_at,
+                current_node=state.current.node_id if state.current else None,
+                interrupted=state.status == "running" and not run_is_live(bundle),
+            )
         )
-        count += 1
-        if limit is not None and count >= limit:
-            return
-
-
-def _from_manifest(bundle: Bundle) -> RunSummary | None:
-    """A row for a bundle whose trace cannot be replayed, so the run is listed with a notice, not hidden."""
-    try:
-        manifest = bundle.read_manifest()
-    except PiwError:
-        return None
-    return RunSummary(
-        run_id=bundle.run_id,
-        workflow_name=str(manifest.get("workflowName", "")),
-        run_title=manifest.get("runTitle"),
-        status=str(manifest.get("status", "running")),
-        started_at=manifest.get("startedAt"),
-        finished_at=manifest.get("finishedAt"),
-        current_node=None,
-        notice="trace damaged; see 'piw inspect'",
-    )
+    return out

@@ -1,0 +1,191 @@
+"""The runs index: one summary row per run in the ``runs`` table of ``piw.sqlite`` (``persistence.md`` §10.1).
+
+It is a cache of what each bundle's fold says, so ``piw runs`` lists a thousand runs without folding a thousand
+traces. The run writer upserts a run's row (write order step 5: a failure is logged, never fails the run);
+:func:`rebuild_run_index` folds every bundle, and runs when the table is empty or the database was just created.
+:func:`indexed_summaries` also reconciles the table with the ``runs/`` directory on every listing — a bundle
+with no row (written while the database was unusable, or copied in) is folded and indexed, a row whose bundle is
+gone is dropped — so the index never hides or invents a run. It is never used for recovery decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from piw.errors import PiwError
+from piw.store.bundle import Bundle, list_bundles, load_state
+from piw.store.database import Database, open_database
+from piw.store.replay import RunState
+from piw.wire import format_time, parse_time
+
+log = logging.getLogger(__name__)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DAMAGED_NOTICE = "trace damaged; see 'piw inspect'"
+
+
+def to_ms(text: str | None) -> int | None:
+    """A persisted timestamp as integer epoch milliseconds (exact: timestamps carry milliseconds)."""
+    if not text:
+        return None
+    delta = parse_time(text) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def from_ms(value: int | None) -> str | None:
+    return None if value is None else format_time(_EPOCH + timedelta(milliseconds=value))
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    """One ``runs`` row, with times back in the persisted timestamp format."""
+
+    run_id: str
+    workflow_name: str
+    run_title: str | None
+    status: str
+    paused: bool
+    parent_run_id: str | None
+    started_at: str | None
+    updated_at: str | None
+    finished_at: str | None
+    trace_seq: int
+    current_node: str | None
+    notice: str | None = None
+
+
+_COLUMNS = (
+    "run_id, workflow_name, run_title, status, paused, parent_run_id, started_at, updated_at, finished_at, "
+    "trace_seq, current_node, notice"
+)
+
+
+def row_of_state(state: RunState, notice: str | None = None) -> tuple[Any, ...]:
+    return (
+        state.run_id,
+        state.workflow_name,
+        state.run_title,
+        state.status,
+        1 if state.paused else 0,
+        state.parent_run_id,
+        to_ms(state.started_at),
+        to_ms(state.updated_at),
+        to_ms(state.finished_at),
+        state.trace_seq,
+        state.current.node_id if state.current else None,
+        notice,
+    )
+
+
+def _row_of_manifest(bundle: Bundle) -> tuple[Any, ...] | None:
+    """A row for a bundle whose trace cannot be replayed, so the run is listed with a notice, not hidden."""
+    try:
+        manifest = bundle.read_manifest()
+    except PiwError:
+        return None
+    return (
+        bundle.run_id,
+        str(manifest.get("workflowName", "")),
+        manifest.get("runTitle"),
+        str(manifest.get("status", "running")),
+        0,
+        None,
+        to_ms(manifest.get("startedAt")),
+        None,
+        to_ms(manifest.get("finishedAt")),
+        0,
+        None,
+        DAMAGED_NOTICE,
+    )
+
+
+def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
+    try:
+        state = load_state(bundle)
+    except PiwError:
+        return _row_of_manifest(bundle)
+    if not state.run_id:
+        return None  # incomplete: run_started never committed
+    return row_of_state(state)
+
+
+def _decode(values: tuple[Any, ...]) -> IndexRow:
+    (run_id, name, title, status, paused, parent, started, updated, finished, seq, node, notice) = values
+    return IndexRow(
+        run_id=run_id,
+        workflow_name=name,
+        run_title=title,
+        status=status,
+        paused=bool(paused),
+        parent_run_id=parent,
+        started_at=from_ms(started),
+        updated_at=from_ms(updated),
+        finished_at=from_ms(finished),
+        trace_seq=int(seq or 0),
+        current_node=node,
+        notice=notice,
+    )
+
+
+def _upsert(db: Database, rows: Iterable[tuple[Any, ...]]) -> None:
+    marks = ", ".join("?" * 12)
+    with db.transaction() as conn:
+        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({marks})", list(rows))
+
+
+class RunIndex:
+    """Upserts rows for the runs one writer records (``RunWriter.index``)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def __call__(self, state: RunState) -> None:
+        if state.run_id:
+            _upsert(open_database(self.home), [row_of_state(state)])
+
+
+def rebuild_run_index(home: Path) -> int:
+    """Fold every bundle and replace the ``runs`` table with what they say; returns the rows written."""
+    db = open_database(home)
+    rows = [row for row in (_fold_row(bundle) for bundle in list_bundles(home)) if row is not None]
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM runs")
+        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({', '.join('?' * 12)})", rows)
+    return len(rows)
+
+
+def indexed_rows(home: Path) -> list[IndexRow]:
+    """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module)."""
+    db = open_database(home)
+    conn = db.connection()
+    if getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:
+        rebuild_run_index(home)
+        db.created = False
+    bundles = {bundle.run_id: bundle for bundle in list_bundles(home)}
+    rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
+    missing = [bundles[run_id] for run_id in bundles.keys() - rows.keys()]
+    gone = [run_id for run_id in rows.keys() - bundles.keys()]
+    # A running run's row may lag its trace by up to a second (the writer coalesces upserts), and a crashed
+    # writer never caught up: refold those few (state.json plus the tail), so the listing matches the trace.
+    running = [
+        bundles[run_id] for run_id, values in rows.items() if values[3] == "running" and run_id in bundles
+    ]
+    fresh = [row for row in (_fold_row(bundle) for bundle in [*missing, *running]) if row is not None]
+    fresh = [row for row in fresh if rows.get(row[0]) != row]
+    if fresh or gone:
+        try:
+            with db.transaction() as write:
+                write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
+                write.executemany(
+                    f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({', '.join('?' * 12)})", fresh
+                )
+        except Exception as exc:  # a cache: list what we know even if it cannot be written
+            log.warning("runs index not reconciled: %s", exc)
+        for run_id in gone:
+            rows.pop(run_id, None)
+        rows.update((row[0], row) for row in fresh)
+    return [_decode(rows[run_id]) for run_id in sorted(rows, reverse=True)]
