@@ -2,7 +2,9 @@
 
     PiwError                      base; the CLI turns it into ``Error: …`` and an exit code
     ├── UsageError                bad arguments or input given on the command line (exit 2)
-    │   └── InputInvalid          ``--input`` is not valid JSON or fails the workflow's input model
+    │   ├── InputInvalid          ``--input`` is not valid JSON or fails the workflow's input model
+    │   └── AnswerInvalid         an answer does not fit the checkpoint's choices or answer model, or the run
+    │                             is not waiting for one; nothing was recorded
     ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
     ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
     ├── RunNotFound               no run bundle with that id
@@ -11,6 +13,9 @@
     │   ├── RunLocked             another process holds the run's writer lock
     │   └── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
+    ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
+    │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
+    │   └── DecisionResolved      the decision was already resolved with another answer (or timed out)
     ├── ResumeRefused             a run cannot be resumed
     │   ├── SourceChanged         the workflow source or definition changed since the run started
     │   └── RunFinished           the run already has a terminal event
@@ -48,6 +53,10 @@ class UsageError(PiwError):
 
 class InputInvalid(UsageError):
     """The run input is not valid JSON or does not match the workflow's input model."""
+
+
+class AnswerInvalid(UsageError):
+    """An answer does not fit the checkpoint, or the run is not waiting for it; nothing was recorded."""
 
 
 class DefinitionError(PiwError):
@@ -88,6 +97,22 @@ class ClaimLost(PiwError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"Claim lost ({reason}); another process now owns this run.")
         self.reason = reason
+
+
+class IdempotencyConflict(PiwError):
+    """The same command key was used before with a different request; the stored receipt stands."""
+
+
+class ContinuationExists(IdempotencyConflict):
+    """The checkpoint already has its one continuation, started by a different answer."""
+
+    def __init__(self, message: str, continuation_run_id: str = "") -> None:
+        super().__init__(message)
+        self.continuation_run_id = continuation_run_id
+
+
+class DecisionResolved(IdempotencyConflict):
+    """The decision already has its winner (a person or the timeout policy); the first valid answer wins."""
 
 
 class ResumeRefused(PiwError):

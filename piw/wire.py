@@ -51,6 +51,8 @@ class Manifest(WireModel):
     started_at: str
     finished_at: str | None = None
     status: str = "running"
+    forked_from: dict[str, Any] | None = None
+    """``{runId, seq}`` for a run made by ``piw fork``, so listings find a run's forks without reading traces."""
     trace_schema: str = TRACE_EVENT_SCHEMA
     session_schema: str | None = SESSION_ENTRY_SCHEMA
     paths: dict[str, str] = Field(

@@ -1,8 +1,9 @@
 """Shared fixtures: a private ``PIW_HOME`` per test, no model requests, and helpers that drive piw for real.
 
-Tests talk to piw through its public surface: the ``piw`` command in a subprocess, the public API, and the
-files a run leaves on disk. ``cli`` runs the real console script; ``run_workflow`` starts a run in-process
-through the same library call ``piw run`` makes (``piw.run.runner.start_run``), e.g. with a fake file layer.
+Tests talk to piw through its public surface: the ``piw`` command, the public API, and the files a run leaves
+on disk. ``cli`` runs the console script's entry point in process (``cli.process``/``cli.popen``: a real
+subprocess); ``run_workflow`` starts a run in-process through the same library call ``piw run`` makes
+(``piw.run.runner.start_run``), e.g. with a fake file layer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from piw_inprocess import run_piw
 
 pytest.register_assert_rewrite("piw.testing")
 try:
@@ -62,46 +64,47 @@ def piw_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
 
 @dataclass
 class Cli:
-    """Runs the real ``piw`` console script in a subprocess with the test's ``PIW_HOME``."""
+    """Runs ``piw`` with the test's ``PIW_HOME``: in this process by default, as a real subprocess on request.
+
+    ``cli(*args)`` calls the console script's entry point in process (``tests/piw_inprocess.py``: same argv,
+    environment, working directory and non-terminal streams as a subprocess, process state put back after);
+    ``cli.process(*args)`` and ``cli.popen(*args)`` start the real ``piw`` script, for tests where process
+    behaviour (signals, crashes, terminals, locks, races) is the point.
+    """
 
     home: Path
     cwd: Path
 
+    def environment(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        return {**os.environ, "PIW_HOME": str(self.home), "NO_COLOR": "1", "COLUMNS": "100", **(env or {})}
+
     def __call__(
-        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        full_env = {
-            **os.environ,
-            "PIW_HOME": str(self.home),
-            "NO_COLOR": "1",
-            "COLUMNS": "100",
-            **(env or {}),
-        }
+        """In process; ``timeout`` is kept for the signature (pytest-timeout bounds every test)."""
+        return run_piw(args, env=self.environment(env), cwd=self.cwd, input=input)
+
+    def process(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Always a real subprocess: for tests where process behaviour (signals, exit, terminals, locks) is
+        the point."""
         return subprocess.run(
             [*PIW_COMMAND, *args],
             cwd=self.cwd,
-            env=full_env,
+            env=self.environment(env),
+            input=input,
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
 
-    process = __call__
-    """Always a real subprocess: for tests where process behaviour (signals, exit, terminals, locks) is the point."""
-
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        full_env = {
-            **os.environ,
-            "PIW_HOME": str(self.home),
-            "NO_COLOR": "1",
-            "COLUMNS": "100",
-            **(env or {}),
-        }
         return subprocess.Popen(
             [*PIW_COMMAND, *args],
             cwd=self.cwd,
-            env=full_env,
+            env=self.environment(env),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

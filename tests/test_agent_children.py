@@ -21,6 +21,7 @@ from agent_harness import (
     home,
     only_run,
     piw_cli,
+    piw_process,
     start,
     submit_args,
     write_stub_config,
@@ -101,7 +102,7 @@ def test_crash_after_three_of_six_children_reruns_only_the_other_three(home: Pat
         stub.respond = submit_part
         write_stub_config(home, stub)
         # seq 1 run_started, 2 node_started, 3..5 the first three child_step_finished: die right after 5.
-        crashed = piw_cli(home, "run", str(workflow), env={"PIW_TEST_KILL_AFTER_APPEND": "5"})
+        crashed = piw_process(home, "run", str(workflow), env={"PIW_TEST_KILL_AFTER_APPEND": "5"})
         assert crashed.returncode == -signal.SIGKILL
         assert stub.request_count == 3
         resumed = piw_cli(home, "resume", only_run(home).run_id, "--json")

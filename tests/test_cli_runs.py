@@ -1,4 +1,4 @@
-"""End-to-end tests of ``piw run``, ``resume``, ``runs``, ``list`` and ``validate`` (real subprocesses)."""
+"""End-to-end tests of ``piw run``, ``resume``, ``runs``, ``list`` and ``validate`` through the ``cli`` fixture."""
 
 from __future__ import annotations
 
@@ -310,7 +310,7 @@ def test_runs_shows_an_interrupted_run_as_running_with_its_node(
                                    edges=[edge("a", "b")])
         """,
     )
-    done = cli("run", str(path), env={"PIW_TEST_KILL_AFTER_APPEND": "4"})  # after node_started(b)
+    done = cli.process("run", str(path), env={"PIW_TEST_KILL_AFTER_APPEND": "4"})  # after node_started(b)
     assert done.returncode == -9
     (row,) = cli.json("runs")
     assert row["status"] == "running" and row["currentNode"] == "b" and row["finishedAt"] is None

@@ -1,4 +1,4 @@
-"""``piw inspect``, ``piw watch`` and ``piw graph`` through the real command line, in a subprocess."""
+"""``piw inspect``, ``piw watch`` and ``piw graph`` through the real command line (in process, see piw_inprocess)."""
 
 from __future__ import annotations
 

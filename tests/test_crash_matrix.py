@@ -150,6 +150,7 @@ def test_reference_run_uses_every_non_agent_event(reference: dict[str, Any]) -> 
         "node_finished",
         "node_failed",
         "update_published",
+        "process_started",
         "notification_queued",
         "include_entered",
         "include_exited",

@@ -153,7 +153,15 @@ def test_checkpoint_ends_the_run_waiting(
     )
     gated = run_workflow(gate)
     assert gated.status == "waiting"
-    assert gated.final_output == {"audience": "ops", "choices": ["ship", "hold"], "request": "Ship it?"}
+    opened = dict(gated.final_output)
+    assert opened.pop("decisionId").startswith("dec_") and opened.pop("requestSha256").startswith("sha256:")
+    assert opened.pop("openedAt").endswith("Z")
+    assert opened == {
+        "kind": "human_decision",
+        "audience": "ops",
+        "request": {"title": "Ship it?", "blocks": []},
+        "choices": [{"id": "ship", "label": "ship"}, {"id": "hold", "label": "hold"}],
+    }
 
 
 def test_notify_is_recorded_once_per_execution(
@@ -340,7 +348,7 @@ def test_always_fsyncs_every_line(durable_run: Any) -> None:
     _, ops = durable_run("always")
     trace = [op for op in ops if op[0] == "trace"]
     writes = [op for op in trace if op[1] == "write"]
-    assert len(writes) == 24
+    assert len(writes) == 25
     for index, op in enumerate(trace):
         if op[1] == "write":
             assert trace[index + 1][1] == "fsync", _label(op[2])
@@ -350,7 +358,7 @@ def test_always_fsyncs_every_line(durable_run: Any) -> None:
 def test_flush_never_fsyncs(durable_run: Any) -> None:
     _, ops = durable_run("flush")
     assert [op for op in ops if op[1] == "fsync"] == []
-    assert len([op for op in ops if op[0] == "trace"]) == 24
+    assert len([op for op in ops if op[0] == "trace"]) == 25
 
 
 def test_effects_fsyncs_exactly_at_effect_boundaries(durable_run: Any) -> None:
@@ -386,6 +394,8 @@ def test_effects_fsyncs_exactly_at_effect_boundaries(durable_run: Any) -> None:
         "node_finished:a2",
         "SYNC",
         "node_started:sh",
+        "process_started:sh",
+        "SYNC",  # the command's process group is durable before the command starts
         "node_finished:sh",
         "SYNC",
         "node_started:n",

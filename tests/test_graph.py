@@ -242,7 +242,10 @@ def test_snapshot_is_json_without_functions_and_digest_is_stable() -> None:
     assert nodes["act"]["actionExecution"] == {"kind": "function", "effect": "idempotent"}
     assert nodes["act"]["timeoutMs"] is None
     assert nodes["cmd"]["actionExecution"] == {"kind": "shell"} and nodes["cmd"]["timeoutMs"] == 2500
-    assert nodes["gate"]["humanDecision"] == {"audience": "ops", "choices": ["yes", "no"]}
+    assert nodes["gate"]["humanDecision"] == {
+        "audience": "ops",
+        "choices": [{"id": "yes", "label": "yes"}, {"id": "no", "label": "no"}],
+    }
     assert nodes["sub/i1"]["mountPath"] == ["sub"] and nodes["sub/i1"]["localNodeId"] == "i1"
     assert nodes["sub/i1"]["includeTransition"] == {"enters": "sub"}
     assert {"from": "cmd", "to": "sub/i1"} in data["edges"]

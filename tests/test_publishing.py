@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from piw_inprocess import run_piw
 
 import piw.updates.publishing
 from piw.run.runner import ForegroundOptions, start_run
@@ -99,10 +100,22 @@ def expected_projection(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(latest.values(), key=lambda record: record["seq"])
 
 
-def piw_cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _piw_env(home: Path, env: dict[str, str] | None) -> dict[str, str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("PIW_", "OPENAI_", "ANTHROPIC_"))}
     environment.update({"PIW_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "100", **(env or {})})
-    return subprocess.run([PIW, *args], capture_output=True, text=True, env=environment, timeout=60)
+    return environment
+
+
+def piw_cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``piw ARGS`` in this process (tests/piw_inprocess.py)."""
+    return run_piw(args, env=_piw_env(home, env))
+
+
+def piw_process(
+    home: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``piw ARGS`` as a real subprocess: a run that SIGKILLs itself needs its own process."""
+    return subprocess.run([PIW, *args], capture_output=True, text=True, env=_piw_env(home, env), timeout=60)
 
 
 def inspect_json(home: Path, run_id: str, *extra: str) -> dict[str, Any]:
@@ -518,7 +531,7 @@ workflow = define_workflow(name="pub", start_at="a", nodes={"a": action(first), 
 def test_resume_keeps_the_projection(tmp_path: Path, home: Path) -> None:
     path = workflow(tmp_path, RESUMABLE)
     # seq 1 run_started, 2 node_started, 3..102 updates, 103 node_finished of a: die right after it.
-    crashed = piw_cli(home, "run", str(path), "--json", env={"PIW_TEST_KILL_AFTER_APPEND": "103"})
+    crashed = piw_process(home, "run", str(path), "--json", env={"PIW_TEST_KILL_AFTER_APPEND": "103"})
     assert crashed.returncode != 0
     (run_id,) = [p.name for p in (home / "runs").iterdir() if not p.name.startswith(".")]
     before = inspect_json(home, run_id)

@@ -39,7 +39,7 @@ def linear(make_workflow: WorkflowMaker, tmp_path: Path) -> tuple[Path, str]:
 
 def crash(cli: Cli, path: Path, raw: str, after: int) -> str:
     """Start a run that SIGKILLs itself right after trace line ``after`` is written; return its run id."""
-    done = cli("run", str(path), "--input", raw, env={"PIW_TEST_KILL_AFTER_APPEND": str(after)})
+    done = cli.process("run", str(path), "--input", raw, env={"PIW_TEST_KILL_AFTER_APPEND": str(after)})
     assert done.returncode == -9, done.stderr
     runs = sorted((cli.home / "runs").iterdir())
     return runs[-1].name

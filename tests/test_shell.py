@@ -221,10 +221,23 @@ workflow = define_workflow(name="long", start_at="cmd", nodes={{
     assert "Traceback" not in stderr and "piw resume" in stderr.splitlines()[-1]
     assert wait_dead(parent) and wait_dead(grandchild)
     run_id = next(p.name for p in (piw_home / "runs").iterdir())
-    assert trace_lines(piw_home, run_id)[-1]["type"] == "node_started"  # parked: nothing more written
+    # parked: nothing is written after the group record (the command was running)
+    assert [line["type"] for line in trace_lines(piw_home, run_id)][-2:] == [
+        "node_started",
+        "process_started",
+    ]
     quick.touch()
     done = cli("resume", run_id, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["finalOutput"] == "quick\n"
     started = [e["attemptId"] for e in trace_lines(piw_home, run_id) if e["type"] == "node_started"]
     assert len(started) == 3 and started[0] != started[1]  # the interrupted command ran again, fresh attempt
+
+
+def test_shell_true_quotes_each_argument(run_shell: Any) -> None:
+    # The command is shell text; every argument is appended with shlex.quote, so it stays one literal word.
+    state = run_shell(
+        '{"command": "printf \'%s|\' ", "args": ["a b", "$HOME", "; echo pwned", "`id`"], "shell": True}'
+    )
+    assert state.status == "completed", state.error
+    assert state.final_output["stdout"] == "a b|$HOME|; echo pwned|`id`|"

@@ -1,7 +1,7 @@
 """Shared fixtures for the view, watch and CLI-view tests: real runs, made deterministic, and a plain
 renderer.
 
-The runs are produced by the real CLI in a subprocess (``piw run`` with the scripted provider) under a clock
+The runs are produced by the real CLI in process (``piw run`` with the scripted provider) under a clock
 that ticks one second per reading, then their random ids are rewritten to fixed ones in order of appearance
 and durations are made to match the timestamps: snapshots are stable while the trace stays a genuine one (same
 events, same payloads, ``seq`` untouched). A *running* run is a copy of the completed one cut after the
@@ -11,18 +11,20 @@ events, same payloads, ``seq`` untouched). A *running* run is a copy of the comp
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from piw_inprocess import replace_everywhere, run_piw
 from rich.console import Console, RenderableType
 
 from piw.views.source import RunData, load_run
@@ -105,38 +107,27 @@ def piw_env(home: Path, columns: int = 80) -> dict[str, str]:
     return env
 
 
-_FAKE_CLOCK = """
-import datetime, itertools, sys
-import piw.wire
+def _fake_clock() -> Callable[[], str]:
+    """A clock that ticks one second per reading from 2026-01-01, fresh for each command."""
+    ticks = itertools.count(1)
 
-_ticks = itertools.count(1)
+    def now_iso() -> str:
+        moment = BASE + timedelta(seconds=next(ticks))
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
-
-def fake_now_iso():
-    moment = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(seconds=next(_ticks))
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-piw.wire.now_iso = fake_now_iso
-"""
-"""Prepended to a run: every timestamp piw writes comes from a clock that ticks one second per reading, so the
-run's times (and the durations derived from them) are the same on every machine."""
+    return now_iso
 
 
 def run_cli(
     home: Path, *args: str, columns: int = 80, check: bool = False, fake_clock: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """``piw ARGS`` in a subprocess with its own ``PIW_HOME`` (stdout is a pipe, never a terminal)."""
-    code = (
-        _FAKE_CLOCK if fake_clock else ""
-    ) + "import sys; from piw.cli.main import main; sys.argv[0] = 'piw'; main()"
-    result = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        env=piw_env(home, columns),
-        timeout=60,
-    )
+    """``piw ARGS`` (in process, see ``piw_inprocess``) with its own ``PIW_HOME``; stdout is never a terminal.
+
+    With ``fake_clock`` every timestamp piw writes comes from a clock that ticks one second per reading, so the
+    run's times (and the durations derived from them) are the same on every machine.
+    """
+    patches = [replace_everywhere("piw.wire", "now_iso", _fake_clock())] if fake_clock else []
+    result = run_piw(args, env=piw_env(home, columns), patches=patches)
     if check and result.returncode != 0:
         raise AssertionError(f"piw {' '.join(args)} failed ({result.returncode}): {result.stderr}")
     return result

@@ -23,7 +23,7 @@ from piw.workflow.definition import AgentNode, AssistantMessage
 from piw.workflow.graph import GraphNode
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
-DEFAULT_MAX_CONCURRENT_CHILDREN = 4
+DEFAULT_MAX_CONCURRENT_CHILDREN = 8
 
 
 @dataclass(frozen=True)

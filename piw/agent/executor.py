@@ -34,6 +34,7 @@ from piw.store.session import SessionLog, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 from piw.workflow.definition import AgentNode
+from piw.workflow.user_code import call_user
 
 STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
 MAX_REMINDERS = 2
@@ -84,7 +85,7 @@ class AgentSettings:
     system_prompt: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
     session_visible: bool = True
-    max_concurrent_children: int = 4
+    max_concurrent_children: int = 8
     listeners: list[LoopListener] = field(default_factory=list)
 
 
@@ -189,9 +190,9 @@ class _AttemptRun:
     def _accept(self, value: Any) -> Any:
         expected = self.node.expected_output
         if isinstance(expected, type) and issubclass(expected, BaseModel):
-            value = expected.model_validate(value)
+            value = call_user(expected.model_validate, value)  # author validators may raise anything
         if self.node.validate is not None:
-            value = self.node.validate(value, self.attempt.ctx)
+            value = call_user(self.node.validate, value, self.attempt.ctx)
         return to_json_output(value, self.attempt.node_id)
 
     def _publish(self, update: dict[str, Any], call_id: str) -> dict[str, Any]:

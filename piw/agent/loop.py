@@ -41,6 +41,7 @@ from piw.providers.base import (
 )
 from piw.providers.messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, ToolSpec
 from piw.tools import ToolResult
+from piw.workflow.user_code import call_user
 
 MAX_RETRIES = 3
 RETRY_DELAYS_S = (2.0, 4.0, 8.0)
@@ -195,7 +196,7 @@ class AgentLoop:
             if call.raw_arguments is not None:
                 raw_error = f"arguments are not a JSON object: {call.raw_arguments[:200]}"
             try:
-                result = tool.execute(call.id, call.arguments, raw_error)
+                result = call_user(tool.execute, call.id, call.arguments, raw_error)
             except Exception as exc:
                 result = ToolResult(f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
         message = ToolResultMessage(

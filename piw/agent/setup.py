@@ -15,11 +15,14 @@ from piw.agent.display import AgentDisplay, StreamSink
 from piw.agent.executor import AgentExecutor, AgentSettings
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
+from piw.providers.base import Provider
 from piw.providers.cassette import cassette_mode
-from piw.providers.config import load_config, resolve_api_key, resolve_headers
+from piw.providers.config import PiwConfig, load_config, resolve_api_key, resolve_headers
 from piw.providers.factory import build_provider
+from piw.providers.recorded import RECORDED_PROVIDER, RecordedRunProvider
 from piw.providers.selection import ProviderSelection, select_provider
 from piw.run.executors import Executor
+from piw.store.bundle import open_bundle
 from piw.workflow.definition import ActionNode, AgentNode
 from piw.workflow.loader import LoadedWorkflow
 
@@ -56,14 +59,21 @@ def agent_executor_factory(
     model: str | None = None,
     script: str | None = None,
     sink: StreamSink | None = None,
+    replay_from: str | None = None,
 ) -> Callable[[LoadedWorkflow], Executor | None]:
-    """A factory the runner calls with the loaded workflow; it builds the agent executor if one is needed."""
+    """A factory the runner calls with the loaded workflow; it builds the agent executor if one is needed.
+
+    ``replay_from`` (``piw fork --provider replay``) answers agent steps from that run's recorded replies.
+    """
+    listeners = [AgentDisplay(console, verbose=verbose, sink=sink)]
 
     def build(workflow: LoadedWorkflow) -> Executor | None:
         nodes = [gnode.node for gnode in workflow.graph.nodes.values()]
         if not any(isinstance(node, AgentNode | ActionNode) for node in nodes):
             return None
         needs_agent = any(isinstance(node, AgentNode) for node in nodes)
+        if provider == RECORDED_PROVIDER:
+            return AgentExecutor(_settings(load_config(home), _recorded(home, replay_from), listeners))
         try:
             config = load_config(home)
             selection = select_provider(config, provider, model)
@@ -78,12 +88,7 @@ def agent_executor_factory(
         if script_path is not None and not script_path.is_file():
             raise ProviderError(f"Script file {script_path} does not exist.")
         instance = build_provider(selection, config, home, script=script_path)
-        settings = AgentSettings(
-            provider_factory=lambda: instance,
-            max_turns=config.agent.max_turns,
-            system_prompt=config.agent.system_prompt,
-            listeners=[AgentDisplay(console, verbose=verbose, sink=sink)],
-        )
+        settings = _settings(config, instance, listeners)
         if config.agent.backend == "pi-rpc":
             from piw.agent.pi_rpc import build_pi_rpc_executor
 
@@ -91,3 +96,21 @@ def agent_executor_factory(
         return AgentExecutor(settings)
 
     return build
+
+
+def _settings(config: PiwConfig, instance: Provider, listeners: list[AgentDisplay]) -> AgentSettings:
+    return AgentSettings(
+        provider_factory=lambda: instance,
+        max_turns=config.agent.max_turns,
+        system_prompt=config.agent.system_prompt,
+        listeners=list(listeners),
+    )
+
+
+def _recorded(home: Path, replay_from: str | None) -> Provider:
+    """The ``replay`` provider of a fork: answers from the parent run's recorded replies."""
+    if replay_from is None:
+        raise ProviderError(
+            "The replay provider answers from a recorded run; use it as 'piw fork RUN --at SEQ --provider replay'."
+        )
+    return RecordedRunProvider(open_bundle(home, replay_from))

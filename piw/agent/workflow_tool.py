@@ -18,6 +18,7 @@ from piw.agent.contract import AgentStepContract
 from piw.errors import AttemptInactive, OutputInvalid, UpdateRejected
 from piw.providers.messages import ToolSpec
 from piw.tools import ToolResult
+from piw.workflow.user_code import WorkflowCodeExit
 
 WORKFLOW_TOOL_NAME = "workflow"
 ASSISTANT_STEP_SUBMIT = "This step completes with a normal assistant response. Do not submit workflow output."
@@ -173,9 +174,10 @@ class WorkflowTool:
             return ToolResult(f"Step {contract.node_id} already has an accepted output.", is_error=True)
         try:
             output = self.step.accept(lenient_json(call.output))
-        except OutputInvalid as exc:
-            # An author bug (a validator returning non-JSON): the attempt fails; the model is not blamed.
-            self.step.invalid_output = exc
+        except (OutputInvalid, WorkflowCodeExit) as exc:
+            # An author bug (a validator returning non-JSON, or calling sys.exit()): the attempt fails; the model
+            # is not blamed.
+            self.step.invalid_output = exc if isinstance(exc, OutputInvalid) else OutputInvalid(str(exc))
             self.step.closed = True
             return ToolResult(f"Output rejected for step {contract.node_id}: the step cannot store it.", is_error=True,
                               terminate=True)  # fmt: skip

@@ -123,6 +123,15 @@ class StepLog:
             arrow = "↘" if kind == "include_entered" else "↗"
             line.append(f"{arrow} ", style="dim")
             line.append(single_line(" › ".join(map(str, event.payload.get("mountPath", [])))), style="dim")
+        elif kind == "run_resumed" and state.forked_from:
+            forked = state.forked_from
+            adopted = event.payload.get("replayedSteps", 0)
+            line.append(f"⑂ forked from {single_line(str(forked.get('runId')))}", style="bold")
+            line.append(
+                f" at seq {forked.get('seq')}: {adopted} {'step' if adopted == 1 else 'steps'} adopted"
+            )
+            if event.payload.get("resumeAt"):
+                line.append(f"; continuing at {_node_label(str(event.payload['resumeAt']))}")
         elif kind == "run_resumed":
             line.append("↻ resumed", style="bold")
             if event.payload.get("resumeAt"):

@@ -15,7 +15,7 @@ from piw.errors import PiwError
 
 
 def _register() -> None:
-    from piw.cli import lifecycle, runs, views  # noqa: F401  (modules register their commands on import)
+    from piw.cli import answers, fork, lifecycle, runs, show, views  # noqa: F401  (modules register their commands on import)
 
     with contextlib.suppress(ImportError):  # the provider commands are optional until configured
         from piw.cli import providers  # noqa: F401
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     signal.signal(signal.SIGTERM, _sigterm)
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=argv, prog_name="piw", standalone_mode=False)
     except PiwError as exc:
         print(f"Error: {_one_line(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)

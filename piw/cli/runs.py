@@ -14,6 +14,7 @@ from rich.table import Table
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
+from piw.cli.waiting import print_wait
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
@@ -33,11 +34,13 @@ from piw.workflow.loader import (
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
 
-def _finish(state: RunState, as_json: bool) -> int:
+def _finish(state: RunState, as_json: bool, extra: dict[str, Any] | None = None) -> int:
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
-        sys.stdout.write(json_text(payload) + "\n")
+        sys.stdout.write(json_text({**payload, **(extra or {})}) + "\n")
+    elif state.status == "waiting":
+        print_wait(make_console(), piw_home(), state)
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
@@ -56,6 +59,7 @@ def _foreground(
     provider: str | None = None,
     model: str | None = None,
     script: str | None = None,
+    replay_from: str | None = None,
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from piw.agent.setup import agent_executor_factory
@@ -67,7 +71,14 @@ def _foreground(
     options = ForegroundOptions(
         listeners=[display],
         agent_executor_factory=agent_executor_factory(
-            home, console, verbose=verbose, provider=provider, model=model, script=script, sink=sink
+            home,
+            console,
+            verbose=verbose,
+            provider=provider,
+            model=model,
+            script=script,
+            sink=sink,
+            replay_from=replay_from,
         ),
         launch=_launch(provider, model, script),
     )
@@ -83,14 +94,21 @@ RunJsonOption = Annotated[
 ]
 
 
-def _follow(start: Callable[[ForegroundOptions], RunState], as_json: bool, flags: tuple[Any, ...]) -> int:
+def _follow(
+    start: Callable[[ForegroundOptions], RunState],
+    as_json: bool,
+    flags: tuple[Any, ...],
+    extra: dict[str, Any] | None = None,
+    replay_from: str | None = None,
+) -> int:
     """Run in the foreground with the live display, closing it before the final JSON is printed."""
-    options, display = _foreground(as_json, *flags)
+    verbose, provider, model, script = flags
+    options, display = _foreground(as_json, verbose, provider, model, script, replay_from=replay_from)
     try:
         state = start(options)
     finally:
         display.close()
-    return _finish(state, as_json)
+    return _finish(state, as_json, extra)
 
 
 @app.command()
@@ -261,6 +279,7 @@ def list_workflows(
         revision = "" if row["revision"] is None else str(row["revision"])
         table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["description"] or "")))
     console.print(table)
+    console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0
 
 

@@ -18,18 +18,28 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import ClaimLost, PiwError, ResumeRefused, RunFinished, RunLocked, SourceChanged, TraceCorrupt
+from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
+from piw.run.claims import ClaimControl, Stop
+from piw.run.continuation import ContinuationSpec, carried, continued_from
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
-from piw.run.executors.checkpoint import CheckpointExecutor
+from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
-from piw.run.takeover import Takeover, before_rerun
-from piw.store.bundle import Bundle, WriterLock, create_bundle, discard_incomplete, new_run_id, open_bundle
+from piw.run.fork import Prefix, check_prefix
+from piw.run.process_groups import stop_group
+from piw.store.bundle import (
+    Bundle,
+    WriterLock,
+    copy_artifacts,
+    create_bundle,
+    discard_incomplete,
+    new_run_id,
+    open_bundle,
+)
 from piw.store.index import RunIndex
 from piw.store.lease import Lease
-from piw.store.queue import RENEW_MS, FinalStatus
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
@@ -40,6 +50,7 @@ from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.workflow.routing import Decision, decide, next_invocation
+from piw.workflow.user_code import WorkflowCodeExit
 
 
 class RunInterrupted(PiwError):
@@ -51,16 +62,6 @@ class RunInterrupted(PiwError):
 NO_ORIGIN_SESSION = "Assistant completion requires an origin session."
 """The exact failure of an assistant node in a detached run that has no origin session (agent-steps §7)."""
 CANCELLED_ERROR = "Cancelled with 'piw cancel'."
-FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
-    "completed": "done",
-    "waiting": "done",
-    "failed": "failed",
-    "timed_out": "failed",
-    "cancelled": "cancelled",
-}
-_PAUSED = "paused"
-_QUEUED = "queued"
-_SHUTDOWN = "shutdown"
 
 
 class _Parked(BaseException):
@@ -81,10 +82,17 @@ class RunOptions:
     agent_executor: Executor | None = None
     origin_session: dict[str, Any] | None = None
     clock: Callable[[], datetime] = _utc_now
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
+    decisions: DecisionBook | None = None
+    """Where human-decision gates record their open request (the run database); ``None`` records none."""
     session_visible: bool = True
     """Foreground (``True``): this process shows assistant output. A detached host (``False``) never runs an
     assistant-completion node: it parks the run for its origin session, or fails the node without one."""
+    claimer: Callable[[str, dict[str, Any]], Lease] | None = None
+    """Inserts the queue row of a run being created (``run_id``, its ``run_started`` payload), claimed by this
+    process, before its bundle exists; the engine then writes under that claim (``piw.run.claims``)."""
 
 
 class _MissingAgentExecutor:
@@ -104,14 +112,14 @@ class Engine:
         self.session: SessionLog | None = None
         self.publisher: UpdatePublisher | None = None
         self.active: Attempt | None = None
-        self.lease: Lease | None = None
-        self.stopped: str | None = None
+        self.claim = ClaimControl(self._abort_active)
+        self.stopped: Stop | None = None
+        """Why the loop stopped short of a terminal event (a pause, a park reason, ...)."""
         self._park_requested = False
-        """Why the loop stopped short of a terminal event: ``paused`` or a park reason."""
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(),
-            "checkpoint": CheckpointExecutor(),
+            "checkpoint": CheckpointExecutor(self.options.decisions),
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }
         self._function = FunctionActionExecutor()
@@ -123,33 +131,62 @@ class Engine:
         self,
         raw_input: Any,
         title: str | None = None,
-        *,
         run_id: str | None = None,
+        *,
         lease: Lease | None = None,
         begin: bool = True,
     ) -> RunState:
         """Start a new run; input and definition are validated before any bundle exists.
 
-        With a ``lease`` (the claim on the run's queue row, ``run_id`` its id) every write is fenced by it and
-        the claim is settled when the run stops: released final, or parked. ``begin=False`` (``piw run
-        --detach``) stops after ``run_started`` and hands the row to the queue for a host.
+        ``lease`` is a claim already held on the run's queue row (a host creating a queued run); otherwise
+        ``RunOptions.claimer`` makes one. ``begin=False`` (``piw run --detach``) stops after ``run_started``
+        and hands the row to the queue for a host.
         """
+        input_value = prepare_input(self.workflow.definition, raw_input)
+        self.claim.hold(lease)
+        writer = self._create_run(input_value, title, {}, run_id)
+        if not begin:
+            self.stopped = "queued"
+            return self._guarded(lambda: None)
+        return self._guarded(lambda: self._begin(writer))
+
+    def fork(self, prefix: Prefix, raw_input: Any | None = None, title: str | None = None) -> RunState:
+        """Start a run that adopts ``prefix`` of a parent run and continues live from the fork point.
+
+        Everything that can refuse the fork (input, a definition that cannot reach the fork point) is checked
+        before the new bundle exists; the parent bundle is only read.
+        """
+        parent = prefix.parent
+        recorded = prefix.started.payload
         definition = self.workflow.definition
-        input_value = prepare_input(definition, raw_input)
-        run_title = title if title is not None else resolve_title(definition, input_value)
-        run_id = run_id or new_run_id(definition.name)
-        manifest = Manifest(
-            run_id=run_id,
-            workflow_name=definition.name,
-            run_title=run_title,
-            workflow_source=self.workflow.source,
-            workflow_sources=self.workflow.sources or None,
-            definition_digest=self.workflow.digest,
-            started_at=now_iso(),
+        source_input = parent.resolve(recorded.get("input")) if raw_input is None else raw_input
+        input_value = prepare_input(definition, source_input)
+        extra: dict[str, Any] = {"forkedFrom": {"runId": parent.run_id, "seq": prefix.seq}}
+        for key in ("continuedFrom", "carried"):
+            if key in recorded:
+                extra[key] = recorded[key]
+        if title is None:
+            title = recorded.get("runTitle")
+        probe = fold(
+            [TraceEvent(1, now_iso(), "run", "run_started", "fork", {"input": input_value, **extra})]
         )
-        bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
-        lock = self._acquire(bundle, lease)
-        writer = self._open_writer(bundle, lock, RunState(), manifest)
+        where = str(self.workflow.path)
+        reached = check_prefix(self.graph, prefix, probe, parent.resolve, where).next_target
+        if prefix.next_node is not None and reached != prefix.next_node:
+            goes = "ends the run" if reached is None else f"goes to {reached!r}"
+            raise UsageError(
+                f"The workflow in {where} cannot reach the fork point {prefix.next_node!r}: after the adopted "
+                f"steps its routing {goes}."
+            )
+        writer = self._create_run(input_value, title, extra)
+        return self._guarded(lambda: self._adopt(writer, prefix))
+
+    def _create_run(
+        self, input_value: Any, title: str | None, extra: dict[str, Any], run_id: str | None = None
+    ) -> RunWriter:
+        """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
+        definition = self.workflow.definition
+        run_title = title if title is not None else resolve_title(definition, input_value)
         payload: dict[str, Any] = {
             "workflowName": definition.name,
             "runTitle": run_title,
@@ -159,7 +196,59 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            **extra,
         }
+        return self._create(run_id or new_run_id(definition.name), payload)
+
+    def start_continuation(self, spec: ContinuationSpec) -> RunState:
+        """Create the continuation of a waiting run and follow the answered checkpoint's edge (§8).
+
+        The caller has accepted the answer (and recorded it, where a database is wired); this creates the new
+        bundle, whose ``run_started`` carries the parent's results with the checkpoint answered.
+        """
+        parent = open_bundle(self.home, spec.parent_run_id)
+        state = fold(parent.read_trace().events)
+        if state.status != "waiting" or state.waiting_on != spec.node_id:
+            raise ResumeRefused(
+                f"Run {spec.parent_run_id} is not waiting on {spec.node_id} ({state.status}); it cannot be continued."
+            )
+        self._check_source(state, parent)
+        payload: dict[str, Any] = {
+            "workflowName": state.workflow_name,
+            "runTitle": state.run_title,
+            "input": parent.resolve(state.input),
+            "workflowSource": self.workflow.source,
+            "workflowSources": self.workflow.sources or None,
+            "definitionDigest": self.workflow.digest,
+            "maxSteps": state.max_steps,
+            "originSession": self.options.origin_session,
+            "continuedFrom": continued_from(spec),
+            "carried": carried(parent, state, spec),
+        }
+        writer = self._create(spec.run_id, payload)
+        return self._guarded(lambda: self._after_answer(writer, spec.node_id))
+
+    def _create(self, run_id: str, payload: dict[str, Any]) -> RunWriter:
+        """Create the bundle and commit ``run_started``; until then nothing is left behind on failure."""
+        manifest = Manifest(
+            run_id=run_id,
+            workflow_name=payload["workflowName"],
+            run_title=payload.get("runTitle"),
+            workflow_source=self.workflow.source,
+            workflow_sources=self.workflow.sources or None,
+            definition_digest=self.workflow.digest,
+            started_at=now_iso(),
+            forked_from=payload.get("forkedFrom"),
+        )
+        if self.claim.lease is None and self.options.claimer is not None:
+            self.claim.hold(self.options.claimer(run_id, payload))
+        try:
+            bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
+            lock = self.claim.acquire(bundle)
+        except BaseException as exc:
+            self.claim.settle(RunState(), None, exc)
+            raise
+        writer = self._open_writer(bundle, lock, RunState(), manifest)
         try:
             writer.append(
                 "run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True
@@ -171,24 +260,60 @@ class Engine:
             self.session.close()
             lock.release()
             discard_incomplete(bundle)
-            if lease is not None:
-                lease.release("failed", "the run never started")
+            if self.claim.lease is not None:
+                self.claim.lease.release("failed", "the run never started")
             raise
-        if not begin:
-            self.stopped = _QUEUED
-            return self._guarded(lambda: None)
-        self._running()
-        return self._guarded(lambda: self._begin(writer))
+        self.claim.running()
+        return writer
+
+    def _after_answer(self, writer: RunWriter, node_id: str) -> None:
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(self._apply(self._route_answered(node_id)))
+
+    def _route_answered(self, node_id: str) -> Decision:
+        """Route from a carried checkpoint: its (answered) output is what the edges after it see."""
+        writer = self.writer
+        assert writer is not None
+        output = self._resolve(writer.state.outputs.get(node_id))
+        return decide(self.graph, writer.state, node_id, "ok", output, None)
+
+    def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
+        """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
+        assert self.session is not None
+        copy_artifacts(prefix.parent, writer.bundle)
+        for entry in prefix.entries:
+            self.session.adopt(entry)
+        self.session.sync()
+        # The adopted steps already ran in the parent: listeners (the live display) see the fork continue, not
+        # a replay of every copied line.
+        listeners, writer.listeners[:] = list(writer.listeners), []
+        try:
+            events = [writer.adopt(event) for event in prefix.events]
+        finally:
+            writer.listeners[:] = listeners
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._continue(writer, events, 0)
 
     def _begin(self, writer: RunWriter) -> None:
         if self.options.on_start:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(Decision(target=self.workflow.definition.start_at)))
 
+    def _begin_or_follow(self, writer: RunWriter, events: list[TraceEvent]) -> None:
+        """A run whose trace holds only ``run_started``: begin it (a continuation follows its answered edge)."""
+        continued = events[0].payload.get("continuedFrom")
+        if isinstance(continued, dict):
+            self._after_answer(writer, str(continued.get("nodeId")))
+        else:
+            self._begin(writer)
+
     def resume(self, run_id: str, lease: Lease | None = None) -> RunState:
-        """Continue an interrupted run from its trace (``persistence.md`` §8)."""
+        """Continue an interrupted run from its trace (``persistence.md`` §8), under ``lease`` when given."""
         bundle = open_bundle(self.home, run_id)
-        lock = self._acquire(bundle, lease)
+        self.claim.hold(lease)
+        lock = self.claim.acquire(bundle)
         state: RunState | None = None
         try:
             manifest = Manifest.model_validate(bundle.read_manifest())
@@ -203,108 +328,71 @@ class Engine:
             self._check_source(state, bundle)
             lock.fence()
             truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
-            before_rerun(Takeover(bundle, state, lease.claim.taken_from if lease else None, "resume"))
         except BaseException as exc:
             lock.release()
-            if lease is not None:
-                self._settle_refusal(lease, exc, state)
+            self.claim.settle_refusal(exc, state)
             raise
         if not self.options.session_visible:
             # A host acts for the run's recorded origin session (or none): it never becomes one itself.
             self.options.origin_session = state.origin_session
         writer = self._open_writer(bundle, lock, state, manifest)
-        self._running()
+        self.claim.running()
         return self._guarded(lambda: self._continue(writer, read.events, truncated))
 
-    # ---- claims -------------------------------------------------------------------------------------------
-
-    def _acquire(self, bundle: Bundle, lease: Lease | None) -> WriterLock:
-        """Take the writer lock (fenced by ``lease``); a busy lock parks the claim for ``RENEW_MS``."""
-        self.lease = lease
-        if lease is not None:
-            lease.on_lost = self._abort_active
-            lease.on_cancel = self._abort_active
-        try:
-            return WriterLock(bundle, lease).acquire()
-        except RunLocked:
-            if lease is not None:
-                lease.park(delay_ms=RENEW_MS)
-            raise
+    # ---- claims, pause, cancel, park ----------------------------------------------------------------------
 
     def request_park(self) -> None:
         """Holder shutdown (a host stopping): abort the active node without a terminal event and park the run."""
         self._park_requested = True
         self._abort_active()
 
-    def _abort_active(self, *_: Any) -> None:
-        """Cancel requested or claim lost: the active node is aborted (its model request closed, its shell
-        group killed); the loop then records the cancellation, or writes nothing more after a lost claim."""
+    def _abort_active(self) -> None:
+        """Cancel requested or claim lost: abort the active node (its model request closed, its shell group
+        killed); the loop then records the cancellation, or writes nothing more after a lost claim."""
         active = self.active
         if active is not None:
             active.cancel.set()
 
-    def _running(self) -> None:
-        if self.lease is not None:
-            self.lease.queue.mark_running(self.lease.claim)
+    def _stop_at_boundary(self) -> bool:
+        """Between steps: a requested cancel ends the run; a requested pause writes ``run_paused`` and parks."""
+        writer = self.writer
+        assert writer is not None
+        if self._park_requested:
+            raise _Parked
+        if self.claim.cancel_requested:
+            self._write_cancelled()
+            return True
+        if self.claim.pause_requested:
+            writer.append("run", "run_paused", {}, sync=True)
+            self.stopped = "paused"
+            return True
+        return False
 
-    @staticmethod
-    def _settle_refusal(lease: Lease, exc: BaseException, state: RunState | None) -> None:
-        """A resume that refused before writing: say why on the queue row (§8 steps 1–3)."""
-        if isinstance(exc, ClaimLost):
-            lease.stop()
-        elif isinstance(exc, RunFinished) and state is not None:
-            lease.release(FINAL_QUEUE_STATUS.get(state.status, "done"))  # a crash after the terminal event
-        elif isinstance(exc, SourceChanged):
-            lease.park("source_changed", error=str(exc))
-        elif isinstance(exc, TraceCorrupt):
-            lease.park("trace_corrupt", error=str(exc))
-        elif isinstance(exc, RunLocked):
-            pass  # _acquire parked it already
-        else:
-            lease.park("interrupted", error=str(exc))
+    def _write_cancelled(self) -> None:
+        assert self.writer is not None
+        self.writer.append(
+            "run", "run_cancelled", {"status": "cancelled", "error": CANCELLED_ERROR}, sync=True
+        )
 
-    def _settle_claim(self, state: RunState, error: BaseException | None) -> None:
-        """Give the claim back when the loop stops: final status, paused, parked, or nothing once it is lost."""
-        lease = self.lease
-        if lease is None:
-            return
-        if lease.lost is not None:
-            lease.stop()
-            return
-        try:
-            if state.status in TERMINAL_STATUSES:
-                lease.release(FINAL_QUEUE_STATUS[state.status])
-            elif self.stopped == _PAUSED:
-                lease.park()  # pause_requested stays set: claimers skip the row until 'piw resume'
-            elif self.stopped == _QUEUED:
-                lease.requeue()
-            elif self.stopped == _SHUTDOWN:
-                lease.park()  # holder shutdown: available to the next claimer at once
-            elif self.stopped is not None:
-                lease.park(self.stopped)  # type: ignore[arg-type]
-            else:
-                lease.park("interrupted", error=None if error is None else str(error) or type(error).__name__)
-        except ClaimLost:
-            lease.stop()
+    def _origin_id(self) -> str | None:
+        return (self.options.origin_session or {}).get("id")
+
+    def _is_assistant(self, node_id: str) -> bool:
+        gnode = self.graph.nodes.get(node_id)
+        return (
+            gnode is not None and isinstance(gnode.node, AgentNode) and gnode.node.completion == "assistant"
+        )
+
+    def _needs_origin_session(self, node_id: str) -> bool:
+        """A detached run reaching an assistant node that has an origin session to show the reply in."""
+        return (
+            not self.options.session_visible and self._is_assistant(node_id) and self._origin_id() is not None
+        )
 
     # ---- resume helpers ---------------------------------------------------------------------------------
 
     def _check_source(self, state: RunState, bundle: Bundle) -> None:
-        loaded = self.workflow
-        same = (
-            state.workflow_source == loaded.source
-            and list(state.workflow_sources or []) == list(loaded.sources or [])
-            and state.definition_digest == loaded.digest
-        )
-        if not same:
-            where = (
-                state.workflow_source.get("path") or state.workflow_source.get("id") or state.workflow_name
-            )
-            raise SourceChanged(
-                f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
-                f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
-                f"again with 'piw run {state.workflow_name}'."
-            )
+        check_source(self.workflow, state)
 
     def _repair_tail(self, bundle: Bundle, valid_bytes: int, torn_bytes: int) -> int:
         if torn_bytes <= 0:
@@ -313,9 +401,9 @@ class Engine:
 
     def _continue(self, writer: RunWriter, events: list[TraceEvent], truncated: int) -> None:
         state = writer.state
-        if not truncated and events[-1].type == "run_started":
+        if not truncated and len(events) == 1 and events[0].type == "run_started" and not state.steps:
             # Queued and never begun (``piw run --detach``): the host starts it; there is nothing to resume.
-            self._begin(writer)
+            self._begin_or_follow(writer, events)
             return
         if state.paused and state.current is None:
             writer.append("run", "run_resumed", {}, sync=True)  # after a pause: empty (§4)
@@ -327,13 +415,17 @@ class Engine:
             if next_node is not None:
                 self._loop(next_node)
             return
+        if state.current is not None and self._needs_origin_session(state.current.node_id):
+            self.stopped = "needs-origin-session"  # the origin session's 'piw resume' recovers it visibly
+            return
         resumed: dict[str, Any] = {"replayedSteps": len(state.steps)}
         if truncated:
             resumed["truncatedBytes"] = truncated
         current = state.current
-        if current is not None and self._needs_origin_session(current.node_id):
-            self.stopped = "needs-origin-session"  # the origin session's 'piw resume' recovers it visibly
-            return
+        group = current.process_group if current is not None else None
+        # The dead holder's command may still run: stop it before its node reruns (process_groups).
+        if group and stop_group(group):
+            resumed["killedProcessGroup"] = {"pid": group.get("pid"), "pgid": group.get("pgid")}
         if current is not None:
             if self._can_reattach(current.node_type, current.node_id, current.attempt_id):
                 resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)
@@ -366,6 +458,9 @@ class Engine:
             if event.type == "include_entered":
                 mount = self.graph.mounts["/".join(event.payload.get("mountPath", []))]
                 return Decision(target=f"{mount.path}/{mount.definition.start_at}")
+            if event.type == "run_started" and isinstance(event.payload.get("continuedFrom"), dict):
+                # a continuation that crashed before its first step: follow the answered checkpoint's edge
+                return self._route_answered(str(event.payload["continuedFrom"].get("nodeId")))
         return Decision(target=self.workflow.definition.start_at)
 
     def _peek_target(self, decision: Decision) -> str | None:
@@ -379,7 +474,7 @@ class Engine:
     def _open_writer(
         self, bundle: Bundle, lock: WriterLock, state: RunState, manifest: Manifest
     ) -> RunWriter:
-        index = RunIndex(self.home) if self.lease is not None else None
+        index = RunIndex(self.home) if self.claim.lease is not None else None
         writer = RunWriter(
             bundle, lock, self.options.durability, state, manifest, self.options.files, index=index
         )
@@ -399,7 +494,7 @@ class Engine:
             with self._interrupts_cancel_the_active_attempt():
                 body()
         except _Parked:
-            self.stopped = _SHUTDOWN
+            self.stopped = "shutdown"
         except KeyboardInterrupt:
             if self.active is not None:
                 self.active.cancel.set()
@@ -418,7 +513,7 @@ class Engine:
             writer.close()
             self.session.close()
             writer.lock.release()
-            self._settle_claim(writer.state, error)
+            self.claim.settle(writer.state, self.stopped, error)
         return writer.state
 
     @contextlib.contextmanager
@@ -457,8 +552,6 @@ class Engine:
         writer = self.writer
         assert writer is not None
         while node_id is not None:
-            if self._park_requested:
-                raise _Parked
             if self._stop_at_boundary():
                 return
             if self._needs_origin_session(node_id):
@@ -475,7 +568,7 @@ class Engine:
             gnode = self.graph.nodes[node_id]
             outcome = self._execute(node_id, reattach)
             reattach = None
-            if self.lease is not None and self.lease.cancel_requested:
+            if self.claim.cancel_requested:
                 self._write_cancelled()  # a cancelled node never routes on (a $result switch included)
                 return
             if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
@@ -488,42 +581,6 @@ class Engine:
             output = committed.output if committed is not None else None
             decision = self._route_after(node_id, outcome.outcome, output, outcome.error)
             node_id = self._apply(decision)
-
-    def _stop_at_boundary(self) -> bool:
-        """Between steps: a requested cancel ends the run, a requested pause writes ``run_paused`` and parks."""
-        lease = self.lease
-        writer = self.writer
-        if lease is None or writer is None:
-            return False
-        if lease.cancel_requested:
-            self._write_cancelled()
-            return True
-        if lease.pause_requested:
-            writer.append("run", "run_paused", {}, sync=True)
-            self.stopped = _PAUSED
-            return True
-        return False
-
-    def _write_cancelled(self) -> None:
-        assert self.writer is not None
-        self.writer.append(
-            "run", "run_cancelled", {"status": "cancelled", "error": CANCELLED_ERROR}, sync=True
-        )
-
-    def _origin_id(self) -> str | None:
-        return (self.options.origin_session or {}).get("id")
-
-    def _is_assistant(self, node_id: str) -> bool:
-        gnode = self.graph.nodes.get(node_id)
-        return (
-            gnode is not None and isinstance(gnode.node, AgentNode) and gnode.node.completion == "assistant"
-        )
-
-    def _needs_origin_session(self, node_id: str) -> bool:
-        """A detached run reaching an assistant node that has an origin session to show the reply in."""
-        return (
-            not self.options.session_visible and self._is_assistant(node_id) and self._origin_id() is not None
-        )
 
     def _route_after(
         self, node_id: str, outcome: str, output: Any, error: str | None, exit_name: str | None = None
@@ -614,7 +671,7 @@ class Engine:
         )
         attempt_holder.append(attempt)
         self.active = attempt
-        if self.lease is not None and (self.lease.cancel_requested or self.lease.lost):
+        if self.claim.cancel_requested or self.claim.lost or self._park_requested:
             attempt.cancel.set()  # requested just before the attempt became active
         if not self.options.session_visible and self._is_assistant(node_id) and self._origin_id() is None:
             timeout_error = NO_ORIGIN_SESSION  # fails before prompting: no request, routes like any failure
@@ -624,6 +681,11 @@ class Engine:
             else:
                 executor = self.executors[node.node_type]
             outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
+        except WorkflowCodeExit as exc:
+            # Workflow code is called through call_user, which turns its BaseExceptions (sys.exit(), ...) into
+            # this; one that no executor handled still fails the node instead of ending piw with the run left
+            # ``running``. Other BaseExceptions are piw's own unwinding (Ctrl-C, SIGTERM) and pass.
+            outcome = NodeOutcome.failed(describe_exception(exc))
         finally:
             attempt.active = False
             self.active = None
@@ -694,7 +756,8 @@ class Engine:
                     raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
                 return attempt.child_runner(make_runner)(prompt, **kwargs)
 
-            return ActionContext(**common, publisher=publish, agent_runner=run_agent)
+            extra: dict[str, Any] = {"waiter": self.options.waiter} if self.options.waiter else {}
+            return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
         return NodeContext(**common)
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
@@ -703,6 +766,34 @@ class Engine:
         self.publisher.publish(
             attempt.node_id, attempt.attempt_id, raw, is_active=attempt.is_live, wait_for_token=attempt.cancel
         )
+
+
+def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
+    """``SourceChanged`` unless the loaded workflow is the one the run started from (file hash or built-in
+    revision, every mounted child, the definition digest): completed steps replay only against that."""
+    same = (
+        state.workflow_source == loaded.source
+        and list(state.workflow_sources or []) == list(loaded.sources or [])
+        and state.definition_digest == loaded.digest
+    )
+    if not same:
+        where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
+        raise SourceChanged(
+            f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
+            f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
+            f"again with 'piw run {state.workflow_name}'."
+        )
+
+
+def _source_label(recorded: dict[str, Any], installed: dict[str, Any], name: str) -> str:
+    """The parenthesis of ``SourceChanged``: a file's path, or a built-in's recorded and installed revisions."""
+    if recorded.get("kind") == "builtin":
+        now = installed.get("revision") if installed.get("kind") == "builtin" else None
+        return (
+            f"builtin {recorded.get('id')} revision {recorded.get('revision')}, "
+            f"installed revision {now if now is not None else 'none'}"
+        )
+    return str(recorded.get("path") or recorded.get("id") or name)
 
 
 def _timeout_value(value: Any) -> float | None:

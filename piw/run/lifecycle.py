@@ -20,8 +20,8 @@ from typing import Any
 
 from piw.errors import ClaimLost, PiwError, RunLocked, TraceCorrupt, UsageError
 from piw.run.engine import CANCELLED_ERROR
+from piw.run.process_groups import stop_group
 from piw.run.runner import configured_durability, ensure_row
-from piw.run.takeover import Takeover, before_rerun
 from piw.store.bundle import Bundle, WriterLock, load_state, open_bundle
 from piw.store.database import now_ms
 from piw.store.index import RunIndex
@@ -186,7 +186,9 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
         lock.fence()
         if read.torn_bytes:
             truncate_tail(bundle.trace_path, read.valid_bytes)
-        before_rerun(Takeover(bundle, state, claim.taken_from, "cancel"))
+        group = state.current.process_group if state.current is not None else None
+        if group:
+            stop_group(group)  # a dead holder's command may still run: it must not outlive the run
         manifest = Manifest.model_validate(bundle.read_manifest())
         durability = resolve_durability(configured_durability(home))
         writer = RunWriter(bundle, lock, durability, state, manifest, index=RunIndex(home))

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import LoadError, PiwError, ResumeRefused, RunFinished
-from piw.run.engine import FINAL_QUEUE_STATUS, Engine, RunOptions
+from piw.errors import LoadError, PiwError, ResumeRefused, RunFinished, RunNotFound
+from piw.run.claims import FINAL_QUEUE_STATUS
+from piw.run.continuation import ContinuationSpec
+from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
-from piw.store.bundle import Bundle, load_state, new_run_id, open_bundle
+from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.store.bundle import Bundle, discard_incomplete, load_state, open_bundle
 from piw.store.lease import Lease
 from piw.store.queue import NewRun, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState
@@ -37,8 +42,12 @@ class ForegroundOptions:
     agent_executor_factory: Callable[[LoadedWorkflow], Executor | None] | None = None
     record_origin: bool = True
     on_start: Callable[[Bundle], None] | None = None
+    clock: Callable[[], datetime] | None = None
+    """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
+    waiter: Callable[[threading.Event, float], bool] | None = None
+    """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
     launch: dict[str, Any] = field(default_factory=dict)
-    """How the run was started (provider, model, script, title; never keys): recorded on its queue row so
+    """How the run was started (provider, model, script; never keys): recorded on its queue row so
     ``piw resume`` and a host reuse them."""
     origin_session: dict[str, Any] | None = None
     """An explicit origin session (``piw run --detach`` from a terminal); default: a new one if recorded."""
@@ -51,6 +60,7 @@ def new_origin_session() -> dict[str, Any]:
 
 def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) -> Engine:
     factory = options.agent_executor_factory
+    clock: dict[str, Any] = {"clock": options.clock} if options.clock else {}
     return Engine(
         workflow,
         home,
@@ -62,45 +72,40 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             origin_session=options.origin_session
             or (new_origin_session() if options.record_origin and options.session_visible else None),
             on_start=options.on_start,
+            waiter=options.waiter,
             session_visible=options.session_visible,
+            claimer=_claimer(home, workflow, options.launch),
+            **clock,
         ),
     )
 
 
-def queue_record(
-    run_id: str,
-    workflow: LoadedWorkflow,
-    raw_input: Any,
-    options: dict[str, Any],
-    origin: dict[str, Any] | None,
-) -> NewRun:
-    """The queue row of a new run: enough for a host to (re)create its bundle and run it."""
-    return NewRun(
-        run_id=run_id,
-        workflow_ref=str(workflow.path),
-        workflow_source=workflow.source,
-        definition_digest=workflow.digest,
-        input=raw_input,
-        options={key: value for key, value in options.items() if value is not None},
-        origin_session_id=(origin or {}).get("id"),
-    )
+def _claimer(
+    home: Path, workflow: LoadedWorkflow, launch: dict[str, Any]
+) -> Callable[[str, dict[str, Any]], Lease]:
+    """Claims the queue row of a run being created: inserted already claimed, or (a continuation whose row the
+    answer inserted) claimed by name."""
 
+    def claim(run_id: str, payload: dict[str, Any]) -> Lease:
+        queue = open_queue(home)
+        if queue.get(run_id) is not None:
+            return Lease(queue, queue.claim_run(run_id, runner_id())).start()
+        continued = payload.get("continuedFrom")
+        record = NewRun(
+            run_id=run_id,
+            workflow_ref=str(workflow.path),
+            workflow_source=workflow.source,
+            definition_digest=workflow.digest,
+            input=payload.get("input"),
+            options={key: value for key, value in launch.items() if value is not None},
+            origin_session_id=(payload.get("originSession") or {}).get("id"),
+            parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
+        )
+        claimed = queue.enqueue(record, claim_for=runner_id())
+        assert claimed is not None
+        return Lease(queue, claimed).start()
 
-def _claimed_start(
-    engine: Engine, run_id: str, raw_input: Any, title: str | None, launch: dict[str, Any], begin: bool
-) -> RunState:
-    """Insert the run's queue row already claimed by this process, then start the run under that claim."""
-    queue = open_queue(engine.home)
-    record = queue_record(run_id, engine.workflow, raw_input, launch, engine.options.origin_session)
-    claim = queue.enqueue(record, claim_for=runner_id())
-    assert claim is not None
-    lease = Lease(queue, claim).start()
-    try:
-        return engine.start(raw_input, title, run_id=run_id, lease=lease, begin=begin)
-    except BaseException as exc:
-        if lease.lost is None:  # failed before the engine took the claim over (e.g. the title function)
-            lease.release("failed", str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
-        raise
+    return claim
 
 
 def start_run(
@@ -109,10 +114,7 @@ def start_run(
     """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
     workflow = load_workflow(reference, home, tools_known())
     prepare_input(workflow.definition, raw_input)  # input errors come before provider selection
-    engine = _engine(workflow, home, options)
-    run_id = new_run_id(workflow.definition.name)
-    launch = {**options.launch, "title": title}
-    return _claimed_start(engine, run_id, raw_input, title, launch, begin=True)
+    return _engine(workflow, home, options).start(raw_input, title)
 
 
 def queue_run(
@@ -135,16 +137,12 @@ def queue_run(
     detached = ForegroundOptions(
         durability=options.durability,
         files=options.files,
-        agent_executor_factory=None,
         record_origin=False,
         launch=options.launch,
         origin_session=options.origin_session,
         session_visible=False,
     )
-    engine = _engine(workflow, home, detached)
-    run_id = new_run_id(workflow.definition.name)
-    launch = {**options.launch, "title": title}
-    return _claimed_start(engine, run_id, raw_input, title, launch, begin=False)
+    return _engine(workflow, home, detached).start(raw_input, title, begin=False)
 
 
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
@@ -211,6 +209,56 @@ def recorded_launch(home: Path, run_id: str) -> dict[str, Any]:
     """The provider, model and script a run was started with (its queue row), for ``piw resume``."""
     row = open_queue(home).get(run_id)
     return dict(row.options) if row is not None else {}
+
+
+def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
+    """Run an accepted answer's continuation in the foreground: create it, or resume it if it exists.
+
+    The answer is recorded first (``piw.run.answers``); this is safe to repeat: an existing continuation is
+    resumed (or just reported, when it already ended), never created twice.
+    """
+    try:
+        bundle = open_bundle(home, spec.run_id)
+    except RunNotFound:
+        bundle = None
+    if bundle is not None:
+        state = load_state(bundle)
+        if not state.run_id:
+            discard_incomplete(bundle)  # created, but run_started never committed: start it again
+        elif state.is_terminal:
+            return state
+        else:
+            return resume_run(spec.run_id, home, options)
+    parent = load_state(open_bundle(home, spec.parent_run_id))
+    workflow = load_workflow(
+        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
+    )
+    return _engine(workflow, home, options).start_continuation(spec)
+
+
+def fork_run(
+    parent_id: str,
+    home: Path,
+    point: ForkPoint,
+    options: ForegroundOptions,
+    *,
+    workflow: str | None = None,
+    raw_input: Any | None = None,
+    title: str | None = None,
+) -> RunState:
+    """Start a fork of ``parent_id`` at ``point`` and follow it; the parent bundle is only read.
+
+    ``workflow`` names a (possibly changed) definition; by default the parent's own source is loaded again.
+    """
+    parent = open_bundle(home, parent_id)
+    prefix = select_prefix(parent, point)
+    if workflow is None:
+        state = load_state(parent, prefix_events(parent))
+        workflow = str(workflow_path_of(state.workflow_source, state.workflow_name, home))
+    loaded = load_workflow(workflow, home, tools_known())
+    if raw_input is not None:
+        prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
+    return _engine(loaded, home, options).fork(prefix, raw_input, title)
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:

@@ -167,6 +167,25 @@ def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: M
     return bundle
 
 
+def copy_artifacts(source: Bundle, target: Bundle) -> int:
+    """Copy every artifact of ``source`` into ``target`` (content-addressed, so existing files are kept).
+
+    A fork's adopted events name the parent's artifacts by bundle-relative path; they are copied, durable,
+    before the first line that names them. Returns the number of files copied.
+    """
+    folder = source.path / "artifacts"
+    if not folder.is_dir():
+        return 0
+    destination = ensure_private_dir(target.path / "artifacts")
+    copied = 0
+    for item in sorted(folder.iterdir()):
+        if item.name.startswith(".") or not item.is_file() or (destination / item.name).exists():
+            continue
+        write_private_file(destination / item.name, item.read_bytes(), fsync=True)
+        copied += 1
+    return copied
+
+
 def open_bundle(home: Path, run_id: str) -> Bundle:
     """The bundle of an existing run, or ``RunNotFound``."""
     check_run_id(run_id)

@@ -132,6 +132,9 @@ class _Folder:
             max_steps=payload.get("maxSteps", 100),
             origin_session=payload.get("originSession"),
         )
+        forked = payload.get("forkedFrom")
+        if isinstance(forked, dict):
+            self.fields["forked_from"] = {"runId": forked.get("runId"), "seq": forked.get("seq")}
         continued = payload.get("continuedFrom")
         if isinstance(continued, dict):
             self.fields["parent_run_id"] = continued.get("runId")
@@ -142,8 +145,15 @@ class _Folder:
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
                 self.new_steps.append(step_from_json(raw))
+            by_attempt = {step.attempt_id: step for step in self.new_steps}
             for node_id, raw in (carried.get("results") or {}).items():
-                self.results[node_id] = step_from_json(raw)
+                # the same record as its step, as state.json's reader builds it
+                self.results[node_id] = by_attempt.get(raw.get("attemptId", "")) or step_from_json(raw)
+            # The include state of the parent, so a gate inside a mount continues with that mount's input and
+            # invocation (``stepIndex`` indexes ``steps``, where the carried steps come first).
+            self.mounts.update({path: dict(entry) for path, entry in (carried.get("mounts") or {}).items()})
+            if carried.get("usage") is not None:
+                self.fields["usage"] = carried["usage"]
             self.fields["carried_step_count"] = len(carried.get("steps") or [])
 
     def run_paused(self, event: TraceEvent) -> None:
@@ -214,6 +224,11 @@ class _Folder:
         current = self._current_for(event)
         if current is not None:
             self.current = replace(current, children=(*current.children, dict(event.payload)))
+
+    def process_started(self, event: TraceEvent) -> None:
+        current = self._current_for(event)
+        if current is not None:
+            self.current = replace(current, process_group=dict(event.payload))
 
     def update_published(self, event: TraceEvent) -> None:
         self.own()
@@ -291,6 +306,7 @@ _HANDLERS = {
     "assistant_completion_recorded": _Folder.assistant_completion_recorded,
     "child_step_finished": _Folder.child_step_finished,
     "update_published": _Folder.update_published,
+    "process_started": _Folder.process_started,
     "node_finished": _Folder.node_terminal,
     "node_failed": _Folder.node_terminal,
     **{

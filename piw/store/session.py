@@ -142,6 +142,23 @@ class SessionLog:
         self.entries.append(entry)
         return entry
 
+    def adopt(self, entry: SessionEntry) -> SessionEntry:
+        """Append a copy of another run's entry (a fork's adopted conversation), keeping its id and parent.
+
+        Ids are kept so the adopted steps' ``conversation`` ranges and receipts still name their entries.
+        """
+        copied = SessionEntry(len(self.entries) + 1, entry.at, entry.id, entry.parent_id, entry.timestamp,
+                              entry.message)  # fmt: skip
+        line = {
+            "seq": copied.seq,
+            "at": copied.at,
+            "entry": {"type": "message", "id": copied.id, "parentId": copied.parent_id,
+                      "timestamp": copied.timestamp, "message": copied.message},
+        }  # fmt: skip
+        self._appender.append((dumps_line(line) + "\n").encode("utf-8"), sync=False)
+        self.entries.append(copied)
+        return copied
+
     def find_custom(self, custom_type: str, key: str, value: Any) -> SessionEntry | None:
         """The first custom entry of a type whose ``details[key]`` equals ``value``."""
         for entry in self.entries:

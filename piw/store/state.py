@@ -126,6 +126,8 @@ class CurrentAttempt:
     prompt: str | None = None
     children: tuple[dict[str, Any], ...] = ()
     assistant_completion: dict[str, Any] | None = None
+    process_group: dict[str, Any] | None = None
+    """The shell command's group (``process_started``): a resume stops it before the node reruns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,8 @@ class RunState:
     workflow_name: str = ""
     run_title: str | None = None
     parent_run_id: str | None = None
+    forked_from: dict[str, Any] | None = None
+    """``{runId, seq}`` of the run this one was forked from (``piw fork``)."""
     carried_step_count: int = 0
     human_decision: dict[str, Any] | None = None
     workflow_source: dict[str, Any] = field(default_factory=dict)
@@ -260,6 +264,7 @@ def state_to_json(state: RunState) -> dict[str, Any]:
         "workflowName": state.workflow_name,
         "runTitle": state.run_title,
         "parentRunId": state.parent_run_id,
+        "forkedFrom": state.forked_from,
         "carriedStepCount": state.carried_step_count or None,
         "humanDecision": state.human_decision,
         "workflowSource": state.workflow_source,
@@ -299,6 +304,7 @@ def _current_to_json(current: CurrentAttempt) -> dict[str, Any]:
             "prompt": current.prompt,
             "children": list(current.children) or None,
             "assistantCompletion": current.assistant_completion,
+            "processGroup": current.process_group,
         }
     )
 
@@ -352,6 +358,7 @@ def state_from_json(data: dict[str, Any]) -> RunState:
             prompt=detail.get("prompt"),
             children=tuple(detail.get("children") or ()),
             assistant_completion=detail.get("assistantCompletion"),
+            process_group=detail.get("processGroup"),
         )
     sources = data.get("workflowSources")
     return RunState(
@@ -360,6 +367,7 @@ def state_from_json(data: dict[str, Any]) -> RunState:
         workflow_name=data.get("workflowName", ""),
         run_title=data.get("runTitle"),
         parent_run_id=data.get("parentRunId"),
+        forked_from=data.get("forkedFrom"),
         carried_step_count=data.get("carriedStepCount", 0),
         human_decision=data.get("humanDecision"),
         workflow_source=data.get("workflowSource", {}),

@@ -99,8 +99,14 @@ class RunWriter:
         node_id: str | None = None,
         attempt_id: str | None = None,
         sync: bool = False,
+        at: str | None = None,
+        externalized: bool = False,
     ) -> TraceEvent:
-        """Commit one event. ``sync`` marks an effect boundary that must be durable before the caller goes on."""
+        """Commit one event. ``sync`` marks an effect boundary that must be durable before the caller goes on.
+
+        ``at`` and ``externalized`` serve :meth:`adopt` only: a copied event keeps its recorded time, and its
+        payload already holds artifact refs (externalizing it again would escape them as user data).
+        """
         with self._mutex:
             if self._closed:
                 raise PiwError("The run writer is closed; nothing more can be recorded for this attempt.")
@@ -108,11 +114,11 @@ class RunWriter:
             seq = self.state.trace_seq + 1
             line = TraceEvent(
                 seq=seq,
-                at=now_iso(),
+                at=at or now_iso(),
                 scope=scope,
                 type=type,
                 run_id=self.bundle.run_id,
-                payload=externalize(payload, self._artifacts.write),
+                payload=payload if externalized else externalize(payload, self._artifacts.write),
                 node_id=node_id,
                 attempt_id=attempt_id,
             ).encode()
@@ -133,6 +139,21 @@ class RunWriter:
             for listener in list(self.listeners):
                 listener(event, self.state)
             return event
+
+    def adopt(self, event: TraceEvent) -> TraceEvent:
+        """Commit a copy of another run's event (a fork's adopted prefix) under this run's id and next ``seq``.
+
+        The artifacts its payload names must already be in this bundle (``copy_artifacts``).
+        """
+        return self.append(
+            event.scope,
+            event.type,
+            event.payload,
+            node_id=event.node_id,
+            attempt_id=event.attempt_id,
+            at=event.at,
+            externalized=True,
+        )
 
     def notification_queued(self, notification_id: str) -> bool:
         """Whether the trace already holds ``notification_queued`` for this id (at most one per id).

@@ -39,7 +39,7 @@ def view_for(
     """The named view of a loaded run (``name`` must be one of :data:`VIEW_NAMES`)."""
     state = run.state
     if name == "state":
-        return state_view(state, run.now, live=run.live, notice=run.notice, at=run.at)
+        return state_view(state, run.now, live=run.live, notice=run.notice, at=run.at, forks=run.forks)
     if name == "graph":
         return graph_view(run.snapshot, state, run.now)
     if name == "steps":

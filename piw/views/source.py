@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.lineage import forks_of
 from piw.store.replay import RunState, fold
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
@@ -176,6 +177,8 @@ class RunData:
     notice: str | None = None
     next_at: str | None = None
     """When time travelling: the time of the first event after ``at`` (it bounds the session entries)."""
+    forks: tuple[str, ...] = ()
+    """Runs forked from this one (``piw fork``); read by :func:`load_run` only, not on every watch frame."""
 
     def events(self) -> RecordStream[TraceEvent]:
         """A fresh stream of the trace events up to ``at``."""
@@ -227,7 +230,8 @@ def load_run(
 
     state = fold(prefix())
     data = run_data(bundle, state, at=at, notice=stream.corruption, clock=clock)
-    return replace(data, next_at=following[0] if following else None)
+    forks = tuple(forks_of(home, run_id))
+    return replace(data, next_at=following[0] if following else None, forks=forks)
 
 
 def run_data(

@@ -102,9 +102,10 @@ def _row(key: str, value: Text) -> Text:
 class StateView(View):
     def __init__(
         self, state: RunState, now: datetime, *, live: bool | None = None, notice: str | None = None,
-        at: int | None = None,
+        at: int | None = None, forks: tuple[str, ...] = (),
     ) -> None:  # fmt: skip
         self.state, self.now, self.live, self.notice, self.at = state, now, live, notice, at
+        self.forks = forks
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         state = self.state
@@ -123,6 +124,11 @@ class StateView(View):
         yield _row("workflow", name)
         if state.parent_run_id:
             yield _row("continues", safe(state.parent_run_id))
+        if state.forked_from:
+            origin = state.forked_from
+            yield _row("lineage", safe(f"forked from {origin.get('runId')} at seq {origin.get('seq')}"))
+        if self.forks:
+            yield _row("lineage" if not state.forked_from else "", safe("forks: " + ", ".join(self.forks)))
         yield _row("status", status_line(state, self.live))
         input_line = Text(digest(state.input)[:19], style="dim")
         input_line.append("  ")
@@ -154,5 +160,6 @@ def state_view(
     live: bool | None = None,
     notice: str | None = None,
     at: int | None = None,
+    forks: tuple[str, ...] = (),
 ) -> StateView:
-    return StateView(state, now, live=live, notice=notice, at=at)
+    return StateView(state, now, live=live, notice=notice, at=at, forks=forks)

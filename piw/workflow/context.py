@@ -45,6 +45,10 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _event_wait(event: threading.Event, seconds: float) -> bool:
+    return event.wait(seconds)
+
+
 @dataclass(frozen=True)
 class NodeContext:
     """What every node callable sees: ``input``, ``outputs`` (latest ok output per node), ``results`` and ids."""
@@ -70,6 +74,8 @@ class ActionContext(NodeContext):
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     publisher: Callable[[str, str, Mapping[str, Any]], UpdateReceipt] | None = field(default=None, repr=False)
     agent_runner: Callable[..., Any] | None = field(default=None, repr=False)
+    waiter: Callable[[threading.Event, float], bool] = field(default=_event_wait, repr=False)
+    """How ``sleep`` waits on the cancel event (the engine clock's companion: injectable in tests)."""
 
     def publish_update(self, type: str, key: str, data: Mapping[str, Any]) -> UpdateReceipt:
         """Record a durable update for ``(type, key)``; returns once the event is durable."""
@@ -85,5 +91,5 @@ class ActionContext(NodeContext):
 
     def sleep(self, seconds: float) -> None:
         """Sleep, returning early with ``Cancelled`` when the attempt is cancelled, parked or past its deadline."""
-        if self.cancelled.wait(max(0.0, seconds)):
+        if self.waiter(self.cancelled, max(0.0, seconds)) or self.cancelled.is_set():
             raise Cancelled(f"Step {self.node_id} was cancelled while sleeping.")

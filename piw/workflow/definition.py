@@ -17,6 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from pydantic import BaseModel
 
 from piw.errors import DefinitionError
+from piw.workflow.gates import (
+    AudienceArg,
+    Choice,
+    GateTimeoutArg,
+    HumanDecision,
+    RequestArg,
+    make_human_decision,
+)
 
 if TYPE_CHECKING:
     from piw.updates.shell_lines import ShellLine
@@ -132,21 +140,13 @@ class NotifyNode:
 
 
 @dataclass(frozen=True)
-class HumanDecision:
-    """The protected form of a checkpoint: only a person or the timeout policy answers."""
-
-    audience: str
-    choices: tuple[str, ...]
-    request: Callable[[NodeContext], str] | str
-    on_timeout: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
 class CheckpointNode:
     """The run ends ``waiting`` for an answer; the answer starts a continuation run."""
 
     summary: Callable[[NodeContext], Any] | Any = None
     human_decision: HumanDecision | None = None
+    answer: type[BaseModel] | None = None
+    """The model an answer (``piw answer RUN JSON``) must fit; the edges after the gate see its JSON dump."""
     node_type: Literal["checkpoint"] = "checkpoint"
 
 
@@ -336,35 +336,45 @@ def notify(
     return NotifyNode(message, kind)
 
 
-def checkpoint(summary: Callable[[NodeContext], Any] | Any = None) -> CheckpointNode:
-    """Stop the run in ``waiting`` until someone answers (``piw answer``)."""
-    return CheckpointNode(summary)
+def checkpoint(
+    summary: Callable[[NodeContext], Any] | Any = None, *, answer: type[BaseModel] | None = None
+) -> CheckpointNode:
+    """Stop the run in ``waiting`` until someone answers (``piw answer``); ``answer`` is the model it must fit."""
+    if answer is not None and not (isinstance(answer, type) and issubclass(answer, BaseModel)):
+        raise DefinitionError("checkpoint answer must be a pydantic model class (or None for any JSON value)")
+    return CheckpointNode(summary, None, answer)
 
 
 def human_decision(
-    audience: str,
-    choices: Sequence[str],
-    request: Callable[[NodeContext], str] | str,
-    on_timeout: Mapping[str, Any] | None = None,
+    audience: AudienceArg,
+    choices: Sequence[str | Choice],
+    request: RequestArg,
+    on_timeout: GateTimeoutArg = None,
 ) -> CheckpointNode:
-    """A protected gate that only a person (or the declared timeout policy) can answer, never a model."""
-    if not isinstance(audience, str) or not audience.strip():
-        raise DefinitionError("human_decision audience must be a non-empty string")
-    options = tuple(choices)
-    if not options or not all(isinstance(choice, str) and choice for choice in options):
-        raise DefinitionError("human_decision choices must be a non-empty list of strings")
-    _check_callable_or(request, (str,), "human_decision request")
-    if on_timeout is not None and not isinstance(on_timeout, Mapping):
-        raise DefinitionError(
-            "human_decision on_timeout must be a mapping such as {'after_s': 3600, 'choice': 'no'}"
-        )
-    return CheckpointNode(None, HumanDecision(audience, options, request, on_timeout))
+    """A protected gate that only a person (or the declared timeout policy) can answer, never a model.
+
+    ``choices`` are strings or ``choice(id, label, inputs=[text_input(...)])``; ``request`` is a string (its
+    title), a ``DecisionRequest``/mapping (title, subject, summary, blocks) or a function of the context returning
+    one; ``on_timeout`` is ``timeout_after(minutes, choice)``, ``{"after_minutes": N, "choice": C}`` or a
+    function of the context returning one or ``None``. ``audience`` may be a function of the context too.
+    """
+    return CheckpointNode(None, make_human_decision(audience, choices, request, on_timeout))
 
 
-def include(child: WorkflowDefinition, input: Callable[[NodeContext], Any] | Any = None) -> Include:
-    """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``."""
+def include(child: WorkflowDefinition | str, input: Callable[[NodeContext], Any] | Any = None) -> Include:
+    """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``.
+
+    ``child`` is a definition, or the id of a built-in (``include("plain-summary", ...)``), which resolves only
+    within the built-in catalog, never to a same-named workflow file (``builtins.md`` B14).
+    """
+    if isinstance(child, str):
+        from piw.workflow.catalog import builtin_definition
+
+        child = builtin_definition(child)
     if not isinstance(child, WorkflowDefinition):
-        raise DefinitionError("include child must be a workflow created by define_workflow(...)")
+        raise DefinitionError(
+            "include child must be a workflow created by define_workflow(...) or a built-in id"
+        )
     return Include(child, input)
 
 

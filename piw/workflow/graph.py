@@ -251,8 +251,9 @@ def _node_snapshot(graph: FlatGraph, gnode: GraphNode) -> dict[str, Any]:
             execution["effect"] = node.effect
         data["actionExecution"] = execution
     if isinstance(node, CheckpointNode) and node.human_decision is not None:
-        gate = node.human_decision
-        data["humanDecision"] = {"audience": gate.audience, "choices": list(gate.choices)}
+        data["humanDecision"] = node.human_decision.snapshot()
+    if isinstance(node, CheckpointNode) and node.answer is not None:
+        data["answer"] = {"kind": "json-schema", "schema": node.answer.model_json_schema()}
     if gnode.mount_path:
         data["mountPath"] = list(gnode.mount_path)
         data["localNodeId"] = gnode.local_id

@@ -22,6 +22,7 @@ from piw.errors import DefinitionError, InputInvalid, LoadError
 from piw.wire import sha256_hex
 from piw.workflow.definition import WorkflowDefinition
 from piw.workflow.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
+from piw.workflow.user_code import WorkflowCodeExit, call_user, describe_base_exception, is_escape
 
 SUFFIX = ".workflow.py"
 
@@ -102,10 +103,13 @@ def import_definition(path: Path) -> WorkflowDefinition:
     except DefinitionError as exc:
         line = _user_line(exc, path)
         raise DefinitionError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit or a BaseException subclass at import time is a load error too
         line = _user_line(exc, path)
         where = f"{path}:{line}" if line else str(path)
-        raise LoadError(f"{where}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        what = describe_base_exception(exc) if is_escape(exc) else f"{type(exc).__name__}: {exc}".rstrip(": ")
+        raise LoadError(f"{where}: {what}") from None
     finally:
         sys.modules.pop(module_name, None)
     workflow = getattr(module, "workflow", None)
@@ -206,7 +210,9 @@ def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
         return _json_input(definition, {} if raw is None else raw)
     if isinstance(model, type) and issubclass(model, BaseModel):
         try:
-            validated = model.model_validate({} if raw is None else raw).model_dump(mode="json")
+            validated = call_user(model.model_validate, {} if raw is None else raw).model_dump(mode="json")
+        except WorkflowCodeExit as exc:
+            raise InputInvalid(f"Invalid input for {definition.name}: {exc}.") from None
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(part) for part in error['loc']) or 'input'}: {error['msg']}"
@@ -216,7 +222,7 @@ def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
         return _json_input(definition, validated)
     normalise = cast(Callable[[Any], Any], model)
     try:
-        value = normalise(raw)
+        value = call_user(normalise, raw)
     except Exception as exc:
         raise InputInvalid(f"Invalid input for {definition.name}: {exc}.") from None
     return _json_input(definition, value)
@@ -228,7 +234,9 @@ def resolve_title(definition: WorkflowDefinition, input_value: Any) -> str | Non
         return None
     if callable(title):
         try:
-            value = title(input_value, definition.name)
+            value = call_user(title, input_value, definition.name)
+        except WorkflowCodeExit as exc:
+            raise InputInvalid(f"Workflow title function failed: {exc}.") from None
         except Exception as exc:
             raise InputInvalid(f"Workflow title function failed: {type(exc).__name__}: {exc}.") from None
         return str(value) if value is not None else None

@@ -5,20 +5,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from piw_inprocess import run_piw
 
 SOURCE = "The app crashes on save. Engineers found the cause and a fix ships on Friday."
 
 
 def piw(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PIW_HOME": str(home), "COLUMNS": "100"}
-    return subprocess.run(
-        [sys.executable, "-m", "piw", *args], capture_output=True, text=True, env=env, timeout=60
-    )
+    """``piw ARGS`` in this process (tests/piw_inprocess.py), as the console script would run it."""
+    return run_piw(args, env={**os.environ, "PIW_HOME": str(home), "COLUMNS": "100"})
 
 
 def run_summary(

@@ -28,14 +28,21 @@ class PlainSummaryInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
-    source: JsonValue
-    purpose: str = Field(min_length=1, max_length=1_000)
-    must_include: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
-        default_factory=list, max_length=32
+    source: JsonValue = Field(
+        description="The material to summarize: text, or any JSON (1 to 50,000 characters serialized)."
     )
-    max_chars: int = Field(default=2_000, ge=1, le=10_000, strict=True)
-    max_sentences: int = Field(default=5, ge=1, le=20, strict=True)
-    format: Literal["paragraphs", "bullets", "mixed"] = "paragraphs"
+    purpose: str = Field(
+        min_length=1, max_length=1_000, description="Who reads the summary and why (non-blank)."
+    )
+    must_include: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
+        default_factory=list, max_length=32, description="Points the reply must cover (each non-blank)."
+    )
+    max_chars: int = Field(default=2_000, ge=1, le=10_000, strict=True, description="Longest reply allowed.")
+    max_sentences: int = Field(default=5, ge=1, le=20, strict=True, description="Most sentences allowed.")
+    format: Literal["paragraphs", "bullets", "mixed"] = Field(
+        default="paragraphs",
+        description="paragraphs: prose; bullets: '- ' items; mixed: a paragraph, then items.",
+    )
 
     @field_validator("source")
     @classmethod

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from piw.errors import OutputInvalid
+from piw.workflow.user_code import WorkflowCodeExit, call_user, describe_base_exception
 
 if TYPE_CHECKING:
     from piw.store.session import SessionLog
@@ -117,8 +118,9 @@ class Executor(Protocol):
 
 
 def evaluate(value: Any, ctx: NodeContext) -> Any:
-    """Callables of the DSL accept a value or a function of the context."""
-    return value(ctx) if callable(value) else value
+    """Callables of the DSL accept a value or a function of the context (a ``BaseException`` it raises comes back
+    as ``WorkflowCodeExit``, so it fails the node instead of ending piw)."""
+    return call_user(value, ctx) if callable(value) else value
 
 
 def to_json_output(value: Any, node_id: str) -> Any:
@@ -137,7 +139,10 @@ def describe_exception(exc: BaseException) -> str:
 
     A ``ValueError`` is how authors reject a value on purpose, so its message stands alone; any other exception
     keeps its type name, without which a message such as ``'x'`` (a ``KeyError``) would say nothing.
+    ``sys.exit()`` and other ``BaseException``s from workflow code say what they are.
     """
+    if isinstance(exc, WorkflowCodeExit) or not isinstance(exc, Exception):
+        return describe_base_exception(exc)
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if message and type(exc) is ValueError:
         return message
@@ -155,7 +160,7 @@ def run_with_deadline(attempt: Attempt, fn: Callable[[], Any]) -> tuple[str, Any
         # No deadline to watch: run inline. A thread hand-off would cost as much as the step itself, and Ctrl-C
         # still reaches the function in the main thread (the engine parks the run).
         try:
-            return "ok", fn()
+            return "ok", call_user(fn)
         except Exception as exc:
             return "error", exc
     box: dict[str, Any] = {}

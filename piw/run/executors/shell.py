@@ -7,6 +7,8 @@ parser failure the whole process group gets SIGTERM, then SIGKILL after 1 s, so 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -16,8 +18,10 @@ from typing import Any
 
 from piw.errors import DefinitionError, NodeFailure
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.run.process_groups import group_record
 from piw.updates.shell_lines import CappedText, LineFramer, ShellLine
 from piw.workflow.definition import ActionNode, ShellCommand, ShellUpdates
+from piw.workflow.user_code import WorkflowCodeExit, call_user, is_escape
 
 KILL_GRACE_S = 1.0
 _COMMAND_FIELDS = set(ShellCommand.__dataclass_fields__)
@@ -137,9 +141,6 @@ class ShellActionExecutor:
 
     def _run(self, attempt: Attempt, node: ActionNode, command: ShellCommand) -> NodeOutcome:
         assert node.shell is not None
-        argv: str | list[str] = (
-            " ".join([command.command, *command.args]) if command.shell else [command.command, *command.args]
-        )
         env = {**os.environ, **command.env} if command.env else None
         receipt: dict[str, Any] = {
             "actionType": "shell",
@@ -149,11 +150,13 @@ class ShellActionExecutor:
         if command.cwd:
             receipt["cwd"] = command.cwd
         started = time.monotonic()
-        attempt.writer.sync()  # the node_started line and everything before it are durable before the effect
+        missing = None if command.shell else _not_startable(command.command, command.cwd, env)
+        if missing is not None:
+            receipt.update(exitCode=None, signal=None, durationMs=0)
+            return NodeOutcome.failed(f"Could not start {command.command!r}: {missing}", action=receipt)
         try:
             process = subprocess.Popen(
-                argv,
-                shell=command.shell,
+                gated_argv(command),
                 cwd=command.cwd,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -166,6 +169,21 @@ class ShellActionExecutor:
             return NodeOutcome.failed(
                 f"Could not start {command.command!r}: {exc.strerror or exc}", action=receipt
             )
+        assert process.stdin is not None
+        try:
+            # The group is durable in the trace before the command starts: a resume can then find and stop it
+            # if piw dies while it runs (persistence.md §8, piw.run.process_groups). The fsync also covers
+            # node_started and every line before it.
+            attempt.writer.append("action", "process_started", group_record(process.pid),
+                                  node_id=attempt.node_id, attempt_id=attempt.attempt_id, sync=True)  # fmt: skip
+            os.write(process.stdin.fileno(), b"\n")  # open the gate
+        except BaseException:
+            process.kill()  # still the gate (it reads its stdin first): the command never ran
+            process.wait()
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
+            raise
         updates = node.shell.updates
         readers = {
             stream: _StreamReader(
@@ -252,7 +270,7 @@ class ShellActionExecutor:
                 f"Command {command.command!r} failed with {detail}{suffix}", action=receipt
             )
         try:
-            output = node.shell.parse(result, attempt.ctx) if node.shell.parse else result
+            output = call_user(node.shell.parse, result, attempt.ctx) if node.shell.parse else result
             return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)
         except NodeFailure as exc:
             return NodeOutcome.failed(str(exc), exc.outcome, action=receipt)
@@ -261,7 +279,7 @@ class ShellActionExecutor:
 
     def _line_handler(self, attempt: Attempt, updates: ShellUpdates) -> Callable[[ShellLine], None]:
         def handle(line: ShellLine) -> None:
-            produced = updates.parse_line(line, attempt.ctx)
+            produced = call_user(updates.parse_line, line, attempt.ctx)
             if produced is None:
                 return
             items = produced if isinstance(produced, list | tuple) else [produced]
@@ -281,10 +299,39 @@ class ShellActionExecutor:
             pass
 
 
+# ``sh -c GATE piw-shell ARGV...``: wait for piw's go-ahead (one line on stdin, which a shell's ``read`` takes
+# byte by byte, so the command's own stdin follows untouched), then become the command: same pid, same group.
+# EOF instead of a go-ahead (piw died before the group was recorded) exits without running anything.
+_GATE = 'IFS= read -r _ || exit 125; exec "$@"'
+_GATE_SHELL = 'IFS= read -r _ || exit 125; exec /bin/sh -c "$1"'
+
+
+def gated_argv(command: ShellCommand) -> list[str]:
+    """The argv that runs ``command`` behind the gate; with ``shell=True`` each argument is quoted
+    (``shlex.quote``) and appended to the command line."""
+    if command.shell:
+        line = " ".join([command.command, *(shlex.quote(arg) for arg in command.args)])
+        return ["/bin/sh", "-c", _GATE_SHELL, "piw-shell", line]
+    return ["/bin/sh", "-c", _GATE, "piw-shell", command.command, *command.args]
+
+
+def _not_startable(program: str, cwd: str | None, env: Mapping[str, str] | None) -> str | None:
+    """Why ``program`` cannot be executed (as ``execvp`` would find it), or ``None`` when it can."""
+    if "/" in program:
+        path = os.path.join(cwd or ".", program)
+        if not os.path.exists(path):
+            return "No such file or directory"
+        return None if os.access(path, os.X_OK) and not os.path.isdir(path) else "Permission denied"
+    search = (env if env is not None else os.environ).get("PATH", os.defpath)
+    return None if shutil.which(program, path=search) else "No such file or directory"
+
+
 def _describe_parser_error(error: BaseException | None) -> str:
     """Name the exception type and the rule, never the line text (it may hold secrets)."""
     if error is None:
         return "unknown error"
+    if is_escape(error) or isinstance(error, WorkflowCodeExit):
+        return describe_exception(error)
     if isinstance(error, NodeFailure) or type(error).__name__ in ("UpdateRejected", "ShellLineTooLong"):
         return str(error)
     return type(error).__name__

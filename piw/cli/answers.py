@@ -1,0 +1,157 @@
+"""``piw answer`` and ``piw decide``: answer a waiting run, then follow its continuation in the foreground.
+
+Bad input (an answer that does not fit, a second different answer, blank required text) is one ``Error:`` line
+and exit 2 with nothing recorded. A valid answer is recorded first, then its continuation runs here like
+``piw resume`` (the live view, the same exit codes); an identical repeat adopts the recorded answer and
+continues (or reports) the same continuation.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from piw.cli.app import app
+from piw.cli.console import make_console
+from piw.cli.runs import ModelOption, ProviderOption, RunJsonOption, ScriptOption, VerboseOption, _follow
+from piw.errors import UsageError
+from piw.run.answers import (
+    AnswerClaim,
+    AnswerReceipt,
+    Wait,
+    claim_answer,
+    claim_decision,
+    now_text,
+    parse_answer_json,
+    parse_texts,
+    read_wait,
+)
+from piw.run.engine import check_source
+from piw.run.runner import continue_run, tools_known, workflow_path_of
+from piw.store.bundle import piw_home
+from piw.store.replay import RunState
+from piw.store.runref import resolve_run_id
+from piw.terminal import single_line
+from piw.workflow.definition import CheckpointNode
+from piw.workflow.loader import LoadedWorkflow, load_workflow
+
+
+def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
+    """The run's workflow as it is now; an answer to a changed workflow is refused before it is recorded."""
+    workflow = load_workflow(
+        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+    )
+    check_source(workflow, state)
+    return workflow
+
+
+def answer_book(home: Path) -> Any:
+    from piw.run.answer_file import FileAnswerBook
+
+    return FileAnswerBook(home)
+
+
+def _record(home: Path, claim: AnswerClaim) -> AnswerReceipt:
+    receipt: AnswerReceipt = answer_book(home).record_answer(claim)
+    return receipt
+
+
+def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
+    if as_json:
+        return
+    spec = receipt.spec
+    answer = spec.answer
+    what = (
+        f"{answer['choice']} ({receipt.provenance})"
+        if isinstance(answer, dict) and isinstance(spec.human_decision, dict)
+        else "the answer"
+    )
+    verb = "Already answered with" if receipt.adopted else "Recorded"
+    console = make_console(sys.stderr if as_json else sys.stdout)
+    console.print(
+        f"{verb} {single_line(what)} for run {spec.parent_run_id} at {single_line(spec.node_id)}; "
+        f"continuing as run {spec.run_id}."
+    )
+
+
+def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[Any, ...]) -> int:
+    _announce(receipt, as_json)
+    spec = receipt.spec
+    extra = {
+        "continuedFrom": {
+            "runId": spec.parent_run_id,
+            "nodeId": spec.node_id,
+            **({"humanDecision": spec.human_decision} if spec.human_decision else {}),
+        },
+        "adopted": receipt.adopted,
+    }
+    return _follow(lambda options: continue_run(spec, home, options), as_json, flags, extra)
+
+
+def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
+    gnode = workflow.graph.nodes.get(wait.node_id)
+    node = gnode.node if gnode is not None else None
+    return node.answer if isinstance(node, CheckpointNode) else None
+
+
+@app.command()
+def answer(
+    run_id: Annotated[str, typer.Argument(help="The waiting run (id, unique prefix, latest, -1).")],
+    answer_json: Annotated[
+        str,
+        typer.Argument(
+            metavar="JSON",
+            help='The answer as JSON (or @file); a decision takes {"choice": ..., <text inputs>}.',
+        ),
+    ],
+    provider: ProviderOption = None,
+    model: ModelOption = None,
+    script: ScriptOption = None,
+    verbose: VerboseOption = False,
+    as_json: RunJsonOption = False,
+) -> int:
+    """Answer a waiting checkpoint; its one continuation run follows the checkpoint's edge here."""
+    home = piw_home()
+    run_id = resolve_run_id(home, run_id)
+    text = answer_json
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"Cannot read the answer file {text[1:]} ({exc.strerror}).") from None
+    value = parse_answer_json(text)
+    wait, state = read_wait(home, run_id)
+    workflow = _loaded(home, state)
+    claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
+    return _continue(home, _record(home, claim), as_json, (verbose, provider, model, script))
+
+
+@app.command()
+def decide(
+    run_id: Annotated[str, typer.Argument(help="The run waiting for a decision (id, prefix, latest, -1).")],
+    choice: Annotated[str, typer.Argument(help="One of the decision's choices.")],
+    text: Annotated[
+        list[str] | None,
+        typer.Option("--text", help="The text a choice needs; NAME=VALUE when it has several fields."),
+    ] = None,
+    request_sha256: Annotated[
+        str | None,
+        typer.Option("--request-sha256", help="Refuse unless the request is the one with this digest."),
+    ] = None,
+    provider: ProviderOption = None,
+    model: ModelOption = None,
+    script: ScriptOption = None,
+    verbose: VerboseOption = False,
+    as_json: RunJsonOption = False,
+) -> int:
+    """Decide a human_decision gate as a person; the continuation run follows the chosen edge here."""
+    home = piw_home()
+    run_id = resolve_run_id(home, run_id)
+    wait, state = read_wait(home, run_id)
+    texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}
+    claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
+    _loaded(home, state)
+    return _continue(home, _record(home, claim), as_json, (verbose, provider, model, script))

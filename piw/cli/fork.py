@@ -1,0 +1,63 @@
+"""``piw fork``: start a new run from a step of an earlier one, adopting everything that finished before it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from piw.cli.app import app
+from piw.cli.runs import (
+    ModelOption,
+    ProviderOption,
+    RunJsonOption,
+    ScriptOption,
+    VerboseOption,
+    _follow,
+)
+from piw.run.fork import ForkPoint
+from piw.run.runner import fork_run
+from piw.store.bundle import piw_home
+from piw.store.runref import resolve_run_id
+from piw.workflow.loader import parse_input_option
+
+
+@app.command()
+def fork(
+    run_id: Annotated[str, typer.Argument(help="The run to fork (an id, a unique prefix, latest or -N).")],
+    from_node: Annotated[
+        str | None, typer.Option("--from", help="Fork before the first attempt of this node.")
+    ] = None,
+    at: Annotated[int | None, typer.Option("--at", help="Fork after this trace sequence number.")] = None,
+    workflow: Annotated[
+        str | None, typer.Option("--workflow", help="A changed definition to continue with (a path or name).")
+    ] = None,
+    input: Annotated[
+        str | None,
+        typer.Option("--input", help="New run input: JSON text, or @file (default: the parent's)."),
+    ] = None,
+    title: Annotated[str | None, typer.Option("--title", help="A title for the fork.")] = None,
+    provider: ProviderOption = None,
+    model: ModelOption = None,
+    script: ScriptOption = None,
+    verbose: VerboseOption = False,
+    as_json: RunJsonOption = False,
+) -> int:
+    """Start a new run that adopts the steps a run finished before a fork point, then continues live.
+
+    Adopted steps are copied from the parent's trace with their outputs, updates and conversation; none runs
+    again and none makes a model request. With --provider replay, later agent steps are answered from the
+    parent's recorded replies while their prompts match.
+    """
+    point = ForkPoint(node=from_node, seq=at)
+    home = piw_home()
+    parent = resolve_run_id(home, run_id)
+    raw_input = parse_input_option(input) if input is not None else None
+    return _follow(
+        lambda options: fork_run(
+            parent, home, point, options, workflow=workflow, raw_input=raw_input, title=title
+        ),
+        as_json,
+        (verbose, provider, model, script),
+        replay_from=parent if provider == "replay" else None,
+    )

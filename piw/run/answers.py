@@ -1,0 +1,281 @@
+"""Answering checkpoints and deciding human gates: validation, the one winning answer, the continuation.
+
+``piw answer RUN JSON`` and ``piw decide RUN CHOICE [--text T]`` (and the terminal prompt of a foreground run)
+all come here. An answer is checked against what the waiting run recorded (its choices and text limits, or the
+checkpoint's answer model) before anything is written; then the answer book records the first valid answer and
+the continuation it starts, in one transaction, so a checkpoint has exactly one continuation whatever races
+(``persistence.md`` §8, §10.3). A model can never get here: the ``workflow`` tool has no answer action, and
+executors never call this module.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from piw.errors import AnswerInvalid, RunNotFound
+from piw.run.continuation import ContinuationSpec
+from piw.store.bundle import new_run_id, open_bundle
+from piw.store.replay import RunState, fold
+from piw.wire import digest, format_time
+from piw.workflow.gates import check_answer, is_gate_request
+
+Provenance = Literal["human", "timeout", "cancel"]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What a waiting run waits for: a human decision (its open request) or a plain checkpoint (its summary)."""
+
+    run_id: str
+    workflow_name: str
+    node_id: str
+    kind: Literal["human_decision", "checkpoint"]
+    output: Any
+    """The gate's recorded request (``kind == "human_decision"``) or the checkpoint's summary."""
+    answer_schema: dict[str, Any] | None = None
+    """The checkpoint's declared answer model as JSON schema (from the definition snapshot), if any."""
+
+    @property
+    def decision_id(self) -> str | None:
+        return str(self.output["decisionId"]) if self.kind == "human_decision" else None
+
+    @property
+    def request_sha256(self) -> str | None:
+        return str(self.output.get("requestSha256")) if self.kind == "human_decision" else None
+
+
+def read_wait(home: Path, run_id: str) -> tuple[Wait, RunState]:
+    """The wait of a run that ended ``waiting``; ``AnswerInvalid`` (nothing to answer) otherwise."""
+    bundle = open_bundle(home, run_id)
+    state = fold(bundle.read_trace().events)
+    if not state.run_id:
+        raise AnswerInvalid(f"Run {run_id} never started; there is nothing to answer.")
+    if state.status != "waiting" or not state.waiting_on:
+        hint = (
+            " It is still running; wait for it to stop at the checkpoint."
+            if state.status == "running"
+            else ""
+        )
+        raise AnswerInvalid(f"Run {run_id} is not waiting for an answer ({state.status}).{hint}")
+    output = bundle.resolve(state.final_output)
+    node = bundle.read_snapshot().get("nodes", {}).get(state.waiting_on, {})
+    if is_gate_request(output) and "humanDecision" in node:
+        return Wait(run_id, state.workflow_name, state.waiting_on, "human_decision", output), state
+    schema = node.get("answer", {}).get("schema") if isinstance(node.get("answer"), dict) else None
+    return Wait(run_id, state.workflow_name, state.waiting_on, "checkpoint", output, schema), state
+
+
+def who_answers() -> str:
+    """``user@host`` of the person at this terminal (recorded as ``answered_by``)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment: still record the host
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class AnswerClaim:
+    """One attempt to answer: what the book records when it wins, and what a repeat is compared with."""
+
+    spec: ContinuationSpec
+    fingerprint: str
+    """``sha256:`` of the canonical answer (a decision: choice and texts; a checkpoint: the answer JSON)."""
+    scope: Literal["run.answer", "decision.answer"]
+    key: str
+    """The idempotency key: the decision id, or the waiting run's id for a plain checkpoint."""
+    provenance: Provenance = "human"
+    answered_by: str = ""
+    decision_id: str | None = None
+    request_sha256: str | None = None
+    workflow_name: str = ""
+    parent_state: RunState | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class AnswerReceipt:
+    """The winning answer as recorded: the continuation it started, and whether this call adopted it."""
+
+    spec: ContinuationSpec
+    adopted: bool
+    provenance: str = "human"
+
+    @property
+    def continuation_run_id(self) -> str:
+        return self.spec.run_id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runId": self.spec.parent_run_id,
+            "nodeId": self.spec.node_id,
+            "continuationRunId": self.spec.run_id,
+            "answer": self.spec.answer,
+            "humanDecision": self.spec.human_decision,
+            "adopted": self.adopted,
+        }
+
+
+class AnswerBook(Protocol):
+    """Records the first valid answer to a waiting run and the continuation it starts (one transaction).
+
+    An identical repeat (same fingerprint) returns the stored receipt with ``adopted=True``; a different answer
+    raises ``ContinuationExists`` (plain checkpoint) or ``DecisionResolved`` (human decision).
+    """
+
+    def record_answer(self, claim: AnswerClaim) -> AnswerReceipt: ...
+
+
+def _fingerprint(value: Any) -> str:
+    return digest(value)
+
+
+def claim_decision(
+    wait: Wait,
+    choice: str,
+    texts: Mapping[str, str],
+    *,
+    provenance: Provenance = "human",
+    answered_by: str | None = None,
+    seen_sha256: str | None = None,
+    now_iso: str,
+) -> AnswerClaim:
+    """Check a decision answer against the open request; ``AnswerInvalid`` names what to fix."""
+    if wait.kind != "human_decision":
+        raise AnswerInvalid(
+            f"Run {wait.run_id} waits at checkpoint {wait.node_id}, which is not a decision; answer it with "
+            f"'piw answer {wait.run_id} JSON'."
+        )
+    if seen_sha256 is not None and seen_sha256 != wait.request_sha256:
+        raise AnswerInvalid(
+            f"The request of decision {wait.node_id} is {wait.request_sha256}, not {seen_sha256}; look at it again "
+            f"with 'piw inspect {wait.run_id}' before deciding."
+        )
+    try:
+        answer = check_answer(wait.output, choice, texts, provenance)
+    except ValueError as exc:
+        raise AnswerInvalid(str(exc)) from None
+    by = answered_by or who_answers()
+    receipt = {
+        "decisionId": wait.decision_id,
+        "choice": choice,
+        "provenance": provenance,
+        "answeredBy": by,
+        "requestSha256": wait.request_sha256,
+        "resolvedAt": now_iso,
+    }
+    texts_given = {key: value for key, value in answer.items() if key not in ("choice", "provenance")}
+    spec = ContinuationSpec(new_run_id(wait.workflow_name), wait.run_id, wait.node_id, answer, receipt)
+    assert wait.decision_id is not None
+    return AnswerClaim(
+        spec=spec,
+        fingerprint=_fingerprint({"choice": choice, "texts": texts_given}),
+        scope="decision.answer",
+        key=wait.decision_id,
+        provenance=provenance,
+        answered_by=by,
+        decision_id=wait.decision_id,
+        request_sha256=wait.request_sha256,
+        workflow_name=wait.workflow_name,
+    )
+
+
+def parse_answer_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AnswerInvalid(
+            f"The answer is not valid JSON ({exc.msg} at position {exc.pos}); quote it, e.g. '{{\"ok\": true}}'."
+        ) from None
+
+
+def claim_answer(
+    wait: Wait,
+    value: Any,
+    answer_model: type[BaseModel] | None,
+    *,
+    answered_by: str | None = None,
+    now_iso: str,
+) -> AnswerClaim:
+    """``piw answer``: a decision answered as JSON ``{"choice": …, <text inputs>}``, or a checkpoint's answer."""
+    if wait.kind == "human_decision":
+        if not isinstance(value, dict) or not isinstance(value.get("choice"), str):
+            raise AnswerInvalid(
+                f'Decision {wait.node_id} takes {{"choice": ..., <text inputs>}}; or use '
+                f"'piw decide {wait.run_id} CHOICE'."
+            )
+        if "provenance" in value:
+            raise AnswerInvalid("An answer cannot set 'provenance'; piw records who answered and how.")
+        texts = {key: item for key, item in value.items() if key != "choice"}
+        bad = next((key for key, item in texts.items() if not isinstance(item, str)), None)
+        if bad is not None:
+            raise AnswerInvalid(f"Text input {bad!r} must be a string.")
+        return claim_decision(wait, value["choice"], texts, answered_by=answered_by, now_iso=now_iso)
+    answer = value
+    if answer_model is not None:
+        try:
+            answer = answer_model.model_validate(value).model_dump(mode="json")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            path = ".".join(str(part) for part in first.get("loc", ())) or "answer"
+            raise AnswerInvalid(
+                f"The answer does not fit checkpoint {wait.node_id}: {path}: {first.get('msg', 'invalid')}."
+            ) from None
+    try:
+        json.dumps(answer, allow_nan=False)
+    except ValueError:
+        raise AnswerInvalid("The answer must be JSON without NaN or Infinity.") from None
+    spec = ContinuationSpec(new_run_id(wait.workflow_name), wait.run_id, wait.node_id, answer)
+    return AnswerClaim(
+        spec=spec,
+        fingerprint=_fingerprint(answer),
+        scope="run.answer",
+        key=wait.run_id,
+        answered_by=answered_by or who_answers(),
+        workflow_name=wait.workflow_name,
+    )
+
+
+def parse_texts(values: list[str], wait: Wait, choice: str) -> dict[str, str]:
+    """``--text T`` fills the choice's one text input; with several, each is ``--text NAME=VALUE``."""
+    if not values:
+        return {}
+    choices = wait.output.get("choices", []) if isinstance(wait.output, dict) else []
+    picked = next((item for item in choices if isinstance(item, dict) and item.get("id") == choice), None)
+    names = [str(item.get("name")) for item in (picked or {}).get("inputs", [])]
+    if picked is not None and len(names) == 1:
+        if len(values) > 1:
+            raise AnswerInvalid(f"Choice {choice!r} takes one text ({names[0]}); pass --text once.")
+        return {names[0]: values[0]}
+    if picked is not None and not names:
+        raise AnswerInvalid(f"Choice {choice!r} takes no text; drop --text.")
+    texts: dict[str, str] = {}
+    for value in values:
+        name, sep, text = value.partition("=")
+        if not sep:
+            raise AnswerInvalid(
+                f"Choice {choice!r} has several text fields ({', '.join(names)}); use --text NAME=VALUE."
+            )
+        texts[name] = text
+    return texts
+
+
+def now_text() -> str:
+    from datetime import UTC, datetime
+
+    return format_time(datetime.now(UTC))
+
+
+def existing_run(home: Path, run_id: str) -> bool:
+    try:
+        open_bundle(home, run_id)
+    except RunNotFound:
+        return False
+    return True
