@@ -287,3 +287,24 @@ def test_resume_of_a_run_held_live_elsewhere_is_refused(
         gate.write_text("open")
         runner.communicate(timeout=60)
     assert types(piw_home, run_id)[-1] == "run_completed"
+
+
+def test_watch_of_a_crashed_run_says_so_and_exits_and_ctrl_c_exits_130(
+    cli: Cli, piw_home: Path, gated: tuple[Path, Path]
+) -> None:
+    flow, gate = gated
+    runner = cli.popen("run", str(flow))
+    run_id = only_run(piw_home)
+    wait_for(lambda: Path(str(gate) + ".started").exists(), what="the gated step")
+    watcher = cli.popen("watch", run_id)
+    assert watcher.stdout is not None
+    assert watcher.stdout.readline()  # its first frame of the live run is out: it is watching
+    watcher.send_signal(signal.SIGINT)
+    watcher.communicate(timeout=30)
+    assert watcher.returncode == 130  # docs/cli.md: Ctrl-C while watching exits 130; the run is not affected
+    runner.kill()
+    runner.communicate(timeout=30)
+    done = cli.process("watch", run_id, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"Run {run_id} is not being run by any process" in done.stdout
+    assert types(piw_home, run_id)[-1] != "run_cancelled"  # watching never writes

@@ -136,7 +136,10 @@ class StepLog:
             line.append("↻ resumed", style="bold")
             if event.payload.get("resumeAt"):
                 line.append(f" at {_node_label(str(event.payload['resumeAt']))}")
-        elif kind.startswith("run_") and kind != "run_paused":
+        elif kind == "run_paused":
+            line.append("■ paused", style="bold yellow")
+            line.append(f"; continue it with 'piw resume {single_line(event.run_id)}'")
+        elif kind.startswith("run_"):
             status = state.status
             style = "green" if status in ("completed", "waiting") else "red"
             line.append(f"■ {single_line(status)}", style=f"bold {style}")
