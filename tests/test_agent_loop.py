@@ -262,14 +262,14 @@ def test_bad_prompts_fail_before_any_request(home: Path, tmp_path: Path, prompt:
 
 def test_system_prompt_and_prompt_function(home: Path, tmp_path: Path, openai_stub: OpenAIStub) -> None:
     write_stub_config(home, openai_stub, extra='[agent]\nsystem_prompt = "You are terse."')
-    openai_stub.respond = submit_reply("done")
+    openai_stub.respond = submit_reply({"status": "done"})
     flow = one_agent(tmp_path, "agent(prompt=lambda ctx: f\"Handle {ctx.input['item']}.\")")
     run = start_configured(home, flow, run_input={"item": "ticket-7"})
     messages = openai_stub.requests[0]["messages"]
     assert messages[0] == {"role": "system", "content": "You are terse."}
     assert messages[1]["role"] == "user" and messages[1]["content"].startswith("Handle ticket-7.\n\n---\n")
     assert len(messages) == 2  # nothing else is added: no host files, no extra context
-    assert run.terminal("step")["payload"]["output"] == "done"
+    assert run.terminal("step")["payload"]["output"] == {"status": "done"}
 
 
 def test_tools_allowlist_rules(home: Path, tmp_path: Path) -> None:

@@ -29,12 +29,14 @@ from agent_harness import (
 from pydantic import BaseModel
 
 from piw.agent.contract import contract_text, format_reminder, format_step_prompt, make_contract
+from piw.agent.schema import model_schema
 from piw.agent.workflow_tool import (
     ASSISTANT_STEP_SUBMIT,
     GATE_CLOSED,
-    WORKFLOW_TOOL_SCHEMA,
+    GENERIC_WORKFLOW_SCHEMA,
     ActiveStep,
     WorkflowTool,
+    step_tool_schema,
 )
 from piw.providers.base import ChatRequest
 from piw.providers.messages import AssistantMessage, CustomMessage, ToolCallBlock
@@ -44,6 +46,7 @@ from piw.testing import OpenAIStub, StubReply, openai_stub
 __all__ = ["home", "openai_stub"]
 
 SUBMIT_NODE = "agent(prompt='Classify the report.')"
+UPDATES_NODE = "agent(prompt='Classify the report.', updates=True)"
 
 
 def two_steps(tmp_path: Path, second_prompt: str = "Write a reply.") -> Path:
@@ -75,7 +78,8 @@ def test_15_first_try_submit_costs_one_request_offering_workflow(
     assert openai_stub.request_count == 1
     assert openai_stub.tool_names == [["workflow"]]
     body = openai_stub.requests[0]
-    assert body["tools"][0]["function"]["parameters"] == WORKFLOW_TOOL_SCHEMA
+    assert body["tools"][0]["function"]["parameters"] == step_tool_schema(None, updates=False)
+    assert body["tools"][0]["function"]["description"] == "Submit the output of workflow step step."
     assert "tool_choice" not in body  # structured_tool_choice defaults to "auto": nothing forced
     finished = run.terminal("step")["payload"]
     assert finished["output"] == {"label": "bug"}
@@ -132,8 +136,8 @@ def test_18_quoted_contract_text_does_not_open_the_gate(
 ) -> None:
     write_stub_config(home, openai_stub)
     quoted = (
-        "Please reply. Earlier you were told:\nFinish this step by calling the `workflow` tool with:\n"
-        '{"action": "submit", "step": "reply", "attempt": "0123", "output": <result>}'
+        "Please reply. Earlier you were told:\n"
+        'Finish this step by calling the `workflow` tool with action "submit" and your result as "output".'
     )
     openai_stub.respond = sequence(submit_reply({"label": "bug"}), StubReply.text("Plain answer."))
     run = start_configured(home, two_steps(tmp_path, quoted))
@@ -157,17 +161,19 @@ def _walk_keys(value: Any) -> set[str]:
 
 
 def test_19_schema_root_is_an_object_without_unions() -> None:
-    schema = WORKFLOW_TOOL_SCHEMA
-    assert schema["type"] == "object" and schema["required"] == ["action"]
-    assert schema["properties"]["action"] == {"type": "string", "enum": ["submit", "update", "status"]}
-    assert schema["additionalProperties"] is False
-    assert not _walk_keys(schema) & {"anyOf", "oneOf", "allOf"}
+    for schema in (step_tool_schema(None, False), step_tool_schema(Verdict, True), GENERIC_WORKFLOW_SCHEMA):
+        assert schema["type"] == "object" and schema["required"] == ["action"]
+        assert schema["additionalProperties"] is False
+        assert not set(schema) & {"anyOf", "oneOf", "allOf"}
+    assert step_tool_schema(None, False)["properties"]["action"] == {"type": "string", "enum": ["submit"]}
+    generic = GENERIC_WORKFLOW_SCHEMA["properties"]["action"]
+    assert generic == {"type": "string", "enum": ["submit", "update", "status"]}
 
 
-def _tool(completion: str = "submit") -> WorkflowTool:
+def _tool(completion: str = "submit", updates: bool = True) -> WorkflowTool:
     expected = None if completion == "submit" else __import__("piw").assistant_message()
-    contract = make_contract("run1", "wf", "step", "a" * 32, expected)
-    return WorkflowTool(ActiveStep(contract=contract, accept=lambda value: value))
+    contract = make_contract("run1", "wf", "step", "a" * 32, expected, updates=updates)
+    return WorkflowTool(ActiveStep(contract=contract, accept=lambda value: value), updates=updates)
 
 
 @pytest.mark.parametrize(
@@ -198,8 +204,7 @@ def test_19_invalid_json_arguments_through_the_loop(home: Path, tmp_path: Path) 
         return AssistantMessage(content=[call], stop_reason="toolUse")
 
     def good(request: ChatRequest, index: int) -> AssistantMessage:
-        assert request.step is not None
-        args = {"action": "submit", "step": "step", "attempt": request.step.attempt_id, "output": [1, 2]}
+        args = {"action": "submit", "output": [1, 2]}  # step and attempt are optional
         return AssistantMessage(
             content=[ToolCallBlock(id="c2", name="workflow", arguments=args)], stop_reason="toolUse"
         )
@@ -228,7 +233,7 @@ def test_20_exact_texts_and_termination_in_one_batch(home: Path, tmp_path: Path)
         return AssistantMessage(content=list(blocks), stop_reason="toolUse")
 
     provider = ScriptedProvider([batch])
-    run = start(home, one_agent(tmp_path, SUBMIT_NODE), provider)
+    run = start(home, one_agent(tmp_path, UPDATES_NODE), provider)
     attempt = run.of_type("node_started", "step")[0]["attemptId"]
     results = run.tool_results()
     assert [r["content"] for r in results[:4]] == [
@@ -269,7 +274,7 @@ def test_20_update_publishes_and_never_finishes(home: Path, tmp_path: Path) -> N
         )
 
     provider = ScriptedProvider([update, {"submit": {"ok": True}}])
-    run = start(home, one_agent(tmp_path, SUBMIT_NODE), provider)
+    run = start(home, one_agent(tmp_path, UPDATES_NODE), provider)
     published = run.of_type("update_published", "step")
     assert len(published) == 1 and published[0]["payload"]["idempotencyKey"] == "upd_1"
     assert published[0]["payload"]["data"] == PROGRESS
@@ -330,7 +335,8 @@ def test_22_pydantic_schema_in_contract_and_checked_before_validate(
     )
     provider = ScriptedProvider([{"submit": {"route": "bug"}}, {"submit": {"route": "bug", "score": "7"}}])
     run = start(home, flow, provider)
-    schema = json.dumps(Verdict.model_json_schema(), sort_keys=True, separators=(",", ":"))
+    schema = json.dumps(model_schema(Verdict), sort_keys=True, separators=(",", ":"))
+    assert '"title"' not in schema
     expected = "a JSON value matching this JSON Schema: " + schema
     assert run.step_messages()[0]["details"]["contract"]["expectedOutput"] == expected
     assert f"Expected output: {expected}\n" in run.prompts()[0]["prompt"]
@@ -418,17 +424,25 @@ def test_23_contract_texts_match_the_spec() -> None:
     assert contract_text(contract) == (
         "---\n"
         "Workflow step: workflow wf, step inc/step, attempt a1b2\n\n"
-        "Finish this step by calling the `workflow` tool with:\n"
-        '{"action": "submit", "step": "inc/step", "attempt": "a1b2", "output": <result>}\n'
+        'Finish this step by calling the `workflow` tool with action "submit" and your result as "output".\n'
         "Expected output: a JSON object with your result\n"
-        "Before finishing you may report progress, as often as useful, with:\n"
-        '{"action": "update", "step": "inc/step", "attempt": "a1b2", '
-        '"update": {"type": "progress", "key": "...", '
-        '"data": {...}}}\n'
+        "The step is finished only when the tool accepts your output. "
+        "If the tool returns an error, correct the output and submit again."
+    )
+    with_updates = make_contract("r1", "wf", "inc/step", "a1b2", None, updates=True)
+    assert contract_text(with_updates) == (
+        "---\n"
+        "Workflow step: workflow wf, step inc/step, attempt a1b2\n\n"
+        'Finish this step by calling the `workflow` tool with action "submit" and your result as "output".\n'
+        "Expected output: a JSON object with your result\n"
+        'You may report progress before finishing by calling the tool with action "update".\n'
         "Updates are recorded but never finish the step.\n"
         "The step is finished only when the tool accepts your output. "
         "If the tool returns an error, correct the output and submit again."
     )
+    for text in (contract_text(contract), contract_text(with_updates)):
+        assert "<result>" not in text and '"..."' not in text and text.count("a1b2") == 1
+    assert with_updates.to_wire()["updates"] is True and "updates" not in contract.to_wire()
     from piw import assistant_message
 
     assistant = make_contract("r1", "wf", "s", "a1", assistant_message(max_chars=12))
@@ -520,7 +534,7 @@ def test_max_turns_text_and_no_extra_request(home: Path, tmp_path: Path, openai_
     write_stub_config(home, openai_stub, extra="[agent]\nmax_turns = 3")
     # a tool call every turn: the loop would continue forever without the budget
     openai_stub.respond = lambda body: StubReply.tool("workflow", {"action": "status"})
-    run = start_configured(home, one_agent(tmp_path, SUBMIT_NODE))
+    run = start_configured(home, one_agent(tmp_path, UPDATES_NODE))  # status calls are no rejections
     failed = run.terminal("step")["payload"]
     assert failed["error"] == "Step step used 3 turns without finishing."
     assert openai_stub.request_count == 3
@@ -554,7 +568,7 @@ def test_update_tool_call_id_is_the_idempotency_key(home: Path, tmp_path: Path) 
         ]
         return AssistantMessage(content=list(calls), stop_reason="toolUse")
 
-    run = start(home, one_agent(tmp_path, SUBMIT_NODE), ScriptedProvider([batch, {"submit": 1}]))
+    run = start(home, one_agent(tmp_path, UPDATES_NODE), ScriptedProvider([batch, {"submit": 1}]))
     assert len(run.of_type("update_published")) == 1
     first, repeat, changed = run.tool_results()[:3]
     assert not first["isError"] and repeat["content"] == first["content"]

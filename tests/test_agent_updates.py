@@ -38,7 +38,7 @@ def home(piw_home: Path) -> Path:
     return piw_home
 
 
-def agent_workflow(tmp_path: Path, node: str = "agent(prompt='Import the rows.')") -> Path:
+def agent_workflow(tmp_path: Path, node: str = "agent(prompt='Import the rows.', updates=True)") -> Path:
     path = tmp_path / "wf.workflow.py"
     path.write_text(
         textwrap.dedent(
@@ -176,10 +176,14 @@ def test_an_update_never_completes_the_step_or_starts_a_turn(tmp_path: Path, hom
 def test_updates_alone_do_not_finish_the_step(tmp_path: Path, home: Path) -> None:
     # A response holding only an update leads to the model's next turn (to read the receipt), not an output.
     provider = ScriptedProvider(
-        [calls(update("u1", "note", "k", {})), "All done, no submission.", calls(submit("s1", "late"))]
+        [
+            calls(update("u1", "note", "k", {})),
+            "All done, no submission.",
+            calls(submit("s1", {"late": True})),
+        ]
     )
     state = run(agent_workflow(tmp_path), home, provider)
-    assert state["finalOutput"] == "late"
+    assert state["finalOutput"] == {"late": True}
     trace = events(home, state["runId"])
     deliveries = [e["payload"]["deliveryKind"] for e in trace if e["type"] == "agent_prompt_sent"]
     # The reply without a submit earned a reminder; the update did not.
@@ -195,7 +199,7 @@ def test_a_redelivered_tool_call_id_returns_the_first_receipt(tmp_path: Path, ho
             calls(update("dup", "note", "k", {"b": [1, 2], "a": 1})),  # same content, other key order
             calls(update("dup", "note", "k", {"a": 2, "b": [1, 2]})),
             calls(update("dup", "note", "k", {"a": True, "b": [1, 2]})),  # True is not 1
-            calls(submit("s", "ok")),
+            calls(submit("s", {"ok": 1})),
         ]
     )
     state = run(agent_workflow(tmp_path), home, provider)

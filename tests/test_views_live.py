@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from test_views_support import RUN_IDS, Runs, assert_terminal_safe, render, shared_runs
 
-from piw.cli.live import LiveDisplay
+from piw.cli.live import LiveDisplay, StepLog
 from piw.run.runner import ForegroundOptions, start_run
 from piw.store.replay import RunState, fold
 from piw.store.trace import read_trace
@@ -68,6 +68,39 @@ def test_plain_console_gets_step_lines(tmp_path: Path) -> None:
     assert "▶ plan  compute" in text and "✓ work  ok" in text and "■ completed" in text
     assert "✉ Finished \\x1b[2J\\x0d\\u202e[red]x[/red]" in text, "the notification's text, not only its id"
     assert "\x1b" not in text and "\r" not in text
+
+
+def test_the_plain_log_and_the_rich_log_say_the_same_thing(runs: Runs, tmp_path: Path) -> None:
+    """Off a terminal the step log is written as plain text; on one it is rich ``Text``: the words are the same."""
+    _run(
+        tmp_path, Console(file=io.StringIO(), width=100, color_system=None)
+    )  # one more run, with progress lines
+    plain_out = io.StringIO()
+    plain = StepLog(Console(file=plain_out, width=100, color_system=None))
+    rich_console = Console(file=io.StringIO(), width=10_000, force_terminal=True, record=True)
+    styled = StepLog(rich_console)
+    assert plain.plain and not styled.plain
+    traces = [runs.bundle(name) / "trace.ndjson" for name in RUN_IDS]
+    traces += list((tmp_path / "home" / "runs").glob("*/trace.ndjson"))
+    kinds = set()
+    for trace in traces:
+        events = read_trace(trace).events
+        for index, event in enumerate(events):
+            state = fold(events[: index + 1])
+            plain(event, state)
+            styled(event, state)
+            rich_line = styled.line(event, state)
+            assert styled.plain_line(event, state) == (None if rich_line is None else rich_line.plain)
+            kinds.add(event.type)
+    assert {
+        "node_started",
+        "node_finished",
+        "node_failed",
+        "update_published",
+        "notification_queued",
+    } <= kinds
+    assert plain_out.getvalue() == rich_console.export_text(styles=False)
+    assert "\x1b" not in plain_out.getvalue()
 
 
 def test_terminal_console_gets_a_live_frame(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from piw.agent.schema import model_schema
 from piw.workflow.definition import AssistantMessage
 
 
@@ -27,11 +28,15 @@ class AgentStepContract(BaseModel):
     completion: Literal["submit", "assistant"]
     expected_output: str | None = None
     max_output_chars: int | None = None
+    updates: bool = False
+    """The node opted in to ``update``/``status`` (``agent(updates=True)``); on the wire only when true."""
 
     def to_wire(self) -> dict[str, Any]:
         data = self.model_dump(by_alias=True)
         if data.get("maxOutputChars") is None:
             data.pop("maxOutputChars", None)
+        if not data.get("updates"):
+            data.pop("updates", None)
         return data
 
 
@@ -42,13 +47,19 @@ def render_expected_output(expected: Any) -> str:
     if isinstance(expected, str):
         return expected
     if isinstance(expected, type) and issubclass(expected, BaseModel):
-        schema = json.dumps(expected.model_json_schema(), sort_keys=True, separators=(",", ":"))
+        schema = json.dumps(model_schema(expected), sort_keys=True, separators=(",", ":"))
         return "a JSON value matching this JSON Schema: " + schema
     raise TypeError(f"cannot render expected_output {expected!r}")
 
 
 def make_contract(
-    run_id: str, workflow_name: str, node_id: str, attempt_id: str, expected_output: Any
+    run_id: str,
+    workflow_name: str,
+    node_id: str,
+    attempt_id: str,
+    expected_output: Any,
+    *,
+    updates: bool = False,
 ) -> AgentStepContract:
     """The contract for one attempt of an agent node (or a ``ctx.run_agent`` child)."""
     if isinstance(expected_output, AssistantMessage):
@@ -67,6 +78,7 @@ def make_contract(
         attempt_id=attempt_id,
         completion="submit",
         expected_output=render_expected_output(expected_output),
+        updates=updates,
     )
 
 
@@ -76,7 +88,6 @@ def contract_text(contract: AgentStepContract) -> str:
         "---\n"
         f"Workflow step: workflow {contract.workflow_name}, step {contract.node_id}, attempt {contract.attempt_id}\n\n"
     )
-    step, attempt = contract.node_id, contract.attempt_id
     if contract.completion == "assistant":
         lines = [
             "Reply with a normal assistant message.",
@@ -86,21 +97,21 @@ def contract_text(contract: AgentStepContract) -> str:
         if contract.max_output_chars is not None:
             lines.append(f"Keep the reply to at most {contract.max_output_chars} characters.")
         return header + "\n".join(lines)
-    submit = json.dumps({"action": "submit", "step": step, "attempt": attempt})[:-1] + ', "output": <result>}'
-    update = (
-        json.dumps({"action": "update", "step": step, "attempt": attempt})[:-1]
-        + ', "update": {"type": "progress", "key": "...", "data": {...}}}'
-    )
+    # No call example: small models copy placeholders such as <result> or "..." into their output, and the ids
+    # are already in the header (each 32-hex id costs ~25 tokens); the typed tool says the rest.
     lines = [
-        "Finish this step by calling the `workflow` tool with:",
-        submit,
+        'Finish this step by calling the `workflow` tool with action "submit" and your result as "output".',
         f"Expected output: {contract.expected_output}",
-        "Before finishing you may report progress, as often as useful, with:",
-        update,
-        "Updates are recorded but never finish the step.",
-        "The step is finished only when the tool accepts your output. If the tool returns an error, correct the "
-        "output and submit again.",
     ]
+    if contract.updates:
+        lines += [
+            'You may report progress before finishing by calling the tool with action "update".',
+            "Updates are recorded but never finish the step.",
+        ]
+    lines.append(
+        "The step is finished only when the tool accepts your output. If the tool returns an error, correct the "
+        "output and submit again."
+    )
     return header + "\n".join(lines)
 
 

@@ -18,7 +18,13 @@ from pydantic import BaseModel
 from piw.agent.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
 from piw.agent.events import StepDelivered
 from piw.agent.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
-from piw.agent.workflow_tool import WORKFLOW_TOOL_SPEC, ActiveStep, WorkflowTool
+from piw.agent.workflow_tool import (
+    DEFAULT_MAX_REJECTIONS,
+    OUTPUT_CUT_TYPE,
+    ActiveStep,
+    WorkflowTool,
+    step_tool_spec,
+)
 from piw.errors import AttemptInactive
 from piw.providers.base import Provider, StepRef, force_tool
 from piw.providers.messages import (
@@ -38,6 +44,8 @@ from piw.workflow.user_code import call_user
 
 STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
 MAX_REMINDERS = 2
+DEFAULT_MAX_OUTPUT_TOKENS = 2048
+"""``max_tokens`` of submit-mode requests when neither the node nor the model entry sets one (§4 output cap)."""
 NO_ORIGIN = "Assistant completion requires an origin session."
 
 
@@ -82,7 +90,10 @@ class AgentSettings:
 
     provider_factory: Callable[[], Provider]
     max_turns: int = 50
+    max_rejections: int = DEFAULT_MAX_REJECTIONS
     system_prompt: str | None = None
+    model_max_tokens: int | None = None
+    """The selected model's ``max_tokens`` from ``config.toml``; caps requests unless the node sets its own."""
     cwd: Path = field(default_factory=Path.cwd)
     session_visible: bool = True
     max_concurrent_children: int = 8
@@ -139,8 +150,19 @@ class AgentExecutor:
             attempt.node_id,
             attempt.attempt_id,
             node.expected_output,
+            updates=node.updates,
         )
         return _AttemptRun(self, attempt, node, contract).run(format_step_prompt(task, contract))
+
+
+def _wants_object(node: AgentNode) -> bool:
+    """Whether the step's output schema is an object, so a string that is not JSON can never be accepted."""
+    expected = node.expected_output
+    if expected is None:
+        return True
+    if isinstance(expected, type) and issubclass(expected, BaseModel):
+        return expected.model_json_schema().get("type") == "object"
+    return False
 
 
 def registry_loop_tool(tool: Tool, context: ToolContext) -> LoopTool:
@@ -182,8 +204,14 @@ class _AttemptRun:
         self.first_entry_id: str | None = None
         self.last_entry_id: str | None = None
         self.last_assistant_entry: str | None = None
-        self.step = ActiveStep(contract=contract, accept=self._accept)
-        self.tool = WorkflowTool(self.step, publish=self._publish, status=self._status)
+        self.step = ActiveStep(contract=contract, accept=self._accept, wants_object=_wants_object(node))
+        self.tool = WorkflowTool(
+            self.step,
+            publish=self._publish,
+            status=self._status,
+            updates=node.updates,
+            max_rejections=self.settings.max_rejections,
+        )
 
     # ---- submit-mode acceptance (§1.1 steps 2–4) -------------------------------------------------------
 
@@ -247,8 +275,10 @@ class _AttemptRun:
             self.last_assistant_entry = entry.id
 
     def _loop(self, tool_choice: Any) -> LoopResult:
-        workflow = LoopTool(WORKFLOW_TOOL_SPEC, self.tool.handle)
+        spec = step_tool_spec(self.contract.node_id, self.node.expected_output, self.node.updates)
+        workflow = LoopTool(spec, self.tool.handle)
         offered = [workflow] if self.tool.gate_open else []
+        submit = self.contract.completion == "submit"
         loop = AgentLoop(
             self.executor.provider,
             tools=[*offered, *self._registry_tools()],
@@ -260,12 +290,38 @@ class _AttemptRun:
             listeners=self.settings.listeners,
             system_prompt=self.settings.system_prompt,
             tool_choice=tool_choice,
+            max_tokens=self._max_tokens(),
             step=StepRef(
                 run_id=self.attempt.run_id, node_id=self.attempt.node_id, attempt_id=self.attempt.attempt_id
             ),
             stop_when=lambda: self.step.accepted or self.step.closed,
+            cut_off=self._cut_off if submit else None,
         )
-        return loop.run(branch_messages(self.attempt.session))
+        return loop.run(self._context())
+
+    def _max_tokens(self) -> int | None:
+        """The output cap (§4): the node's, else the model's, else 2048 in submit mode or ``max_chars``."""
+        configured = self.node.max_output_tokens or self.settings.model_max_tokens
+        if configured is not None:
+            return configured
+        if self.contract.completion == "submit":
+            return DEFAULT_MAX_OUTPUT_TOKENS
+        return self.contract.max_output_chars
+
+    def _cut_off(self, message: AssistantMessage, max_tokens: int | None) -> Message:
+        """Answer a response cut off inside a tool call: never replayed, it counts as a rejection (§4)."""
+        tokens = message.usage.output or max_tokens or 0
+        text, details = self.tool.cut_off(tokens)
+        return CustomMessage(custom_type=OUTPUT_CUT_TYPE, content=text, details=details)
+
+    def _context(self) -> list[Message]:
+        """What the next request carries: the branch, or with ``context="step"`` only this attempt's entries."""
+        entries = current_branch(self.attempt.session.entries)
+        if self.node.context == "step" and self.first_entry_id is not None:
+            ids = [entry.id for entry in entries]
+            if self.first_entry_id in ids:
+                entries = entries[ids.index(self.first_entry_id) :]
+        return [MESSAGE_ADAPTER.validate_python(entry.message) for entry in entries]
 
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""
@@ -304,6 +360,8 @@ class _AttemptRun:
         node_id = self.contract.node_id
         if self.step.invalid_output is not None:
             return self._fail(str(self.step.invalid_output))
+        if self.step.failure is not None:
+            return self._fail(self.step.failure)
         if self.contract.completion == "submit" and self.step.accepted:
             self.step.closed = True
             return self._ok(self.step.output)
@@ -326,7 +384,7 @@ class _AttemptRun:
         if final is None or final.stop_reason != "stop" or final.tool_calls():
             reason = (
                 "ended with tool calls only"
-                if final and final.tool_calls()
+                if final and final.tool_calls() and final.stop_reason != "length"
                 else f"stopped ({final.stop_reason if final else 'no reply'})"
             )
             return self._fail(f"Step {node_id} did not finish with a visible reply: the model {reason}.")

@@ -112,6 +112,7 @@ class AgentLoop:
         stop_when: Callable[[], bool] = lambda: False,
         sleep: Callable[[float, threading.Event], bool] | None = None,
         hidden_tools: list[LoopTool] | None = None,
+        cut_off: Callable[[AssistantMessage, int | None], Message] | None = None,
     ) -> None:
         self.provider = provider
         self.tools = {tool.spec.name: tool for tool in tools}
@@ -127,6 +128,8 @@ class AgentLoop:
         self.max_tokens = max_tokens
         self.step = step
         self.stop_when = stop_when
+        self.cut_off = cut_off
+        """Answers a response cut off at ``length`` inside a tool call; ``None``: such a response ends the loop."""
         self._sleep = sleep or (lambda seconds, event: event.wait(seconds))
 
     def _emit(self, event: Any) -> None:
@@ -170,6 +173,16 @@ class AgentLoop:
                 return LoopResult(
                     ended or "error", produced, final, message.error_message or "provider error"
                 )
+            if message.stop_reason == "length" and message.tool_calls():
+                # The calls' arguments were cut mid-way: never executed, never sent back as calls (§4).
+                if self.cut_off is None:
+                    self._emit(TurnEnd(turn=turn, message=message))
+                    return LoopResult("settled", produced, final)
+                self._settle(self.cut_off(message, self.max_tokens), context, produced)
+                self._emit(TurnEnd(turn=turn, message=message))
+                if self.stop_when():
+                    return LoopResult("settled", produced, final)
+                continue
             results = [self._call_tool(call, context, produced) for call in message.tool_calls()]
             self._emit(TurnEnd(turn=turn, message=message, tool_results=results))
             if not results or all(r.terminate for r in results) or self.stop_when():

@@ -116,7 +116,7 @@ class PiRpcExecutor:
         if not isinstance(task, str) or not task.strip():
             return NodeOutcome.failed(f"Step {attempt.node_id}: the prompt is empty or not a string.")
         contract = make_contract(attempt.run_id, attempt.ctx.workflow_name, attempt.node_id, attempt.attempt_id,
-                                 node.expected_output)  # fmt: skip
+                                 node.expected_output, updates=node.updates)  # fmt: skip
         # Pi's conversation does not survive a piw restart, so a reattached attempt is delivered again.
         kind = "resume" if attempt.reattached else "step"
         with self._turn_lock:

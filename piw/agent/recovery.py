@@ -13,7 +13,7 @@ from typing import Any
 from piw.agent.contract import AgentStepContract, format_step_prompt, make_contract
 from piw.agent.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
 from piw.agent.loop import Deadline
-from piw.agent.workflow_tool import lenient_json
+from piw.agent.workflow_tool import OUTPUT_CUT_TYPE, lenient_json
 from piw.providers.messages import MESSAGE_ADAPTER, AssistantMessage, Message
 from piw.run.executors import Attempt, NodeOutcome
 from piw.store.session import SessionEntry, current_branch
@@ -64,11 +64,17 @@ def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeO
     first, latest = prompts[0], prompts[-1]
     recorded = AgentStepContract.model_validate(_contract_of(branch[latest]))
     contract = make_contract(
-        attempt.run_id, attempt.ctx.workflow_name, attempt.node_id, attempt.attempt_id, node.expected_output
+        attempt.run_id,
+        attempt.ctx.workflow_name,
+        attempt.node_id,
+        attempt.attempt_id,
+        node.expected_output,
+        updates=node.updates,
     )
     run = _AttemptRun(executor, attempt, node, contract if contract == recorded else recorded)
     run.first_entry_id = branch[first].id
     run.messages = _messages(branch[first + 1 :])
+    run.tool.restore(run.messages)  # max_rejections counts over the whole attempt, crash or not
     _charge_time_used(run, attempt, branch[first:])
     after = _range_after(branch, latest)
     state_current = attempt.writer.state.current
@@ -91,7 +97,8 @@ def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeO
             run.last_assistant_entry = entry.id
             return run._assistant_outcome(message, adopted=True)
     last = branch[-1]
-    if last is branch[latest] or last.message.get("role") == "toolResult":
+    continues = last.message.get("role") == "toolResult" or last.message.get("customType") == OUTPUT_CUT_TYPE
+    if last is branch[latest] or continues:
         return run.run(None)
     original = branch[first].message.get("content", "")
     return run.run(original if isinstance(original, str) else format_step_prompt("", contract), "resume")

@@ -88,7 +88,7 @@ def agent_executor_factory(
         if script_path is not None and not script_path.is_file():
             raise ProviderError(f"Script file {script_path} does not exist.")
         instance = build_provider(selection, config, home, script=script_path)
-        settings = _settings(config, instance, listeners)
+        settings = _settings(config, instance, listeners, selection)
         if config.agent.backend == "pi-rpc":
             from piw.agent.pi_rpc import build_pi_rpc_executor
 
@@ -98,11 +98,19 @@ def agent_executor_factory(
     return build
 
 
-def _settings(config: PiwConfig, instance: Provider, listeners: list[AgentDisplay]) -> AgentSettings:
+def _settings(
+    config: PiwConfig,
+    instance: Provider,
+    listeners: list[AgentDisplay],
+    selection: ProviderSelection | None = None,
+) -> AgentSettings:
+    model_settings = selection.model_settings if selection else None
     return AgentSettings(
         provider_factory=lambda: instance,
         max_turns=config.agent.max_turns,
+        max_rejections=config.agent.max_rejections,
         system_prompt=config.agent.system_prompt,
+        model_max_tokens=model_settings.max_tokens if model_settings else None,
         listeners=list(listeners),
     )
 

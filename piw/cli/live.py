@@ -56,16 +56,24 @@ def _node_label(node_id: str) -> str:
     return single_line(node_id.replace("/", " › "))
 
 
-class StepLog:
-    """A trace listener that prints step lines to a console.
+Segments = list[tuple[str, str]]
+"""A step line as ``(text, style)`` pieces: joined as plain text off a terminal, styled with rich on one."""
 
-    ``notification_text`` optionally looks up a queued notification's text (it lives in the session, not the
-    trace) so the line shows the message rather than only its id.
+
+class StepLog:
+    """A trace listener that prints one line per step event to a console.
+
+    Off a terminal (a pipe, a file, CI) the line is written as plain text straight to the console's file:
+    the same words as the rich line, no styles, no wrapping, and a fraction of the cost of rendering a rich
+    ``Text`` per event (which was most of what a step cost under ``piw run``). On a terminal it prints the
+    styled line with rich. ``notification_text`` optionally looks up a queued notification's text (it lives in
+    the session, not the trace) so the line shows the message rather than only its id.
     """
 
     def __init__(self, console: Console, notification_text: NotificationText | None = None) -> None:
         self.console = console
         self.notification_text = notification_text
+        self.plain = not console.is_terminal
         self._tracks: dict[str, ProgressWindow] = {}
 
     def _progress_line(self, event: TraceEvent) -> str | None:
@@ -82,74 +90,98 @@ class StepLog:
             return None
 
     def __call__(self, event: TraceEvent, state: RunState) -> None:
-        line = self.line(event, state)
-        if line is not None:
-            self.console.print(line)
+        parts = self.segments(event, state)
+        if parts is None:
+            return
+        if self.plain:
+            stream = self.console.file
+            stream.write("".join(text for text, _ in parts) + "\n")
+            stream.flush()
+        else:
+            self.console.print(_text(parts))
 
     def line(self, event: TraceEvent, state: RunState) -> Text | None:
+        """The styled line for an event (``None`` for events that print nothing)."""
+        parts = self.segments(event, state)
+        return None if parts is None else _text(parts)
+
+    def plain_line(self, event: TraceEvent, state: RunState) -> str | None:
+        """The same line as plain text: what is written when the console is not a terminal."""
+        parts = self.segments(event, state)
+        return None if parts is None else "".join(text for text, _ in parts)
+
+    def segments(self, event: TraceEvent, state: RunState) -> Segments | None:
         kind = event.type
-        line = Text()
-        if kind == "run_started":
-            line.append("● ", style="bold")
-            line.append(single_line(state.run_title or state.workflow_name), style="bold")
-            line.append(f"  {single_line(event.run_id)}", style="dim")
-        elif kind == "node_started":
-            line.append("▶ ", style="cyan")
-            line.append(_node_label(event.node_id or ""))
-            line.append(f"  {single_line(str(event.payload.get('nodeType', '')))}", style="dim")
-        elif kind in ("node_finished", "node_failed"):
-            outcome = str(event.payload.get("outcome", "ok"))
+        payload = event.payload
+        if kind == "node_started":
+            return [("▶ ", "cyan"), (_node_label(event.node_id or ""), ""),
+                    (f"  {single_line(str(payload.get('nodeType', '')))}", "dim")]  # fmt: skip
+        if kind in ("node_finished", "node_failed"):
+            outcome = str(payload.get("outcome", "ok"))
             mark, style = _MARKS.get(outcome, ("?", ""))
-            line.append(f"{mark} ", style=style)
-            line.append(_node_label(event.node_id or ""))
-            line.append(f"  {single_line(outcome)}  {event.payload.get('durationMs', 0)} ms", style="dim")
+            parts = [(f"{mark} ", style), (_node_label(event.node_id or ""), ""),
+                     (f"  {single_line(outcome)}  {payload.get('durationMs', 0)} ms", "dim")]  # fmt: skip
             if outcome != "ok":
-                line.append("  " + _clip(event.payload.get("error", ""), 200), style=style)
-        elif kind == "notification_queued":
+                parts.append(("  " + _clip(payload.get("error", ""), 200), style))
+            return parts
+        if kind == "run_started":
+            return [("● ", "bold"), (single_line(state.run_title or state.workflow_name), "bold"),
+                    (f"  {single_line(event.run_id)}", "dim")]  # fmt: skip
+        if kind == "notification_queued":
             text = self.notification_text(event) if self.notification_text else None
-            line.append("✉ ", style="magenta")
-            ident = _clip(event.payload.get("notificationId", ""))
-            line.append(_clip(text, 200) if text is not None else f"notification {ident}")
-        elif kind == "update_published":
-            payload = event.payload
-            line.append("  ↳ ", style="dim")
+            ident = _clip(payload.get("notificationId", ""))
+            return [
+                ("✉ ", "magenta"),
+                (_clip(text, 200) if text is not None else f"notification {ident}", ""),
+            ]
+        if kind == "update_published":
             progress = self._progress_line(event) if payload.get("type") == "progress" else None
             if progress is not None:
-                line.append(single_line(progress), style="dim")
-            else:
-                line.append(single_line(f"{payload.get('type')} {payload.get('key')}: "), style="dim")
-                line.append(_clip(payload.get("data"), 60), style="dim")
-        elif kind in ("include_entered", "include_exited"):
+                return [("  ↳ ", "dim"), (single_line(progress), "dim")]
+            return [("  ↳ ", "dim"), (single_line(f"{payload.get('type')} {payload.get('key')}: "), "dim"),
+                    (_clip(payload.get("data"), 60), "dim")]  # fmt: skip
+        if kind in ("include_entered", "include_exited"):
             arrow = "↘" if kind == "include_entered" else "↗"
-            line.append(f"{arrow} ", style="dim")
-            line.append(single_line(" › ".join(map(str, event.payload.get("mountPath", [])))), style="dim")
-        elif kind == "run_resumed" and state.forked_from:
+            return [
+                (f"{arrow} ", "dim"),
+                (single_line(" › ".join(map(str, payload.get("mountPath", [])))), "dim"),
+            ]
+        if kind == "run_resumed" and state.forked_from:
             forked = state.forked_from
-            adopted = event.payload.get("replayedSteps", 0)
-            line.append(f"⑂ forked from {single_line(str(forked.get('runId')))}", style="bold")
-            line.append(
-                f" at seq {forked.get('seq')}: {adopted} {'step' if adopted == 1 else 'steps'} adopted"
-            )
-            if event.payload.get("resumeAt"):
-                line.append(f"; continuing at {_node_label(str(event.payload['resumeAt']))}")
-        elif kind == "run_resumed":
-            line.append("↻ resumed", style="bold")
-            if event.payload.get("resumeAt"):
-                line.append(f" at {_node_label(str(event.payload['resumeAt']))}")
-        elif kind == "run_paused":
-            line.append("■ paused", style="bold yellow")
-            line.append(f"; continue it with 'piw resume {single_line(event.run_id)}'")
-        elif kind.startswith("run_"):
+            adopted = payload.get("replayedSteps", 0)
+            noun = "step" if adopted == 1 else "steps"
+            parts = [(f"⑂ forked from {single_line(str(forked.get('runId')))}", "bold"),
+                     (f" at seq {forked.get('seq')}: {adopted} {noun} adopted", "")]  # fmt: skip
+            if payload.get("resumeAt"):
+                parts.append((f"; continuing at {_node_label(str(payload['resumeAt']))}", ""))
+            return parts
+        if kind == "run_resumed":
+            parts = [("↻ resumed", "bold")]
+            if payload.get("resumeAt"):
+                parts.append((f" at {_node_label(str(payload['resumeAt']))}", ""))
+            return parts
+        if kind == "run_paused":
+            return [
+                ("■ paused", "bold yellow"),
+                (f"; continue it with 'piw resume {single_line(event.run_id)}'", ""),
+            ]
+        if kind.startswith("run_"):
             status = state.status
             style = "green" if status in ("completed", "waiting") else "red"
-            line.append(f"■ {single_line(status)}", style=f"bold {style}")
+            parts = [(f"■ {single_line(status)}", f"bold {style}")]
             if state.waiting_on:
-                line.append(f" on {_node_label(state.waiting_on)}")
+                parts.append((f" on {_node_label(state.waiting_on)}", ""))
             if state.error:
-                line.append("  " + _clip(state.error, 300), style=style)
-        else:
-            return None
-        return line
+                parts.append(("  " + _clip(state.error, 300), style))
+            return parts
+        return None
+
+
+def _text(parts: Segments) -> Text:
+    line = Text()
+    for text, style in parts:
+        line.append(text, style=style)
+    return line
 
 
 class _Frame:

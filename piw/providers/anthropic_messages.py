@@ -205,7 +205,8 @@ def _messages(request: ChatRequest) -> list[dict[str, Any]]:
             content: list[dict[str, Any]] = []
             if message.visible_text():
                 content.append({"type": "text", "text": message.visible_text()})
-            for call in message.tool_calls():
+            # Cut-off calls (``length``) have half-written input: never replayed (§4 output cap).
+            for call in [] if message.stop_reason == "length" else message.tool_calls():
                 content.append(
                     {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
                 )

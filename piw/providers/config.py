@@ -102,6 +102,8 @@ class AgentConfig(_Strict):
     """The ``[agent]`` table."""
 
     max_turns: int = Field(default=50, ge=1)
+    max_rejections: int = Field(default=3, ge=1)
+    """Rejected submissions (and cut-off responses) that end a submit-mode attempt (``agent-steps.md`` §3.2)."""
     backend: Literal["piw", "pi-rpc"] = "piw"
     system_prompt: str | None = None
 

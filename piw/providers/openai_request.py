@@ -95,7 +95,9 @@ def _convert_assistant(message: AssistantMessage) -> dict[str, Any] | None:
     if message.retried:
         return None
     text = message.visible_text()
-    calls = message.tool_calls()
+    # A response cut off at ``length`` holds calls with half-written arguments; sent back, a strict server
+    # rejects the whole request (llama.cpp answers HTTP 500), so only its text is replayed (§4 output cap).
+    calls = [] if message.stop_reason == "length" else message.tool_calls()
     if not text and not calls:
         return None
     converted: dict[str, Any] = {"role": "assistant", "content": text or None}

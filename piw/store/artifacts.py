@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import StoreError
-from piw.wire import sha256_hex
+from piw.wire import SAFE_FLOAT_MAX, SAFE_FLOAT_MIN, sha256_hex
 
 ARTIFACT_THRESHOLD_BYTES = 4096
 _SENTINELS = ("$artifact", "$escaped")
@@ -34,6 +34,51 @@ def externalize(value: Any, store: Callable[[str], dict[str, Any]]) -> Any:
     if isinstance(value, list | tuple):
         return [externalize(item, store) for item in value]
     return value
+
+
+def externalize_plain(value: Any, store: Callable[[str], dict[str, Any]]) -> tuple[Any, bool]:
+    """:func:`externalize` in the same single walk that tells whether the result is plain JSON data.
+
+    Plain means only exact ``dict`` (``str`` keys), ``list``, ``str``, ``int``, ``bool``, ``None`` and floats
+    that orjson spells as ``json`` does (:func:`piw.wire.encode_line`), so the writer can encode the line fast
+    and fold the value as it is, without parsing its own line back. Anything else (a tuple, a non-string key,
+    a subclass, NaN) makes the walk say "not plain": the caller then takes the exact ``json`` path.
+    """
+    plain = [True]
+
+    def walk(item: Any) -> Any:
+        kind = type(item)
+        if kind is str:
+            # at most 4 UTF-8 bytes per character: short strings never need the encode
+            if (
+                len(item) * 4 > ARTIFACT_THRESHOLD_BYTES
+                and len(item.encode("utf-8")) > ARTIFACT_THRESHOLD_BYTES
+            ):
+                return {"$artifact": store(item)}
+            return item
+        if kind is dict:
+            converted = {}
+            for key, inner in item.items():
+                if type(key) is not str:
+                    plain[0] = False
+                converted[key] = walk(inner)
+            if "$artifact" in item or "$escaped" in item:
+                return {"$escaped": converted}
+            return converted
+        if kind is list:
+            return [walk(inner) for inner in item]
+        if kind is int or kind is bool or item is None:
+            return item
+        if kind is float:
+            magnitude = abs(item)
+            if not (magnitude == 0.0 or SAFE_FLOAT_MIN <= magnitude < SAFE_FLOAT_MAX):
+                plain[0] = False
+            return item
+        plain[0] = False
+        return externalize(item, store)
+
+    result = walk(value)
+    return result, plain[0]
 
 
 def resolve(value: Any, load: Callable[[dict[str, Any]], str]) -> Any:

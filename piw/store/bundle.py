@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
@@ -92,6 +94,19 @@ def json_bytes(value: Any) -> bytes:
     return (dumps_line(value) + "\n").encode("utf-8")
 
 
+def encode_state(state: RunState) -> bytes:
+    """``state.json``'s bytes: one compact line, written by orjson (ten times faster than ``json`` on a long run).
+
+    Every value in a state was folded from decoded trace lines, so it is plain JSON data (string keys, finite
+    numbers); a float of magnitude under 1e-4 or from 1e16 up may be spelled differently from ``json``
+    (``0.00001`` for ``1e-05``): the same number, and this file is only a cache.
+    """
+    try:
+        return orjson.dumps(state_to_json(state), option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return json_bytes(state_to_json(state))
+
+
 @dataclass(frozen=True)
 class Bundle:
     """The paths of one run bundle."""
@@ -143,7 +158,7 @@ class Bundle:
         return read_trace(self.trace_path)
 
     def write_state(self, state: RunState) -> None:
-        write_private_file(self.state_path, json_bytes(state_to_json(state)))
+        write_private_file(self.state_path, encode_state(state))
 
     def write_manifest(self, manifest: Manifest) -> None:
         write_private_file(self.manifest_path, json_bytes(manifest.to_wire()))

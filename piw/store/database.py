@@ -81,6 +81,7 @@ TABLES: dict[str, TableSpec] = {
             "trace_seq": int,
             "current_node": str,
             "notice": str,  # set when the bundle could not be replayed (the row then comes from the manifest)
+            "cost": float,  # USD over the run's model requests, when every part is known
         },
         pk="run_id",
         not_null=("workflow_name", "status"),

@@ -16,7 +16,7 @@ from typing import Any
 from piw.errors import PiwError
 from piw.store.bundle import list_bundles, load_state, run_is_live
 from piw.store.database import now_ms
-from piw.store.index import DAMAGED_NOTICE, IndexRow, indexed_rows
+from piw.store.index import DAMAGED_NOTICE, IndexRow, indexed_rows, usage_cost
 from piw.store.queue import QueueRow, SqliteQueue
 
 
@@ -35,6 +35,8 @@ class RunSummary:
     """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
     detail: str | None = None
     """What a ``running`` run is doing in queue terms: ``queued``, ``paused``, ``parked: <reason>``, ``interrupted``."""
+    cost: float | None = None
+    """USD summed over the run's model requests, when every part of it is known (``RunState.usage.cost``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +98,7 @@ def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary
         notice=row.notice,
         interrupted=interrupted,
         detail=detail,
+        cost=row.cost,
     )
 
 
@@ -122,6 +125,7 @@ def folded_summaries(home: Path) -> list[RunSummary]:
                 finished_at=state.finished_at,
                 current_node=state.current.node_id if state.current else None,
                 interrupted=state.status == "running" and not run_is_live(bundle),
+                cost=usage_cost(state.usage),
             )
         )
     return out

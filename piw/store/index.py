@@ -56,12 +56,20 @@ class IndexRow:
     trace_seq: int
     current_node: str | None
     notice: str | None = None
+    cost: float | None = None
 
 
 _COLUMNS = (
     "run_id, workflow_name, run_title, status, paused, parent_run_id, started_at, updated_at, finished_at, "
-    "trace_seq, current_node, notice"
+    "trace_seq, current_node, notice, cost"
 )
+_MARKS = ", ".join("?" * 13)
+
+
+def usage_cost(usage: dict[str, Any] | None) -> float | None:
+    """The run's summed USD cost, when every part of it is known."""
+    cost = (usage or {}).get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
 
 
 def row_of_state(state: RunState, notice: str | None = None) -> tuple[Any, ...]:
@@ -78,6 +86,7 @@ def row_of_state(state: RunState, notice: str | None = None) -> tuple[Any, ...]:
         state.trace_seq,
         state.current.node_id if state.current else None,
         notice,
+        usage_cost(state.usage),
     )
 
 
@@ -100,6 +109,7 @@ def _row_of_manifest(bundle: Bundle) -> tuple[Any, ...] | None:
         0,
         None,
         DAMAGED_NOTICE,
+        None,
     )
 
 
@@ -114,7 +124,9 @@ def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
 
 
 def _decode(values: tuple[Any, ...]) -> IndexRow:
-    (run_id, name, title, status, paused, parent, started, updated, finished, seq, node, notice) = values
+    (run_id, name, title, status, paused, parent, started, updated, finished, seq, node, notice, cost) = (
+        values
+    )
     return IndexRow(
         run_id=run_id,
         workflow_name=name,
@@ -128,13 +140,13 @@ def _decode(values: tuple[Any, ...]) -> IndexRow:
         trace_seq=int(seq or 0),
         current_node=node,
         notice=notice,
+        cost=cost,
     )
 
 
 def _upsert(db: Database, rows: Iterable[tuple[Any, ...]]) -> None:
-    marks = ", ".join("?" * 12)
     with db.transaction() as conn:
-        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({marks})", list(rows))
+        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", list(rows))
 
 
 class RunIndex:
@@ -154,7 +166,7 @@ def rebuild_run_index(home: Path) -> int:
     rows = [row for row in (_fold_row(bundle) for bundle in list_bundles(home)) if row is not None]
     with db.transaction() as conn:
         conn.execute("DELETE FROM runs")
-        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({', '.join('?' * 12)})", rows)
+        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", rows)
     return len(rows)
 
 
@@ -180,9 +192,7 @@ def indexed_rows(home: Path) -> list[IndexRow]:
         try:
             with db.transaction() as write:
                 write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
-                write.executemany(
-                    f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({', '.join('?' * 12)})", fresh
-                )
+                write.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", fresh)
         except Exception as exc:  # a cache: list what we know even if it cannot be written
             log.warning("runs index not reconciled: %s", exc)
         for run_id in gone:

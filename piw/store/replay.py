@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from sys import intern
 from typing import Any
 
 from piw.store.state import (
@@ -19,7 +20,9 @@ from piw.store.state import (
     StepList,
     StepRecord,
     UpdateRecord,
+    add_step_stat,
     add_usage,
+    evolve,
     result_to_json,
     state_from_json,
     state_to_json,
@@ -50,6 +53,11 @@ __all__ = [
 ]
 
 
+def _shared(value: Any) -> Any:
+    """One object per distinct short string that every step repeats (node ids, types, outcomes)."""
+    return intern(value) if type(value) is str else value
+
+
 class _Folder:
     """Mutable working copy used inside one ``fold_more`` call; never escapes it."""
 
@@ -64,6 +72,7 @@ class _Folder:
         """Steps finished in this call; added to the shared ``StepList`` once, in ``result``."""
         self.updates: dict[tuple[str, str], UpdateRecord] = state.updates  # type: ignore[assignment]
         self.mounts: dict[str, dict[str, Any]] = state.mounts  # type: ignore[assignment]
+        self.node_stats: dict[str, tuple[int, float]] = state.node_stats  # type: ignore[assignment]
         self.owned = False
         self.fields: dict[str, Any] = {}
         self.current = state.current
@@ -94,6 +103,7 @@ class _Folder:
             self.results = dict(state.results)
             self.updates = dict(state.updates)
             self.mounts = dict(state.mounts)
+            self.node_stats = dict(state.node_stats)
             self.owned = True
 
     def result(self, last: TraceEvent | None) -> RunState:
@@ -103,16 +113,19 @@ class _Folder:
         current = self.attempt()
         if not self.owned and current is self.state.current and not self.fields:
             return self.state
-        return replace(
-            self.state,
-            outputs=self.outputs,
-            results=self.results,
-            steps=self.state.steps.extended(self.new_steps),
-            updates=self.updates,
-            mounts=self.mounts,
-            current=current,
-            **self.fields,
-        )
+        changes = self.fields
+        changes["current"] = current
+        if self.owned:
+            changes.update(
+                outputs=self.outputs,
+                results=self.results,
+                updates=self.updates,
+                mounts=self.mounts,
+                node_stats=self.node_stats,
+            )
+        if self.new_steps:
+            changes["steps"] = self.state.steps.extended(self.new_steps)
+        return evolve(self.state, changes)
 
     # ---- run-scoped events -------------------------------------------------------------------------------
 
@@ -144,7 +157,9 @@ class _Folder:
             self.own()
             self.outputs.update(carried.get("outputs") or {})
             for raw in carried.get("steps") or []:
-                self.new_steps.append(step_from_json(raw))
+                step = step_from_json(raw)
+                self.new_steps.append(step)
+                add_step_stat(self.node_stats, step)
             by_attempt = {step.attempt_id: step for step in self.new_steps}
             for node_id, raw in (carried.get("results") or {}).items():
                 # the same record as its step, as state.json's reader builds it
@@ -250,7 +265,7 @@ class _Folder:
     def node_terminal(self, event: TraceEvent) -> None:
         self.own()
         payload = event.payload
-        node_id = event.node_id or ""
+        node_id = _shared(event.node_id or "")
         outcome = payload.get("outcome", "ok" if event.type == "node_finished" else "failed")
         started = self.started
         node_type: str = payload.get("nodeType", "")
@@ -268,24 +283,17 @@ class _Folder:
                 node_type, started_at, prompt = current.node_type, current.started_at, current.prompt
                 completion, children = current.assistant_completion, current.children
                 self.current = None
+        get = payload.get
+        # node ids, types and outcomes repeat on every step of a long run: one string object each
         step = StepRecord(
-            attempt_id=event.attempt_id or "",
-            node_id=node_id,
-            node_type=node_type,
-            outcome=outcome,
-            started_at=started_at,
-            finished_at=event.at,
-            duration_ms=payload.get("durationMs"),
-            prompt=prompt,
-            output=payload.get("output"),
-            error=payload.get("error"),
-            action=payload.get("action"),
-            conversation=payload.get("conversation"),
-            assistant_completion=completion,
-            children=children,
-            usage=payload.get("usage"),
-        )
+            attempt_id=event.attempt_id or "", node_id=node_id, node_type=_shared(node_type),
+            outcome=_shared(outcome), started_at=started_at, finished_at=event.at, duration_ms=get("durationMs"),
+            prompt=prompt, output=get("output"), error=get("error"), action=get("action"),
+            conversation=get("conversation"), assistant_completion=completion, children=children,
+            usage=get("usage"),
+        )  # fmt: skip
         self.new_steps.append(step)
+        add_step_stat(self.node_stats, step)
         self.results[node_id] = step
         if outcome == "ok":
             self.outputs[node_id] = step.output

@@ -10,15 +10,16 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
-import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
+
 from piw.errors import TraceCorrupt, UsageError
-from piw.wire import dumps_line
+from piw.wire import encode_line
 
 Durability = Literal["effects", "always", "flush"]
 DURABILITY_VALUES: tuple[Durability, ...] = ("effects", "always", "flush")
@@ -31,16 +32,23 @@ RUN_TERMINAL_TYPES = frozenset(
 NODE_TERMINAL_TYPES = frozenset({"node_finished", "node_failed"})
 
 
-@dataclass(frozen=True, slots=True)
-class TraceEvent:
-    """One committed trace line. ``payload`` is the camelCase payload object exactly as on disk."""
+Scope = Literal["run", "node", "agent", "action", "session"]
+
+
+class TraceEvent(msgspec.Struct, frozen=True, rename="camel", gc=False):
+    """One committed trace line. ``payload`` is the camelCase payload object exactly as on disk.
+
+    A ``msgspec.Struct``: the reader decodes each line straight into it (the envelope is type-checked while it
+    is parsed, with no intermediate dict), which is most of what replaying a long trace costs. Events hold no
+    references to one another, so they stay out of the cyclic collector (``gc=False``).
+    """
 
     seq: int
     at: str
-    scope: str
+    scope: Scope
     type: str
     run_id: str
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] = msgspec.field(default_factory=dict)
     node_id: str | None = None
     attempt_id: str | None = None
 
@@ -55,29 +63,26 @@ class TraceEvent:
         data["payload"] = self.payload
         return data
 
-    def encode(self) -> bytes:
-        """The full line, newline included."""
-        return (dumps_line(self.to_wire()) + "\n").encode("utf-8")
+    def encode(self, *, plain: bool = False) -> bytes:
+        """The full line, newline included (``plain``: see :func:`piw.wire.encode_line`)."""
+        return encode_line(self.to_wire(), plain=plain)
+
+
+_DECODER = msgspec.json.Decoder(TraceEvent)
 
 
 def decode_event(line: bytes, expected_seq: int) -> TraceEvent:
-    """Parse one terminated line; raise ``ValueError`` when it is not a valid envelope with the expected ``seq``."""
-    data = json.loads(line.decode("utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError("line is not a JSON object")
-    get = data.get
-    seq, at, scope, kind, run_id = get("seq"), get("at"), get("scope"), get("type"), get("runId")
-    payload = get("payload", {})
-    if type(seq) is not int or seq != expected_seq:
-        raise ValueError(f"expected seq {expected_seq}, found {seq!r}")
-    if not isinstance(at, str) or not isinstance(kind, str) or not isinstance(run_id, str):
-        raise ValueError("envelope needs string at, type and runId")
-    if scope not in SCOPES or not isinstance(payload, dict):
-        raise ValueError("envelope has an invalid scope or payload")
-    node_id, attempt_id = data.get("nodeId"), data.get("attemptId")
-    if scope in ATTEMPT_SCOPES and not (isinstance(node_id, str) and isinstance(attempt_id, str)):
-        raise ValueError(f"{scope} event needs nodeId and attemptId")
-    return TraceEvent(seq, at, scope, kind, run_id, payload, node_id, attempt_id)
+    """Parse one line; raise ``ValueError`` when it is not a valid envelope with the expected ``seq``.
+
+    The envelope's types (``seq`` an integer, string ``at``/``type``/``runId``, a known ``scope``, an object
+    ``payload``) are checked by the decoder itself; unknown fields are ignored.
+    """
+    event = _DECODER.decode(line)  # msgspec.DecodeError is a ValueError
+    if event.seq != expected_seq:
+        raise ValueError(f"expected seq {expected_seq}, found {event.seq!r}")
+    if event.scope in ATTEMPT_SCOPES and (event.node_id is None or event.attempt_id is None):
+        raise ValueError(f"{event.scope} event needs nodeId and attemptId")
+    return event
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from piw.errors import ClaimLost, PiwError, RunLocked
-from piw.store.artifacts import ArtifactStore, externalize
+from piw.store.artifacts import ArtifactStore, externalize_plain
 from piw.store.bundle import Bundle, WriterLock
 from piw.store.replay import RunState, fold_more
 from piw.store.trace import (
@@ -25,15 +25,22 @@ from piw.store.trace import (
     Durability,
     FileLayer,
     LineAppender,
+    Scope,
     TraceEvent,
     decode_event,
     iter_trace,
 )
-from piw.wire import Manifest, now_iso
+from piw.wire import Manifest, is_plain, now_iso
 
 Listener = Callable[[TraceEvent, RunState], None]
 log = logging.getLogger(__name__)
 STATE_CACHE_INTERVAL_S = 1.0
+STATE_CACHE_COST_FACTOR = 20
+"""``state.json`` is rewritten whole, so its cost grows with the run: after a write that took ``d`` seconds the
+next one waits at least ``20 × d`` (and at least a second), which keeps cache writes under ~5 % of a run
+however long it gets. Readers fold the trace tail past a stale cache (``persistence.md`` §3)."""
+FORCED_STATE_TYPES = frozenset({"run_started", "run_resumed", "run_paused"}) | RUN_TERMINAL_TYPES
+"""Events after which ``state.json`` is written at once: the run starts, continues, or lets go of its claim."""
 KILL_BEFORE_APPEND_ENV = "PIW_TEST_KILL_BEFORE_APPEND"
 KILL_AFTER_APPEND_ENV = "PIW_TEST_KILL_AFTER_APPEND"
 
@@ -77,7 +84,10 @@ class RunWriter:
         self.manifest = manifest
         self.listeners: list[Listener] = []
         self._mutex = threading.RLock()
-        self._state_written_at = 0.0
+        self._state_due = 0.0
+        """``time.monotonic()`` after which the next ``state.json`` write may happen."""
+        self._state_seq = -1
+        """The ``traceSeq`` of the last ``state.json`` written (so ``close`` never writes the same one twice)."""
         self._closed = False
         artifact_fsync = (lambda fd: None) if durability == "flush" else self.files.fsync
         self._artifacts = ArtifactStore(bundle.path, fsync=artifact_fsync)
@@ -112,19 +122,17 @@ class RunWriter:
                 raise PiwError("The run writer is closed; nothing more can be recorded for this attempt.")
             self.lock.fence()
             seq = self.state.trace_seq + 1
-            line = TraceEvent(
-                seq=seq,
-                at=at or now_iso(),
-                scope=scope,
-                type=type,
-                run_id=self.bundle.run_id,
-                payload=payload if externalized else externalize(payload, self._artifacts.write),
-                node_id=node_id,
-                attempt_id=attempt_id,
-            ).encode()
-            # Fold exactly what a reader will parse (JSON keys are strings, tuples become lists), so the live
-            # state and any later replay agree.
-            event = decode_event(line[:-1], seq)
+            if externalized:
+                wire, plain = payload, is_plain(payload)
+            else:
+                wire, plain = externalize_plain(payload, self._artifacts.write)
+            event = TraceEvent(seq, at or now_iso(), cast(Scope, scope), type, self.bundle.run_id, wire, node_id,
+                               attempt_id)  # fmt: skip
+            line = event.encode(plain=plain)
+            if not plain:
+                # Fold exactly what a reader will parse (JSON keys are strings, tuples become lists), so the
+                # live state and any later replay agree; plain payloads already are exactly that.
+                event = decode_event(line, seq)
             terminal = type in RUN_TERMINAL_TYPES
             ride_along = not sync and (type == "node_started" or type in NODE_TERMINAL_TYPES)
             if seq == self._kill_before:
@@ -135,7 +143,7 @@ class RunWriter:
             self.state = fold_more(self.state, [event])
             if type == "notification_queued" and self._notifications is not None:
                 self._notifications.add(str(payload.get("notificationId")))
-            self._refresh_caches(force=terminal or scope == "run")
+            self._refresh_caches(force=type in FORCED_STATE_TYPES)
             for listener in list(self.listeners):
                 listener(event, self.state)
             return event
@@ -179,12 +187,18 @@ class RunWriter:
         with self._mutex:
             self.trace.sync_required()
 
+    def _write_state(self) -> None:
+        started = time.monotonic()
+        self.bundle.write_state(self.state)
+        finished = time.monotonic()
+        cost = finished - started
+        self._state_due = finished + max(STATE_CACHE_INTERVAL_S, STATE_CACHE_COST_FACTOR * cost)
+        self._state_seq = self.state.trace_seq
+
     def _refresh_caches(self, force: bool) -> None:
-        now = time.monotonic()
-        refreshed = force or now - self._state_written_at >= STATE_CACHE_INTERVAL_S
+        refreshed = force or time.monotonic() >= self._state_due
         if refreshed:
-            self.bundle.write_state(self.state)
-            self._state_written_at = now
+            self._write_state()
         state = self.state
         manifest = self.manifest
         if (state.status, state.run_title, state.finished_at) != (
@@ -228,6 +242,7 @@ class RunWriter:
                 self.trace.close()
                 return
             self.trace.sync()
-            self.bundle.write_state(self.state)
+            if self.state.trace_seq != self._state_seq:
+                self._write_state()
             self.trace.close()
             self.refresh_index()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +50,8 @@ class Card:
     elapsed_ms: float | None = None
     assistant: bool = False
     current: bool = False
+    selected: bool = False
+    """Picked by the viewer's cursor: drawn in reverse video (the current node keeps its heavy border)."""
 
     @property
     def title(self) -> str:
@@ -68,20 +70,20 @@ class Card:
     @property
     def style(self) -> str:
         style = STATUS_STYLES.get(self.status or "", "")
-        return f"bold {style}".strip() if self.current else style
+        style = f"bold {style}".strip() if self.current else style
+        return f"reverse {style}".strip() if self.selected else style
 
 
 def cards(
     snapshot: Mapping[str, Any], state: RunState | None = None, now: datetime | None = None
 ) -> list[Card]:
-    """One card per snapshot node, with run status when a state is given (one pass over the steps)."""
+    """One card per snapshot node, with run status when a state is given.
+
+    Attempt counts and summed durations come from the fold's ``node_stats``, so a card costs the same on the
+    first step of a run and on the millionth (watch redraws every frame from them).
+    """
     nodes: Mapping[str, Any] = snapshot.get("nodes") or {}
-    stats: dict[str, list[float]] = {}
-    if state is not None:
-        for step in state.steps:
-            entry = stats.setdefault(step.node_id, [0, 0.0])
-            entry[0] += 1
-            entry[1] += step.duration_ms or 0
+    stats: Mapping[str, tuple[int, float]] = state.node_stats if state is not None else {}
     out: list[Card] = []
     for node_id, spec in nodes.items():
         spec = spec if isinstance(spec, Mapping) else {}
@@ -94,8 +96,8 @@ def cards(
     return out
 
 
-def _with_status(card: Card, state: RunState, stat: list[float] | None, now: datetime | None) -> Card:
-    attempts, total = (int(stat[0]), stat[1]) if stat else (0, 0.0)
+def _with_status(card: Card, state: RunState, stat: tuple[int, float] | None, now: datetime | None) -> Card:
+    attempts, total = stat if stat else (0, 0.0)
     current = state.current is not None and state.current.node_id == card.id
     result = state.results.get(card.id)
     status = result.outcome if result is not None else "pending"
@@ -160,13 +162,19 @@ class GraphDrawing:
 
     lines: list[Text]
     focus: tuple[int, int] | None = None
+    selected: tuple[int, int] | None = None
+    """The rows of the selected node, when one was asked for (the viewer scrolls to them)."""
 
 
 def draw_graph(
-    snapshot: Mapping[str, Any], state: RunState | None, now: datetime | None, width: int
+    snapshot: Mapping[str, Any],
+    state: RunState | None,
+    now: datetime | None,
+    width: int,
+    selected: str | None = None,
 ) -> GraphDrawing:
-    """The layered drawing when it fits ``width``, else the vertical list."""
-    all_cards = cards(snapshot, state, now)
+    """The layered drawing when it fits ``width``, else the vertical list; ``selected`` marks one node."""
+    all_cards = [replace(c, selected=True) if c.id == selected else c for c in cards(snapshot, state, now)]
     if not all_cards:
         return GraphDrawing([Text("No nodes in this workflow.", style="dim")])
     run_mode = state is not None
@@ -188,7 +196,7 @@ def _paint(layout: Layout, by_id: dict[str, Card], run_mode: bool, marker_row: b
     canvas = Canvas(layout.width, layout.height)
     labels = route(layout, canvas)
     exits = {seg.source for seg in layout.segments} | {seg.source for seg in layout.back}
-    focus = None
+    focus = picked = None
     for item in layout.items.values():
         y = layout.rank_y[item.rank]
         if item.kind == "start":
@@ -205,9 +213,11 @@ def _paint(layout: Layout, by_id: dict[str, Card], run_mode: bool, marker_row: b
                 canvas.put(item.anchor, y + h - 1, "┳" if card.current else "┬", card.style)
             if card.current:
                 focus = layout.node_rows(item.id)
+            if card.selected:
+                picked = layout.node_rows(item.id)
     for target, names in labels.items():
         _label(canvas, layout, target, ", ".join(dict.fromkeys(names)))
-    return GraphDrawing(canvas.rows(), focus)
+    return GraphDrawing(canvas.rows(), focus, picked)
 
 
 def _label(canvas: Canvas, layout: Layout, target: str, text: str) -> None:
@@ -233,7 +243,7 @@ def _as_list(
     """Cards stacked in rank order, each followed by its edges (``→`` forward, ``↺`` a loop back)."""
     ordered, back = list_order(nodes, edges)
     lines: list[Text] = [Text(START_LABEL, style="bold")]
-    focus = None
+    focus = picked = None
     box_width = min(width, max(MIN_CARD, natural_width(list(by_id.values()), run_mode)) + 8)
     for node in ordered:
         if node in (START, END):
@@ -241,6 +251,8 @@ def _as_list(
         card = by_id[node]
         if card.current:
             focus = (len(lines), len(lines) + 2 + run_mode + marker_row)
+        if card.selected:
+            picked = (len(lines), len(lines) + 2 + run_mode + marker_row)
         lines.extend(_list_card(card, box_width, run_mode, marker_row))
         outgoing = [seg for seg in edges if seg.source == node]
         for index, seg in enumerate(outgoing):
@@ -251,7 +263,7 @@ def _as_list(
             if seg.label:
                 line.append(f"  [{seg.label}]", style="italic")
             lines.append(line)
-    return GraphDrawing(lines, focus)
+    return GraphDrawing(lines, focus, picked)
 
 
 def _list_card(card: Card, box_width: int, run_mode: bool, marker_row: bool) -> Iterator[Text]:

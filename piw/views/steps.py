@@ -63,9 +63,25 @@ class StepsView(View):
             return
         yield from table_lines(COLUMNS, self._rows(), width)
 
-    def _rows(self) -> Iterator[list[Text | str]]:
-        for number, step in enumerate(self.state.steps, start=1):
-            yield _row(number, step)
+    def count(self) -> int:
+        """Rows in the table: one per finished attempt, plus the attempt in progress."""
+        return len(self.state.steps) + (self.state.current is not None)
+
+    def header(self, width: int) -> Text:
+        return next(table_lines(COLUMNS, (), width))
+
+    def row_lines(self, start: int, stop: int, width: int) -> list[Text]:
+        """Rows ``start..stop`` (0-based) without the header, so a pager never builds the whole table."""
+        rows = self._rows(start, stop)
+        return list(table_lines(COLUMNS, rows, width))[1:]
+
+    def _rows(self, start: int = 0, stop: int | None = None) -> Iterator[list[Text | str]]:
+        steps = self.state.steps
+        end = len(steps) if stop is None else min(stop, len(steps))
+        for number in range(start, end):
+            yield _row(number + 1, steps[number])
+        if (stop is not None and stop <= len(steps)) or start > len(steps):
+            return
         current = self.state.current
         if current is not None:
             detail = safe(current.status_detail or "", "dim")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model
 
 from piw.errors import DefinitionError
 from piw.workflow.gates import (
@@ -62,6 +62,12 @@ class AgentNode:
     timeout_s: TimeoutArg = 900.0
     status_detail: str | None = None
     tools: tuple[str, ...] = ()
+    updates: bool = False
+    """Offer the ``update``/``status`` actions of the ``workflow`` tool (and their lines in the contract)."""
+    context: Literal["run", "step"] = "run"
+    """``"step"``: requests carry only this attempt's entries, not the run's whole conversation."""
+    max_output_tokens: int | None = None
+    """``max_tokens`` of this step's requests; ``None``: the model's configured cap, else the default."""
     node_type: Literal["agent"] = "agent"
 
     @property
@@ -228,6 +234,8 @@ def agent(
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
     tools: Sequence[str] = (),
+    context: Literal["run", "step"] = "run",
+    max_output_tokens: int | None = None,
 ) -> AgentNode: ...
 @overload
 def agent(
@@ -238,6 +246,9 @@ def agent(
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
     tools: Sequence[str] = (),
+    updates: bool = False,
+    context: Literal["run", "step"] = "run",
+    max_output_tokens: int | None = None,
 ) -> AgentNode: ...
 def agent(
     *,
@@ -247,6 +258,9 @@ def agent(
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
     tools: Sequence[str] = (),
+    updates: bool = False,
+    context: Literal["run", "step"] = "run",
+    max_output_tokens: int | None = None,
 ) -> AgentNode:
     """An agent step: the model submits JSON through the ``workflow`` tool, or replies (``assistant_message``)."""
     _check_callable_or(prompt, (str,), "prompt")
@@ -265,7 +279,27 @@ def agent(
         raise DefinitionError("tools must be a sequence of tool names")
     if "workflow" in tools:
         raise DefinitionError("tools must not list 'workflow': it is reserved and offered by piw itself")
-    return AgentNode(prompt, expected_output, validate, timeout_s, status_detail, tuple(tools))
+    if not isinstance(updates, bool):
+        raise DefinitionError(f"updates must be True or False, got {updates!r}")
+    if updates and isinstance(expected_output, AssistantMessage):
+        raise DefinitionError(
+            "updates=True needs the workflow tool, which assistant_message() steps are never offered"
+        )
+    if context not in ("run", "step"):
+        raise DefinitionError(f'context must be "run" or "step", got {context!r}')
+    if max_output_tokens is not None and (type(max_output_tokens) is not int or max_output_tokens < 1):
+        raise DefinitionError(f"max_output_tokens must be an int >= 1 or None, got {max_output_tokens!r}")
+    return AgentNode(
+        prompt,
+        expected_output,
+        validate,
+        timeout_s,
+        status_detail,
+        tuple(tools),
+        updates=updates,
+        context=context,
+        max_output_tokens=max_output_tokens,
+    )
 
 
 def decision(question: PromptArg, choices: Sequence[str], field: str = "route") -> AgentNode:
@@ -274,13 +308,21 @@ def decision(question: PromptArg, choices: Sequence[str], field: str = "route") 
     if not options or not all(isinstance(choice, str) and choice for choice in options):
         raise DefinitionError("decision choices must be a non-empty list of strings")
 
+    if not field.isidentifier() or field == "reason":
+        raise DefinitionError(f"decision field {field!r} must be a Python identifier other than 'reason'")
+
     def check(value: Any, ctx: NodeContext) -> Any:
-        if not isinstance(value, dict) or value.get(field) not in options:
+        data = value.model_dump() if isinstance(value, BaseModel) else value
+        if not isinstance(data, dict) or data.get(field) not in options:
             raise ValueError(f"output.{field} must be one of: {', '.join(options)}")
         return value
 
-    hint = f'a JSON object {{"{field}": one of {list(options)}, "reason": "<why>"}}'
-    return agent(prompt=question, expected_output=hint, validate=check)
+    # A model rather than a description, so the step's workflow tool carries the choices as an enum that a
+    # grammar-constrained server can enforce (agent-steps.md §3.1); the old hint also held a "<why>" a small
+    # model would copy.
+    fields: dict[str, Any] = {field: (Literal[options], ...), "reason": (str, "")}
+    shape = create_model("Decision", **fields)
+    return agent(prompt=question, expected_output=shape, validate=check)
 
 
 def compute(run: Callable[[NodeContext], Any] | Any, *, status_detail: str | None = None) -> ComputeNode:

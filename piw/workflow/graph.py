@@ -245,6 +245,12 @@ def _node_snapshot(graph: FlatGraph, gnode: GraphNode) -> dict[str, Any]:
             data["expectedOutput"] = expected
         if node.tools:
             data["tools"] = list(node.tools)
+        if node.updates:
+            data["updates"] = True
+        if node.context != "run":
+            data["context"] = node.context
+        if node.max_output_tokens is not None:
+            data["maxOutputTokens"] = node.max_output_tokens
     if isinstance(node, ActionNode):
         execution: dict[str, Any] = {"kind": "shell" if node.shell else "function"}
         if node.effect:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from piw.errors import OutputInvalid
+from piw.wire import is_plain
 from piw.workflow.user_code import WorkflowCodeExit, call_user, describe_base_exception
 
 if TYPE_CHECKING:
@@ -127,6 +128,8 @@ def to_json_output(value: Any, node_id: str) -> Any:
     """Normalise a node's return value to JSON (pydantic models dumped); an unstorable value is an author bug."""
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
+    if is_plain(value):  # plain JSON data (checked in one walk) needs no trial encoding
+        return value
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
