@@ -117,6 +117,13 @@ class AgentExecutor:
         for listener in self.settings.listeners:
             listener(event)
 
+    def close(self) -> None:
+        """Release the provider when the run ends (the ``llamacpp`` provider stops its server)."""
+        provider, self._provider = self._provider, None
+        close = getattr(provider, "close", None)
+        if callable(close):
+            close()
+
     def child_runner(self, attempt: Attempt) -> Any:
         """The ``ctx.run_agent`` of an action attempt (``agent-steps.md`` §10)."""
         from piw.agent.children import ChildRunner

@@ -19,6 +19,7 @@ from piw.store.bundle import check_run_id, open_bundle, piw_home
 from piw.store.replay import state_to_json
 from piw.terminal import json_text
 from piw.views import VIEW_NAMES, View, load_run, view_for
+from piw.views.source import with_artifact_check
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
 
@@ -51,11 +52,16 @@ def inspect(
     if (node is not None or attempt is not None) and view != "trace":
         raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
     run = load_run(piw_home(), check_run_id(run_id), at)
+    if as_json or view == "state":
+        run = with_artifact_check(run)
     if as_json:
-        sys.stdout.write(json_text(state_to_json(run.state)) + "\n")
+        data = state_to_json(run.state)
+        if run.damage is not None:
+            data["damage"] = run.damage.to_json()
+        sys.stdout.write(json_text(data) + "\n")
         return 0
-    if run.notice and view != "state":
-        make_console(sys.stderr).print(f"Warning: {run.notice}")
+    if run.notice:  # in full on stderr: the state view clips its notice line to the width
+        make_console(sys.stderr).print(f"Warning: {run.notice}", soft_wrap=True)
     console = make_console()
     print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded))
     return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
+from piw.errors import ArtifactDamaged, PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
 from piw.run.claims import ClaimControl, Stop
 from piw.run.continuation import ContinuationSpec, carried, continued_from
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
@@ -37,7 +37,9 @@ from piw.store.bundle import (
     discard_incomplete,
     new_run_id,
     open_bundle,
+    set_aside_incomplete,
 )
+from piw.store.damage import artifact_damage
 from piw.store.index import RunIndex
 from piw.store.lease import Lease
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
@@ -243,6 +245,7 @@ class Engine:
         if self.claim.lease is None and self.options.claimer is not None:
             self.claim.hold(self.options.claimer(run_id, payload))
         try:
+            set_aside_incomplete(self.home)  # bundles of runs killed before they started (none are retried)
             bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
             lock = self.claim.acquire(bundle)
         except BaseException as exc:
@@ -327,6 +330,13 @@ class Engine:
                 raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
             self._check_source(state, bundle)
             lock.fence()
+            damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there
+            if damage is not None:
+                raise ArtifactDamaged(
+                    f"Run {run_id}: {damage.notice} Restore the file from a backup (nothing was written), or "
+                    "start the run again.",
+                    damage.file,
+                )
             truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
         except BaseException as exc:
             lock.release()
@@ -337,6 +347,9 @@ class Engine:
             self.options.origin_session = state.origin_session
         writer = self._open_writer(bundle, lock, state, manifest)
         self.claim.running()
+        if not bundle.manifest_path.is_file():
+            lock.fence()
+            bundle.write_manifest(manifest)  # it was lost and recovered from the trace: a cache, rebuilt
         return self._guarded(lambda: self._continue(writer, read.events, truncated))
 
     # ---- claims, pause, cancel, park ----------------------------------------------------------------------
@@ -438,6 +451,10 @@ class Engine:
             return
         decision = self._decision_after(events, state)
         if decision.terminal is not None and not decision.exits:
+            if truncated:
+                # Only the terminal event is owed, but the repair must still be reported (persistence.md §5),
+                # e.g. when the cut was inside the terminal line itself.
+                writer.append("run", "run_resumed", resumed, sync=True)
             writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)
             return
         resumed["resumeAt"] = self._peek_target(decision)

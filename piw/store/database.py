@@ -82,6 +82,7 @@ TABLES: dict[str, TableSpec] = {
             "current_node": str,
             "notice": str,  # set when the bundle could not be replayed (the row then comes from the manifest)
             "cost": float,  # USD over the run's model requests, when every part is known
+            "damage_line": int,  # the trace's first damaged line; the row shows its readable prefix
         },
         pk="run_id",
         not_null=("workflow_name", "status"),

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from piw.errors import PiwError
+from piw.errors import PiwError, TraceCorrupt
 from piw.store.bundle import list_bundles, load_state, run_is_live
+from piw.store.damage import Damage, line_damage
 from piw.store.database import now_ms
-from piw.store.index import DAMAGED_NOTICE, IndexRow, indexed_rows, usage_cost
+from piw.store.index import IndexRow, indexed_rows, usage_cost
 from piw.store.queue import QueueRow, SqliteQueue
+from piw.store.replay import fold
+from piw.store.trace import read_trace_prefix
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,8 @@ class RunSummary:
     finished_at: str | None
     current_node: str | None
     notice: str | None = None
-    """Set when the bundle could not be replayed (e.g. a damaged trace); the row then comes from the manifest."""
+    """Set when the bundle is damaged; the row then shows what the readable prefix of its trace says."""
+    damage: Damage | None = None
     interrupted: bool = False
     """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
     detail: str | None = None
@@ -47,6 +51,7 @@ class RunSummary:
             "startedAt": self.started_at,
             "finishedAt": self.finished_at,
             "currentNode": self.current_node,
+            "damage": self.damage.to_json() if self.damage else None,
         }
 
     @property
@@ -76,7 +81,7 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
     rows = [row for row in indexed_rows(home) if status is None or row.status == status]
     if limit is not None:
         rows = rows[:limit]
-    running = [row.run_id for row in rows if row.status == "running" and row.notice is None]
+    running = [row.run_id for row in rows if row.status == "running" and row.damage_line is None]
     queue_rows = SqliteQueue.open(home).rows(running) if running else {}
     now = now_ms()
     for row in rows:
@@ -96,6 +101,7 @@ def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary
         finished_at=row.finished_at,
         current_node=row.current_node,
         notice=row.notice,
+        damage=line_damage("trace.ndjson", row.damage_line) if row.damage_line is not None else None,
         interrupted=interrupted,
         detail=detail,
         cost=row.cost,
@@ -106,12 +112,15 @@ def folded_summaries(home: Path) -> list[RunSummary]:
     """Every run folded from its bundle (the listing before the index existed; the benchmark's baseline)."""
     out: list[RunSummary] = []
     for bundle in list_bundles(home):
+        damage: Damage | None = None
         try:
             state = load_state(bundle)
+        except TraceCorrupt:
+            read, corrupt = read_trace_prefix(bundle.trace_path)
+            state = fold(read.events)
+            if corrupt is not None:
+                damage = line_damage(bundle.trace_path.name, corrupt.line)
         except PiwError:
-            out.append(
-                RunSummary(bundle.run_id, "", None, "running", None, None, None, notice=DAMAGED_NOTICE)
-            )
             continue
         if not state.run_id:
             continue
@@ -124,7 +133,9 @@ def folded_summaries(home: Path) -> list[RunSummary]:
                 started_at=state.started_at,
                 finished_at=state.finished_at,
                 current_node=state.current.node_id if state.current else None,
-                interrupted=state.status == "running" and not run_is_live(bundle),
+                notice=damage.notice if damage else None,
+                damage=damage,
+                interrupted=damage is None and state.status == "running" and not run_is_live(bundle),
                 cost=usage_cost(state.usage),
             )
         )

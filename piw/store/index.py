@@ -17,15 +17,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from piw.errors import PiwError
+from piw.errors import PiwError, TraceCorrupt
 from piw.store.bundle import Bundle, list_bundles, load_state
+from piw.store.damage import Damage, line_damage
 from piw.store.database import Database, open_database
-from piw.store.replay import RunState
+from piw.store.replay import RunState, fold
+from piw.store.trace import read_trace_prefix
 from piw.wire import format_time, parse_time
 
 log = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-DAMAGED_NOTICE = "trace damaged; see 'piw inspect'"
 
 
 def to_ms(text: str | None) -> int | None:
@@ -57,13 +58,15 @@ class IndexRow:
     current_node: str | None
     notice: str | None = None
     cost: float | None = None
+    damage_line: int | None = None
+    """The first damaged line of the trace (the row shows its readable prefix), else ``None``."""
 
 
 _COLUMNS = (
     "run_id, workflow_name, run_title, status, paused, parent_run_id, started_at, updated_at, finished_at, "
-    "trace_seq, current_node, notice, cost"
+    "trace_seq, current_node, notice, cost, damage_line"
 )
-_MARKS = ", ".join("?" * 13)
+_MARKS = ", ".join("?" * 14)
 
 
 def usage_cost(usage: dict[str, Any] | None) -> float | None:
@@ -72,7 +75,7 @@ def usage_cost(usage: dict[str, Any] | None) -> float | None:
     return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
 
 
-def row_of_state(state: RunState, notice: str | None = None) -> tuple[Any, ...]:
+def row_of_state(state: RunState, damage: Damage | None = None) -> tuple[Any, ...]:
     return (
         state.run_id,
         state.workflow_name,
@@ -85,48 +88,46 @@ def row_of_state(state: RunState, notice: str | None = None) -> tuple[Any, ...]:
         to_ms(state.finished_at),
         state.trace_seq,
         state.current.node_id if state.current else None,
-        notice,
+        damage.notice if damage else None,
         usage_cost(state.usage),
-    )
-
-
-def _row_of_manifest(bundle: Bundle) -> tuple[Any, ...] | None:
-    """A row for a bundle whose trace cannot be replayed, so the run is listed with a notice, not hidden."""
-    try:
-        manifest = bundle.read_manifest()
-    except PiwError:
-        return None
-    return (
-        bundle.run_id,
-        str(manifest.get("workflowName", "")),
-        manifest.get("runTitle"),
-        str(manifest.get("status", "running")),
-        0,
-        None,
-        to_ms(manifest.get("startedAt")),
-        None,
-        to_ms(manifest.get("finishedAt")),
-        0,
-        None,
-        DAMAGED_NOTICE,
-        None,
+        damage.line if damage else None,
     )
 
 
 def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
+    """A bundle's row from its fold; a damaged trace gives its readable prefix with the damage."""
+    damage: Damage | None = None
     try:
         state = load_state(bundle)
+    except TraceCorrupt:
+        read, corrupt = read_trace_prefix(bundle.trace_path)
+        state = fold(read.events)
+        if corrupt is not None:
+            damage = line_damage(bundle.trace_path.name, corrupt.line)
     except PiwError:
-        return _row_of_manifest(bundle)
+        return None
     if not state.run_id:
         return None  # incomplete: run_started never committed
-    return row_of_state(state)
+    return row_of_state(state, damage)
 
 
 def _decode(values: tuple[Any, ...]) -> IndexRow:
-    (run_id, name, title, status, paused, parent, started, updated, finished, seq, node, notice, cost) = (
-        values
-    )
+    (
+        run_id,
+        name,
+        title,
+        status,
+        paused,
+        parent,
+        started,
+        updated,
+        finished,
+        seq,
+        node,
+        notice,
+        cost,
+        line,
+    ) = values
     return IndexRow(
         run_id=run_id,
         workflow_name=name,
@@ -141,6 +142,7 @@ def _decode(values: tuple[Any, ...]) -> IndexRow:
         current_node=node,
         notice=notice,
         cost=cost,
+        damage_line=line,
     )
 
 
