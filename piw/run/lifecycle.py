@@ -95,6 +95,9 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     row = queue.get(run_id)
     if row is None:
         raise UsageError(f"Run {run_id} has no queue row and its trace is damaged; it cannot be paused.")
+    if row.is_final and state is not None:
+        queue.reopen(run_id)  # the trace has no terminal event after all (a torn last line): it wins
+        row = queue.get(run_id) or row
     if row.is_final:
         raise UsageError(
             f"Run {run_id} already ended ({row.status} in the run queue); there is nothing to pause."
@@ -141,6 +144,9 @@ def cancel_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResu
         row = queue.get(run_id)
     if row is None:
         raise UsageError(f"Run {run_id} has no queue row and its trace is damaged; it cannot be cancelled.")
+    if row.is_final and state is not None:
+        queue.reopen(run_id)  # the trace has no terminal event after all (a torn last line): it wins
+        row = queue.get(run_id) or row
     if row.is_final:
         raise UsageError(
             f"Run {run_id} already ended ({row.status} in the run queue); there is nothing to cancel."

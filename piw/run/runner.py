@@ -176,6 +176,9 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
         finish_row(queue, state)
         raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
     ensure_row(queue, state, home)
+    row = queue.get(run_id)
+    if row is not None and row.is_final:
+        queue.reopen(run_id)  # the trace has no terminal event after all (a torn last line): it wins
     claim = queue.claim_run(run_id, runner_id())
     queue.clear_pause(run_id)
     lease = Lease(queue, claim).start()

@@ -236,6 +236,11 @@ class RunQueue(Protocol):
         Part B turns the run's open human decision into a ``cancelled`` tombstone in the same transaction."""
         ...
 
+    def reopen(self, run_id: str) -> None:
+        """A final row whose trace has no terminal event after all (its last line was torn, e.g. by power loss):
+        the trace is the truth, so the row goes back to ``parked`` for ``piw resume`` to claim."""
+        ...
+
     def request_pause(self, run_id: str) -> QueueRow: ...
 
     def clear_pause(self, run_id: str) -> None: ...
@@ -539,6 +544,15 @@ class SqliteQueue:
         if row is None:
             raise RunNotFound(f"Run {run_id} is not in the run queue.")
         return row
+
+    def reopen(self, run_id: str) -> None:
+        now = self.clock()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE run_queue SET status = 'parked', park_reason = 'interrupted', updated_at = ? "
+                "WHERE run_id = ? AND status IN ('done', 'failed', 'cancelled')",
+                (now, run_id),
+            )
 
     # ---- flags (set by anyone, read by the holder) --------------------------------------------------
 
