@@ -27,6 +27,7 @@ from piw.errors import (
 )
 from piw.updates.envelope import UpdateInput
 from piw.updates.shell_lines import ShellLine
+from piw.workflow.budget import Budget
 from piw.workflow.context import ActionContext, NodeContext
 from piw.workflow.definition import (
     AssistantMessage,
@@ -66,6 +67,7 @@ __all__ = [
     "ActionContext",
     "AssistantMessage",
     "AttemptInactive",
+    "Budget",
     "Cancelled",
     "Choice",
     "ClaimLost",

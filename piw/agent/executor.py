@@ -148,7 +148,7 @@ class AgentExecutor:
         try:
             task = evaluate(node.prompt, attempt.ctx)
         except Exception as exc:
-            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}")
+            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}", exception=exc)
         if not isinstance(task, str) or not task.strip():
             return NodeOutcome.failed(f"Step {attempt.node_id}: the prompt is empty or not a string.")
         contract = make_contract(
@@ -287,7 +287,7 @@ class _AttemptRun:
         offered = [workflow] if self.tool.gate_open else []
         submit = self.contract.completion == "submit"
         loop = AgentLoop(
-            self.executor.provider,
+            self._provider(),
             tools=[*offered, *self._registry_tools()],
             hidden_tools=[] if offered else [workflow],
             budget=self.budget,
@@ -329,6 +329,17 @@ class _AttemptRun:
             if self.first_entry_id in ids:
                 entries = entries[ids.index(self.first_entry_id) :]
         return [MESSAGE_ADAPTER.validate_python(entry.message) for entry in entries]
+
+    def _provider(self) -> Provider:
+        """The executor's provider, behind the run's budget gate when the run has one."""
+        gate = self.attempt.budget
+        if gate is None or not gate.active:
+            return self.executor.provider
+        from piw.run.budget import BudgetedProvider
+
+        owner = self.update_owner or self.attempt
+        child_key = self.attempt.gnode.local_id if self.child else None
+        return BudgetedProvider(self.executor.provider, gate, owner, self.attempt.attempt_id, child_key)
 
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""

@@ -12,6 +12,7 @@ import typer
 
 from piw.cli.app import app
 from piw.errors import PiwError
+from piw.terminal import sanitize_terminal_text
 
 
 def _register() -> None:
@@ -26,8 +27,9 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def _one_line(message: str) -> str:
-    """Errors are one ``Error: …`` line, whatever the message (e.g. a user exception) holds."""
-    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+    """Errors are one ``Error: …`` line, whatever the message (e.g. a user exception) holds, and terminal-safe:
+    it may quote a workflow name, a run id or an exception message."""
+    return " ".join(part.strip() for part in sanitize_terminal_text(message).splitlines() if part.strip())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     except (click.ClickException, typer.TyperException) as exc:
         # typer vendors its own click, whose exceptions derive from TyperException, not click's.
         if type(exc).__name__ == "NoArgsIsHelpError":
-            print(exc.format_message())
+            print(sanitize_terminal_text(exc.format_message()))
             sys.exit(2)
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         print(f"Error: {_one_line(message)}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,7 @@ from rich.table import Table
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
-from piw.cli.waiting import print_wait
+from piw.cli.outcome import print_outcome
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
@@ -23,6 +24,7 @@ from piw.store.replay import RunState
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
+from piw.workflow.budget import parse_budget
 from piw.workflow.loader import (
     discover,
     import_definition,
@@ -34,13 +36,15 @@ from piw.workflow.loader import (
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
 
-def _finish(state: RunState, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+def _finish(
+    state: RunState, as_json: bool, extra: dict[str, Any] | None = None, verbose: bool = False
+) -> int:
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
         sys.stdout.write(json_text({**payload, **(extra or {})}) + "\n")
-    elif state.status == "waiting":
-        print_wait(make_console(), piw_home(), state)
+    else:
+        print_outcome(make_console(), piw_home(), state, verbose=verbose)
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
@@ -88,7 +92,16 @@ def _foreground(
 ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
 ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")]
 ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", help="Expand step cards.")]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
+]
+BudgetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
+    ),
+]
 RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
 ]
@@ -108,7 +121,7 @@ def _follow(
         state = start(options)
     finally:
         display.close()
-    return _finish(state, as_json, extra)
+    return _finish(state, as_json, extra, verbose=bool(flags[0]) if flags else False)
 
 
 @app.command()
@@ -120,6 +133,7 @@ def run(
     model: ModelOption = None,
     script: ScriptOption = None,
     verbose: VerboseOption = False,
+    budget: BudgetOption = None,
     as_json: RunJsonOption = False,
     detach: Annotated[
         bool, typer.Option("--detach", help="Queue the run for 'piw host' instead of running it here.")
@@ -131,13 +145,14 @@ def run(
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted (or queue it with --detach)."""
     raw_input = parse_input_option(input)
+    limits = parse_budget(budget) if budget is not None else None
     home = piw_home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
     if detach:
         return _detach(workflow, raw_input, title, provider, model, script, no_origin, as_json)
     return _follow(
-        lambda options: start_run(workflow, home, raw_input, title, options),
+        lambda options: start_run(workflow, home, raw_input, title, replace(options, budget=limits)),
         as_json,
         (verbose, provider, model, script),
     )

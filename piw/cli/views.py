@@ -34,13 +34,19 @@ def print_view(console: Console, view: View) -> None:
 def inspect(
     run_id: Annotated[str, typer.Argument(help="The run to show.")],
     view: Annotated[str, typer.Option("--view", help=f"One of: {', '.join(VIEW_NAMES)}.")] = "state",
-    node: Annotated[str | None, typer.Option("--node", help="Trace view: only this node's events.")] = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="Trace and steps views: only this node (steps: with its traceback)."),
+    ] = None,
     attempt: Annotated[
         str | None, typer.Option("--attempt", help="Trace view: only this attempt (id or prefix).")
     ] = None,
     at: Annotated[int | None, typer.Option("--at", help="Replay only events 1..SEQ (time travel).")] = None,
     expanded: Annotated[
         bool, typer.Option("--expanded", help="Conversation view: expand step cards.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Steps view: every failure's whole traceback.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the replayed RunState as JSON.")] = False,
 ) -> int:
@@ -49,8 +55,10 @@ def inspect(
         raise UsageError(f"Unknown view {view!r}; use one of: {', '.join(VIEW_NAMES)}.")
     if at is not None and at < 1:
         raise UsageError("--at takes a trace sequence number, 1 or more; see 'piw inspect RUN --view trace'.")
-    if (node is not None or attempt is not None) and view != "trace":
-        raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
+    if node is not None and view not in ("trace", "steps"):
+        raise UsageError("--node filters the trace and steps views; add '--view steps' or '--view trace'.")
+    if attempt is not None and view != "trace":
+        raise UsageError("--attempt filters the trace view; add '--view trace'.")
     run = load_run(piw_home(), check_run_id(run_id), at)
     if as_json or view == "state":
         run = with_artifact_check(run)
@@ -63,7 +71,7 @@ def inspect(
     if run.notice:  # in full on stderr: the state view clips its notice line to the width
         make_console(sys.stderr).print(f"Warning: {run.notice}", soft_wrap=True)
     console = make_console()
-    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded))
+    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded, verbose=verbose))
     return 0
 
 

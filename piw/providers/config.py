@@ -83,6 +83,26 @@ class ProviderConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     script: str | None = None
     """Scripted providers only: a reply file, relative to ``$PIW_HOME``."""
+    price_per_mtok_in: float | None = Field(default=None, ge=0)
+    """USD per million input tokens for every model of this provider that sets no ``cost`` of its own."""
+    price_per_mtok_out: float | None = Field(default=None, ge=0)
+    """USD per million output tokens (with ``price_per_mtok_in``)."""
+
+    @model_validator(mode="after")
+    def _prices_together(self) -> ProviderConfig:
+        if (self.price_per_mtok_in is None) != (self.price_per_mtok_out is None):
+            raise ValueError("set both price_per_mtok_in and price_per_mtok_out, or neither")
+        return self
+
+    def priced(self, model: ModelConfig | None, model_id: str) -> ModelConfig | None:
+        """``model`` with the provider's prices as its ``cost`` when it sets none (budgets need a price)."""
+        if self.price_per_mtok_in is None or self.price_per_mtok_out is None:
+            return model
+        if model is not None and model.cost is not None:
+            return model
+        cost = ModelCost(input=self.price_per_mtok_in, output=self.price_per_mtok_out)
+        return (model or ModelConfig(id=model_id)).model_copy(update={"cost": cost})
+
     model_path: str | None = None
     """``llamacpp`` only: the GGUF file to serve (relative paths from ``$PIW_HOME``)."""
     chat_template: str | None = None
@@ -113,7 +133,9 @@ class ProviderConfig(_Strict):
         return self
 
     def find_model(self, model_id: str) -> ModelConfig | None:
-        return next((model for model in self.models if model.id == model_id), None)
+        """The listed model of that id, priced by the provider's prices when it has no ``cost`` of its own."""
+        found = next((model for model in self.models if model.id == model_id), None)
+        return self.priced(found, model_id) if found is not None else None
 
 
 class AgentConfig(_Strict):

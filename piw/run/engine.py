@@ -7,6 +7,7 @@ views all read the same ``RunState``. Resume continues from the trace alone (``p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import threading
@@ -19,8 +20,15 @@ from types import FrameType
 from typing import Any
 
 from piw.errors import ArtifactDamaged, PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
+from piw.run.budget import BudgetGate
 from piw.run.claims import ClaimControl, Stop
-from piw.run.continuation import ContinuationSpec, carried, continued_from
+from piw.run.continuation import (
+    ContinuationSpec,
+    blocked_node,
+    carried,
+    continued_budget,
+    continued_from,
+)
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
@@ -29,6 +37,7 @@ from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
 from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
+from piw.run.tracebacks import redact, workflow_files, workflow_traceback
 from piw.store.bundle import (
     Bundle,
     WriterLock,
@@ -48,6 +57,7 @@ from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEve
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
+from piw.workflow.budget import BUDGET_WAIT, Budget
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
@@ -87,6 +97,8 @@ class RunOptions:
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ActionContext.sleep`` waits (default: on the cancel event); tests pair it with ``clock``."""
     on_start: Callable[[Bundle], None] | None = None
+    budget: Budget | None = None
+    """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
     session_visible: bool = True
@@ -95,6 +107,10 @@ class RunOptions:
     claimer: Callable[[str, dict[str, Any]], Lease] | None = None
     """Inserts the queue row of a run being created (``run_id``, its ``run_started`` payload), claimed by this
     process, before its bundle exists; the engine then writes under that claim (``piw.run.claims``)."""
+
+
+class _BudgetStopped(Exception):
+    """Raised past an attempt whose model request the budget refused; the run then waits on its budget."""
 
 
 class _MissingAgentExecutor:
@@ -113,6 +129,7 @@ class Engine:
         self.writer: RunWriter | None = None
         self.session: SessionLog | None = None
         self.publisher: UpdatePublisher | None = None
+        self.budget: BudgetGate | None = None
         self.active: Attempt | None = None
         self.claim = ClaimControl(self._abort_active)
         self.stopped: Stop | None = None
@@ -198,6 +215,7 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
+            "budget": self._limits(),
             **extra,
         }
         return self._create(run_id or new_run_id(definition.name), payload)
@@ -224,10 +242,16 @@ class Engine:
             "definitionDigest": self.workflow.digest,
             "maxSteps": state.max_steps,
             "originSession": self.options.origin_session,
+            "budget": continued_budget(state, spec),
             "continuedFrom": continued_from(spec),
             "carried": carried(parent, state, spec),
         }
+        resume_at = blocked_node(parent, state) if spec.node_id == BUDGET_WAIT else None
+        if resume_at is not None:
+            payload["continuedFrom"]["resumeAt"] = resume_at
         writer = self._create(spec.run_id, payload)
+        if resume_at is not None:
+            return self._guarded(lambda: self._after_top_up(writer, resume_at))
         return self._guarded(lambda: self._after_answer(writer, spec.node_id))
 
     def _create(self, run_id: str, payload: dict[str, Any]) -> RunWriter:
@@ -269,10 +293,22 @@ class Engine:
         self.claim.running()
         return writer
 
+    def _limits(self) -> dict[str, Any] | None:
+        """The limits this run starts with: the workflow's budget, tightened by the per-run one."""
+        declared = self.workflow.definition.budget
+        limits = declared.tightened(self.options.budget) if declared else self.options.budget
+        return limits.to_wire() if limits is not None and not limits.empty else None
+
     def _after_answer(self, writer: RunWriter, node_id: str) -> None:
         if self.options.on_start:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(self._route_answered(node_id)))
+
+    def _after_top_up(self, writer: RunWriter, node_id: str) -> None:
+        """A budget top-up's continuation runs the node whose request was refused, from its start."""
+        if self.options.on_start:
+            self.options.on_start(writer.bundle)
+        self._loop(node_id)
 
     def _route_answered(self, node_id: str) -> Decision:
         """Route from a carried checkpoint: its (answered) output is what the edges after it see."""
@@ -477,7 +513,10 @@ class Engine:
                 return Decision(target=f"{mount.path}/{mount.definition.start_at}")
             if event.type == "run_started" and isinstance(event.payload.get("continuedFrom"), dict):
                 # a continuation that crashed before its first step: follow the answered checkpoint's edge
-                return self._route_answered(str(event.payload["continuedFrom"].get("nodeId")))
+                continued = event.payload["continuedFrom"]
+                if continued.get("resumeAt"):
+                    return Decision(target=str(continued["resumeAt"]))  # a budget top-up: the blocked node
+                return self._route_answered(str(continued.get("nodeId")))
         return Decision(target=self.workflow.definition.start_at)
 
     def _peek_target(self, decision: Decision) -> str | None:
@@ -501,6 +540,7 @@ class Engine:
             bundle.session_path, self.options.durability, self.options.files, fence=lock.fence
         )
         self.publisher = UpdatePublisher(writer)
+        self.budget = BudgetGate(writer)
         return writer
 
     def _guarded(self, body: Callable[[], None]) -> RunState:
@@ -583,7 +623,13 @@ class Engine:
                 writer.append("run", "run_failed", {"status": "failed", "error": message}, sync=True)
                 return
             gnode = self.graph.nodes[node_id]
-            outcome = self._execute(node_id, reattach)
+            try:
+                outcome = self._execute(node_id, reattach)
+            except _BudgetStopped:
+                assert self.budget is not None and self.budget.stop is not None
+                payload = {"status": "waiting", "waitingOn": BUDGET_WAIT, "finalOutput": self.budget.stop}
+                writer.append("run", "run_waiting", payload, sync=True)
+                return
             reattach = None
             if self.claim.cancel_requested:
                 self._write_cancelled()  # a cancelled node never routes on (a $result switch included)
@@ -685,6 +731,7 @@ class Engine:
             origin_session_id=self._origin_id(),
             reattached=reattach is not None,
             publisher=self.publisher,
+            budget=self.budget,
         )
         attempt_holder.append(attempt)
         self.active = attempt
@@ -708,11 +755,22 @@ class Engine:
             self.active = None
         if self._park_requested:
             raise _Parked  # aborted for a park: no terminal event, the node reruns on resume (§8 step 5)
+        if self.budget is not None and self.budget.stop is not None:
+            # The refused request was never sent: the attempt stays without a terminal event, so a top-up's
+            # continuation runs the node again from its start.
+            raise _BudgetStopped
         payload: dict[str, Any] = {"outcome": outcome.outcome, "durationMs": attempt.elapsed_ms()}
         if outcome.outcome == "ok":
             payload["output"] = outcome.output
         else:
             payload["error"] = outcome.error or f"Node {node_id} {outcome.outcome}."
+            exception = outcome.exception
+            if exception is not None:
+                payload["error"] = redact(payload["error"])
+                outcome = dataclasses.replace(outcome, error=payload["error"])  # the run's error routes on it
+                frames = workflow_traceback(exception, self._workflow_files())
+                if frames:
+                    payload["traceback"] = frames
         for key, value in (("conversation", outcome.conversation), ("action", outcome.action),
                            ("usage", outcome.usage)):  # fmt: skip
             if value is not None:
@@ -722,6 +780,14 @@ class Engine:
             "node", kind, payload, node_id=node_id, attempt_id=attempt_id, sync=node.node_type != "compute"
         )
         return outcome
+
+    def _workflow_files(self) -> frozenset[str]:
+        """The run's workflow files (main and included): the frames a failure's traceback keeps."""
+        graph = self.workflow.graph
+        return workflow_files(
+            [self.workflow.path, self.workflow.definition.source_file]
+            + [mount.definition.source_file for mount in graph.mounts.values()]
+        )
 
     # ---- contexts -----------------------------------------------------------------------------------------
 

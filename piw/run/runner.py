@@ -29,6 +29,7 @@ from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
+from piw.workflow.budget import Budget
 from piw.workflow.loader import LoadedWorkflow, builtins_dir, load_workflow, prepare_input, resolve_reference
 
 
@@ -52,6 +53,8 @@ class ForegroundOptions:
     origin_session: dict[str, Any] | None = None
     """An explicit origin session (``piw run --detach`` from a terminal); default: a new one if recorded."""
     session_visible: bool = True
+    budget: Budget | None = None
+    """``piw run --budget``: sets or tightens the workflow's budget for this run."""
 
 
 def new_origin_session() -> dict[str, Any]:
@@ -75,6 +78,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             waiter=options.waiter,
             session_visible=options.session_visible,
             claimer=_claimer(home, workflow, options.launch),
+            budget=options.budget,
             **clock,
         ),
     )

@@ -41,6 +41,9 @@ class RunSummary:
     """What a ``running`` run is doing in queue terms: ``queued``, ``paused``, ``parked: <reason>``, ``interrupted``."""
     cost: float | None = None
     """USD summed over the run's model requests, when every part of it is known (``RunState.usage.cost``)."""
+    usage: dict[str, Any] | None = None
+    """The run's ``usage`` (``{requests, input, output, cacheRead, cacheWrite, cost?}``), or its ``spent`` when it
+    has a budget."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +55,7 @@ class RunSummary:
             "finishedAt": self.finished_at,
             "currentNode": self.current_node,
             "damage": self.damage.to_json() if self.damage else None,
+            "usage": self.usage,
         }
 
     @property
@@ -105,6 +109,7 @@ def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary
         interrupted=interrupted,
         detail=detail,
         cost=row.cost,
+        usage=row.usage,
     )
 
 
@@ -137,6 +142,7 @@ def folded_summaries(home: Path) -> list[RunSummary]:
                 damage=damage,
                 interrupted=damage is None and state.status == "running" and not run_is_live(bundle),
                 cost=usage_cost(state.usage),
+                usage=state.spent if state.budget else state.usage,
             )
         )
     return out

@@ -10,6 +10,7 @@ gone is dropped — so the index never hides or invents a run. It is never used 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -60,13 +61,15 @@ class IndexRow:
     cost: float | None = None
     damage_line: int | None = None
     """The first damaged line of the trace (the row shows its readable prefix), else ``None``."""
+    usage: dict[str, Any] | None = None
+    """The run's ``usage``, or its ``spent`` when it has a budget (``piw runs --json``)."""
 
 
 _COLUMNS = (
     "run_id, workflow_name, run_title, status, paused, parent_run_id, started_at, updated_at, finished_at, "
-    "trace_seq, current_node, notice, cost, damage_line"
+    "trace_seq, current_node, notice, cost, damage_line, usage_json"
 )
-_MARKS = ", ".join("?" * 14)
+_MARKS = ", ".join("?" * 15)
 
 
 def usage_cost(usage: dict[str, Any] | None) -> float | None:
@@ -91,7 +94,13 @@ def row_of_state(state: RunState, damage: Damage | None = None) -> tuple[Any, ..
         damage.notice if damage else None,
         usage_cost(state.usage),
         damage.line if damage else None,
+        _usage_json(state),
     )
+
+
+def _usage_json(state: RunState) -> str | None:
+    usage = state.spent if state.budget else state.usage
+    return json.dumps(usage, sort_keys=True, separators=(",", ":")) if usage else None
 
 
 def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
@@ -127,6 +136,7 @@ def _decode(values: tuple[Any, ...]) -> IndexRow:
         notice,
         cost,
         line,
+        usage,
     ) = values
     return IndexRow(
         run_id=run_id,
@@ -143,6 +153,7 @@ def _decode(values: tuple[Any, ...]) -> IndexRow:
         notice=notice,
         cost=cost,
         damage_line=line,
+        usage=json.loads(usage) if usage else None,
     )
 
 

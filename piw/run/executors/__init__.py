@@ -22,6 +22,7 @@ from piw.wire import is_plain
 from piw.workflow.user_code import WorkflowCodeExit, call_user, describe_base_exception
 
 if TYPE_CHECKING:
+    from piw.run.budget import BudgetGate
     from piw.store.session import SessionLog
     from piw.store.writer import RunWriter
     from piw.updates.publishing import UpdatePublisher
@@ -39,6 +40,8 @@ class NodeOutcome:
     action: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     conversation: dict[str, Any] | None = None
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    """The workflow code's exception behind a failure: the engine records its workflow-file frames."""
 
     @classmethod
     def ok(cls, output: Any, **extra: Any) -> NodeOutcome:
@@ -65,6 +68,8 @@ class Attempt:
     active: bool = True
     timed_out: bool = False
     reattached: bool = False
+    budget: BudgetGate | None = None
+    """The run's budget gate (shared by every attempt and ``run_agent`` child: one ledger per run)."""
     publisher: UpdatePublisher | None = None
     """The run's update publisher (shared by every attempt, so one rate limit covers the run)."""
     """Resumed under its original attempt id (an agent whose step prompt is already in the conversation)."""

@@ -44,6 +44,13 @@ def to_command(value: Any, node_id: str) -> ShellCommand:
         raise DefinitionError(f"shell node {node_id}: exec must return a ShellCommand or a mapping")
     if not isinstance(command.command, str) or not all(isinstance(arg, str) for arg in command.args):
         raise DefinitionError(f"shell node {node_id}: command and args must be strings")
+    texts = [command.command, *command.args, command.cwd or "", *(command.env or {}).keys(),
+             *(command.env or {}).values()]  # fmt: skip
+    if any("\x00" in text for text in texts if isinstance(text, str)):
+        # exec cannot pass a NUL byte: say so instead of letting Popen raise a ValueError
+        raise DefinitionError(
+            f"shell node {node_id}: command, args, cwd and env cannot contain NUL characters"
+        )
     return command
 
 
@@ -134,9 +141,9 @@ class ShellActionExecutor:
         try:
             command = to_command(evaluate(node.shell.exec, attempt.ctx), attempt.node_id)
         except NodeFailure as exc:
-            return NodeOutcome.failed(str(exc), exc.outcome)
+            return NodeOutcome.failed(str(exc), exc.outcome, exception=exc)
         except Exception as exc:
-            return NodeOutcome.failed(describe_exception(exc))
+            return NodeOutcome.failed(describe_exception(exc), exception=exc)
         return self._run(attempt, node, command)
 
     def _run(self, attempt: Attempt, node: ActionNode, command: ShellCommand) -> NodeOutcome:
@@ -273,9 +280,11 @@ class ShellActionExecutor:
             output = call_user(node.shell.parse, result, attempt.ctx) if node.shell.parse else result
             return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)
         except NodeFailure as exc:
-            return NodeOutcome.failed(str(exc), exc.outcome, action=receipt)
+            return NodeOutcome.failed(str(exc), exc.outcome, action=receipt, exception=exc)
         except Exception as exc:
-            return NodeOutcome.failed(f"parse failed: {describe_exception(exc)}", action=receipt)
+            return NodeOutcome.failed(
+                f"parse failed: {describe_exception(exc)}", action=receipt, exception=exc
+            )
 
     def _line_handler(self, attempt: Attempt, updates: ShellUpdates) -> Callable[[ShellLine], None]:
         def handle(line: ShellLine) -> None:
