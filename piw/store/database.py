@@ -84,6 +84,7 @@ TABLES: dict[str, TableSpec] = {
             "cost": float,  # USD over the run's model requests, when every part is known
             "damage_line": int,  # the trace's first damaged line; the row shows its readable prefix
             "usage_json": str,  # the run's usage, or its spend when it has a budget
+            "trace_stamp": str,  # size:mtime_ns of trace.ndjson when the row was computed
         },
         pk="run_id",
         not_null=("workflow_name", "status"),

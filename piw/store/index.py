@@ -5,7 +5,8 @@ traces. The run writer upserts a run's row (write order step 5: a failure is log
 :func:`rebuild_run_index` folds every bundle, and runs when the table is empty or the database was just created.
 :func:`indexed_summaries` also reconciles the table with the ``runs/`` directory on every listing — a bundle
 with no row (written while the database was unusable, or copied in) is folded and indexed, a row whose bundle is
-gone is dropped — so the index never hides or invents a run. It is never used for recovery decisions.
+gone is dropped, a row whose trace changed since (its size and mtime, one ``stat`` per bundle) is refolded — so
+the index never hides, invents or misreports a run. It is never used for recovery decisions.
 """
 
 from __future__ import annotations
@@ -67,9 +68,20 @@ class IndexRow:
 
 _COLUMNS = (
     "run_id, workflow_name, run_title, status, paused, parent_run_id, started_at, updated_at, finished_at, "
-    "trace_seq, current_node, notice, cost, damage_line, usage_json"
+    "trace_seq, current_node, notice, cost, damage_line, usage_json, trace_stamp"
 )
-_MARKS = ", ".join("?" * 15)
+_MARKS = ", ".join("?" * 16)
+_STAMP = 15
+"""Position of ``trace_stamp`` in a row: the trace's size and mtime when the row was computed."""
+
+
+def trace_stamp(trace: Path) -> str | None:
+    """``size:mtime_ns`` of a trace file: a row whose stamp differs from the file's is refolded."""
+    try:
+        info = trace.stat()
+    except OSError:
+        return None
+    return f"{info.st_size}:{info.st_mtime_ns}"
 
 
 def usage_cost(usage: dict[str, Any] | None) -> float | None:
@@ -78,7 +90,7 @@ def usage_cost(usage: dict[str, Any] | None) -> float | None:
     return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
 
 
-def row_of_state(state: RunState, damage: Damage | None = None) -> tuple[Any, ...]:
+def row_of_state(state: RunState, damage: Damage | None = None, stamp: str | None = None) -> tuple[Any, ...]:
     return (
         state.run_id,
         state.workflow_name,
@@ -95,6 +107,7 @@ def row_of_state(state: RunState, damage: Damage | None = None) -> tuple[Any, ..
         usage_cost(state.usage),
         damage.line if damage else None,
         _usage_json(state),
+        stamp,
     )
 
 
@@ -106,6 +119,9 @@ def _usage_json(state: RunState) -> str | None:
 def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
     """A bundle's row from its fold; a damaged trace gives its readable prefix with the damage."""
     damage: Damage | None = None
+    stamp = trace_stamp(
+        bundle.trace_path
+    )  # before reading: a line appended meanwhile makes it differ next time
     try:
         state = load_state(bundle)
     except TraceCorrupt:
@@ -117,7 +133,7 @@ def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
         return None
     if not state.run_id:
         return None  # incomplete: run_started never committed
-    return row_of_state(state, damage)
+    return row_of_state(state, damage, stamp)
 
 
 def _decode(values: tuple[Any, ...]) -> IndexRow:
@@ -137,6 +153,7 @@ def _decode(values: tuple[Any, ...]) -> IndexRow:
         cost,
         line,
         usage,
+        _stamp,
     ) = values
     return IndexRow(
         run_id=run_id,
@@ -170,7 +187,8 @@ class RunIndex:
 
     def __call__(self, state: RunState) -> None:
         if state.run_id:
-            _upsert(open_database(self.home), [row_of_state(state)])
+            stamp = trace_stamp(self.home / "runs" / state.run_id / "trace.ndjson")
+            _upsert(open_database(self.home), [row_of_state(state, stamp=stamp)])
 
 
 def rebuild_run_index(home: Path) -> int:
@@ -194,12 +212,15 @@ def indexed_rows(home: Path) -> list[IndexRow]:
     rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
     missing = [bundles[run_id] for run_id in bundles.keys() - rows.keys()]
     gone = [run_id for run_id in rows.keys() - bundles.keys()]
-    # A running run's row may lag its trace by up to a second (the writer coalesces upserts), and a crashed
-    # writer never caught up: refold those few (state.json plus the tail), so the listing matches the trace.
-    running = [
-        bundles[run_id] for run_id, values in rows.items() if values[3] == "running" and run_id in bundles
+    # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
+    # row lags its trace by up to a second (the writer coalesces upserts), a crashed writer never caught up,
+    # and a trace damaged or repaired behind the index's back must not be listed from the old row.
+    changed = [
+        bundles[run_id]
+        for run_id, values in rows.items()
+        if run_id in bundles and values[_STAMP] != trace_stamp(bundles[run_id].trace_path)
     ]
-    fresh = [row for row in (_fold_row(bundle) for bundle in [*missing, *running]) if row is not None]
+    fresh = [row for row in (_fold_row(bundle) for bundle in [*missing, *changed]) if row is not None]
     fresh = [row for row in fresh if rows.get(row[0]) != row]
     if fresh or gone:
         try:
