@@ -27,6 +27,7 @@ from piw.agent.workflow_tool import (
 )
 from piw.errors import AttemptInactive
 from piw.providers.base import Provider, StepRef, force_tool
+from piw.providers.config import config_path
 from piw.providers.messages import (
     MESSAGE_ADAPTER,
     AssistantMessage,
@@ -95,6 +96,10 @@ class AgentSettings:
     model_max_tokens: int | None = None
     """The selected model's ``max_tokens`` from ``config.toml``; caps requests unless the node sets its own."""
     cwd: Path = field(default_factory=Path.cwd)
+    tool_env: tuple[str, ...] = ()
+    """``[agent] tool_env``: environment variables tool processes may see besides the base allow-list."""
+    protected_paths: tuple[Path, ...] = ()
+    """Paths the file tools refuse besides ``PIW_HOME`` and its config file (which are always refused)."""
     session_visible: bool = True
     max_concurrent_children: int = 8
     listeners: list[LoopListener] = field(default_factory=list)
@@ -343,8 +348,13 @@ class _AttemptRun:
 
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""
+        home = self.attempt.writer.bundle.path.parent.parent  # bundles live in $PIW_HOME/runs/<id>
         context = ToolContext(
-            cwd=self.settings.cwd, timeout_s=self.deadline.remaining(), cancel=self.attempt.cancel
+            cwd=self.settings.cwd,
+            timeout_s=self.deadline.remaining(),
+            cancel=self.attempt.cancel,
+            env_allow=self.settings.tool_env,
+            protected=(*self.settings.protected_paths, home, config_path(home)),
         )
         return [registry_loop_tool(registry.get(name), context) for name in self.node.tools]
 

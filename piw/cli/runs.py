@@ -16,6 +16,7 @@ from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.live import LiveDisplay
 from piw.cli.outcome import print_outcome
+from piw.cli.runs_table import print_runs
 from piw.errors import PiwError, UsageError
 from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
@@ -195,7 +196,9 @@ def _detach(
 
 @app.command(context_settings={"ignore_unknown_options": True})
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run: an id, a unique prefix, 'latest' or -1, -2, ….")],
+    run_id: Annotated[
+        str, typer.Argument(help="The run to continue (an id, a unique prefix, latest or -N).")
+    ],
     provider: ProviderOption = None,
     model: ModelOption = None,
     script: ScriptOption = None,
@@ -239,20 +242,7 @@ def runs(
     if not rows:
         console.print("No runs yet. Start one with 'piw run WORKFLOW'.")
         return 0
-    table = Table(box=None, pad_edge=False)
-    for column in ("run id", "status", "title", "started", "current node"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(
-            row.run_id,
-            row.display_status,
-            safe_text(
-                single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")
-            ),
-            row.started_at or "",
-            safe_text(row.current_node or ""),
-        )
-    console.print(table)
+    print_runs(console, rows)
     if any(row.interrupted for row in rows):
         console.print(
             "Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID' "
