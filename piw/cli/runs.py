@@ -144,7 +144,7 @@ def run(
         typer.Option("--no-origin", help="With --detach: record no origin session for assistant replies."),
     ] = False,
 ) -> int:
-    """Start a run and follow it until it ends, waits, or is interrupted (or queue it with --detach)."""
+    """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     raw_input = parse_input_option(input)
     limits = parse_budget(budget) if budget is not None else None
     home = piw_home()
