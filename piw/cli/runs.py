@@ -178,6 +178,9 @@ def runs(
     print_runs(console, rows)
     if any(row.interrupted for row in rows):
         console.print("Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID'.")
+    for row in rows:
+        if row.damage is not None:  # in full: the table clips its notice column
+            console.print(f"⚠ {row.run_id} is damaged: {row.damage.notice} See 'piw inspect {row.run_id}'.")
     return 0
 
 
