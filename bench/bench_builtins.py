@@ -66,7 +66,9 @@ def scripted(builtin_id: str, home: Path) -> str:
     provider = ScriptedProvider(replies)
     executor = AgentExecutor(AgentSettings(provider_factory=lambda: provider))
     clock = Clock()
-    options = ForegroundOptions(agent_executor_factory=lambda _wf: executor, clock=clock.now, waiter=clock.wait)
+    options = ForegroundOptions(
+        agent_executor_factory=lambda _wf: executor, clock=clock.now, waiter=clock.wait
+    )
     state = start_run(builtin_id, home, run_input, None, options)
     sent = sum(len(json.dumps([m.model_dump() for m in r.messages])) for r in provider.requests)
     return figures(state, sent)
