@@ -250,6 +250,9 @@ def runs(
         )
     if any(row.detail == "queued" for row in rows):
         console.print("Queued runs wait for 'piw host' to execute them.")
+    for row in rows:
+        if row.damage is not None:  # in full: the table clips its notice column
+            console.print(f"⚠ {row.run_id} is damaged: {row.damage.notice} See 'piw inspect {row.run_id}'.")
     return 0
 
 
