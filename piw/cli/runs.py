@@ -281,11 +281,12 @@ def list_workflows(
         return 0
     console = make_console()
     table = Table(box=None, pad_edge=False)
-    for column in ("id", "kind", "revision", "description"):
+    for column in ("id", "kind", "revision", "contract", "description"):
         table.add_column(column, overflow="fold")
     for row in rows:
         revision = "" if row["revision"] is None else str(row["revision"])
-        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["description"] or "")))
+        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["contractId"] or "")),
+                      safe_text(single_line(row["description"] or "")))  # fmt: skip
     console.print(table)
     console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0

@@ -540,6 +540,7 @@ def test_snapshot_of_the_summary_node_and_catalog_revision(run_builtin: RunBuilt
         ("approvalPending", 1, "valid boolean"),
         ("surprise", 1, "Extra inputs are not permitted"),
     ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 40 else type(value).__name__,
 )
 def test_input_over_a_limit_is_rejected_before_a_run_exists(
     cli: Any, piw_home: Path, field: str, value: Any, limit: str

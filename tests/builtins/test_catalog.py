@@ -187,6 +187,9 @@ def test_piw_list_shows_each_builtin_with_revision_and_contract(cli: Any) -> Non
         assert row["source"] == {"kind": "builtin", "id": builtin_id, "revision": PINS[builtin_id][0]}
     listed = cli("list")
     assert "piw show WORKFLOW" in listed.stdout
+    for builtin_id, (contract, *_rest) in CATALOG.items():  # the table names id, kind, revision and contract
+        line = next(line for line in listed.stdout.splitlines() if line.startswith(builtin_id + " "))
+        assert line.split()[:4] == [builtin_id, "builtin", str(PINS[builtin_id][0]), contract]
 
 
 def test_includes_resolve_only_within_the_catalog(cli: Any, piw_home: Path) -> None:
