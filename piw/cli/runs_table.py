@@ -46,7 +46,7 @@ def _rows(summaries: Sequence[RunSummary]) -> list[_Row]:
         rows.append(
             _Row(
                 run_id=row.run_id,
-                status="running (interrupted)" if row.interrupted else row.status,
+                status=row.display_status,
                 title=safe_text(title),
                 started=_started(row.started_at),
                 node=safe_text(single_line(row.current_node or "")),

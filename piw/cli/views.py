@@ -85,10 +85,15 @@ def watch(
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
 ) -> int:
-    """Follow a run live until it ends (press q or Ctrl-C to stop watching)."""
+    """Follow a run live until it ends or nobody is running it (q stops watching; Ctrl-C exits 130)."""
+    from piw.cli.watch import WatchInterrupted
+
     home = piw_home()
     bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else newest_run(home))
-    Watcher(bundle, make_console()).run(once=once)
+    try:
+        Watcher(bundle, make_console()).run(once=once)
+    except WatchInterrupted:
+        return 130
     return 0
 
 
