@@ -7,8 +7,10 @@ built-in ``NAME``; then the shipped examples. A file's SHA-256 is its source ide
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
+import math
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -78,8 +80,11 @@ def resolve_reference(reference: str, home: Path) -> Path:
         path = folder / f"{reference}{SUFFIX}"
         if path.is_file():
             return path.resolve()
+    names = [path.name.removesuffix(SUFFIX) for _, path in discover(home)]
+    close = difflib.get_close_matches(reference, names, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
     raise LoadError(
-        f"No workflow named {reference!r}; see 'piw list' for what is available, or pass a file path."
+        f"No workflow named {reference!r}.{hint} See 'piw list' for what is available, or pass a file path."
     )
 
 
@@ -170,24 +175,73 @@ def _sorted_mounts(graph: FlatGraph) -> list[Mount]:
     return [graph.mounts[key] for key in sorted(graph.mounts)]
 
 
+MAX_INPUT_DEPTH = 64
+"""Nesting levels ``--input`` may have: deeper input cannot be a real request and would exhaust the recursion
+of every JSON encoder and walker between here and the trace."""
+
+
 def parse_input_option(text: str | None) -> Any:
-    """``--input JSON`` or ``--input @file``; omitted means ``{}``."""
+    """``--input JSON`` or ``--input @file``; omitted means ``{}``. Anything that could not be stored in the
+    trace exactly (non-UTF-8 bytes, lone surrogates, non-finite numbers, absurd nesting) is refused here."""
     if text is None:
         return {}
     raw = text
     if text.startswith("@"):
         try:
-            raw = Path(text[1:]).read_text(encoding="utf-8")
+            data = Path(text[1:]).read_bytes()
         except OSError as exc:
             raise InputInvalid(f"Cannot read --input file {text[1:]}: {exc.strerror}.") from None
+        try:
+            raw = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputInvalid(
+                f"--input file {text[1:]} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})."
+            ) from None
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise InputInvalid(
             f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})."
         ) from None
+    except RecursionError:
+        raise InputInvalid(f"--input is nested too deeply (at most {MAX_INPUT_DEPTH} levels).") from None
     except ValueError as exc:
         raise InputInvalid(f"--input is not valid JSON ({exc}).") from None
+    _check_input(value)
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
+def _check_input(value: Any) -> None:
+    """Refuse input nested deeper than MAX_INPUT_DEPTH or holding text that is not valid Unicode."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict | list):
+            if depth > MAX_INPUT_DEPTH:
+                raise InputInvalid(f"--input is nested too deeply (at most {MAX_INPUT_DEPTH} levels).")
+            if isinstance(item, dict):
+                for key in item:
+                    _check_text(key)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputInvalid(
+            f"--input holds text that is not valid Unicode (a lone surrogate U+{ord(text[exc.start]):04X}); "
+            "pass UTF-8."
+        ) from None
 
 
 def _reject_constant(name: str) -> Any:
