@@ -7,7 +7,7 @@ converts it to and from the cached ``state.json`` (``persistence.md`` §4).
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, overload
 
@@ -45,6 +45,41 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="ca
     usage: dict[str, Any] | None = None
 
 
+class _SharedSteps:
+    """The list successive ``StepList`` views share, optionally with a prefix that is loaded on first use.
+
+    A state restored from a fold checkpoint knows how many steps came before it but decodes them only when
+    something reads a step (``len`` never does), so a view that shows counts never pays for a long run's steps.
+    """
+
+    __slots__ = ("_list", "_load", "lazy")
+
+    def __init__(self, items: list[StepRecord], load: Callable[[], list[StepRecord]] | None = None,
+                 lazy: int = 0) -> None:  # fmt: skip
+        self._list = items
+        self._load = load
+        self.lazy = lazy
+        """How many steps ``load`` will put in front of ``_list``."""
+
+    @property
+    def total(self) -> int:
+        return self.lazy + len(self._list)
+
+    @property
+    def items(self) -> list[StepRecord]:
+        if self._load is not None:
+            load, self._load = self._load, None
+            loaded = load()
+            if len(loaded) != self.lazy:
+                raise ValueError(f"expected {self.lazy} steps from the fold checkpoint, got {len(loaded)}")
+            self._list[:0] = loaded
+            self.lazy = 0
+        return self._list
+
+    def extend(self, steps: list[StepRecord]) -> None:
+        self._list.extend(steps)  # after the lazy prefix, which stays unloaded
+
+
 class StepList(Sequence[StepRecord]):
     """The steps of a ``RunState``: an immutable view of the first ``size`` records of a list successive states share.
 
@@ -53,27 +88,33 @@ class StepList(Sequence[StepRecord]):
     every earlier step; an older state that is folded again sees a shorter view and copies its prefix first.
     """
 
-    __slots__ = ("_items", "_size")
+    __slots__ = ("_shared", "_size")
 
     def __init__(self, items: Iterable[StepRecord] = ()) -> None:
-        self._items: list[StepRecord] = list(items)
-        self._size = len(self._items)
+        self._shared = _SharedSteps(list(items))
+        self._size = self._shared.total
 
     @classmethod
-    def _view(cls, items: list[StepRecord], size: int) -> StepList:
+    def _view(cls, shared: _SharedSteps, size: int) -> StepList:
         view = cls.__new__(cls)
-        view._items, view._size = items, size
+        view._shared, view._size = shared, size
         return view
+
+    @classmethod
+    def lazy(cls, count: int, load: Callable[[], list[StepRecord]]) -> StepList:
+        """``count`` steps that ``load`` returns when one of them is first read (fold checkpoints)."""
+        return cls._view(_SharedSteps([], load, count), count)
 
     def extended(self, steps: list[StepRecord]) -> StepList:
         """A new view with ``steps`` at the end; this view is unchanged."""
         if not steps:
             return self
-        if len(self._items) == self._size:
-            self._items.extend(steps)
-            return StepList._view(self._items, self._size + len(steps))
-        items = [*self._items[: self._size], *steps]
-        return StepList._view(items, len(items))
+        shared = self._shared
+        if shared.total == self._size:
+            shared.extend(steps)
+            return StepList._view(shared, self._size + len(steps))
+        items = [*shared.items[: self._size], *steps]
+        return StepList._view(_SharedSteps(items), len(items))
 
     def __len__(self) -> int:
         return self._size
@@ -83,17 +124,31 @@ class StepList(Sequence[StepRecord]):
     @overload
     def __getitem__(self, index: slice) -> tuple[StepRecord, ...]: ...
     def __getitem__(self, index: int | slice) -> StepRecord | tuple[StepRecord, ...]:
+        items = self._shared.items
         if isinstance(index, slice):
-            return tuple(self._items[i] for i in range(*index.indices(self._size)))
+            return tuple(items[i] for i in range(*index.indices(self._size)))
         if index < 0:
             index += self._size
         if not 0 <= index < self._size:
             raise IndexError("step index out of range")
-        return self._items[index]
+        return items[index]
 
     def __iter__(self) -> Iterator[StepRecord]:
-        items = self._items
+        items = self._shared.items
         return (items[i] for i in range(self._size))
+
+    def after(self, start: int) -> list[StepRecord]:
+        """The steps from index ``start`` on, without loading a lazy prefix that ends at or before ``start``."""
+        shared = self._shared
+        if start >= shared.lazy:
+            return shared._list[start - shared.lazy : self._size - shared.lazy]
+        return shared.items[start : self._size]
+
+    def batches(self, size: int = 4096) -> Iterator[list[StepRecord]]:
+        """The steps in lists of at most ``size`` (slices of the shared list, for encoders)."""
+        items = self._shared.items
+        for start in range(0, self._size, size):
+            yield items[start : min(start + size, self._size)]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):

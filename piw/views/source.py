@@ -4,8 +4,8 @@ Views never hold a whole trace: :class:`RecordStream` re-reads the file in chunk
 :class:`Tail` keeps only a byte offset and an unterminated remainder between reads. Both follow the torn-tail
 rule of ``persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored, while a bad
 line with more lines after it ends the stream with a corruption notice instead of an exception, so the valid
-prefix still shows. Nothing here writes; the only probe of the bundle is :func:`piw.store.bundle.run_is_live`, a
-shared lock taken and released at once.
+prefix still shows. Nothing here writes run data (only the fold checkpoints :func:`load_run` leaves as a cache);
+the only probe of the bundle is :func:`piw.store.bundle.run_is_live`, a shared lock taken and released at once.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any, Generic, TypeVar
 
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.foldcache import replay
 from piw.store.lineage import forks_of
-from piw.store.replay import RunState, fold
+from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
 
@@ -216,22 +217,16 @@ class EntryStream:
 def load_run(
     home: Path, run_id: str, at: int | None = None, clock: Callable[[], datetime] | None = None
 ) -> RunData:
-    """Open a bundle and fold its trace (streamed) up to ``at``; ``RunNotFound`` for an unknown id."""
+    """Open a bundle and fold its trace up to ``at``; ``RunNotFound`` for an unknown id.
+
+    The fold starts from the newest trustworthy fold checkpoint at or before ``at`` and leaves new ones as it
+    goes (:mod:`piw.store.foldcache`), so a long run is replayed in full once and then read in milliseconds.
+    """
     bundle = open_bundle(home, run_id)
-    stream = RecordStream(bundle.trace_path, decode_event)
-    following: list[str] = []
-
-    def prefix() -> Iterator[TraceEvent]:
-        for event in stream:
-            if at is not None and event.seq > at:
-                following.append(event.at)  # the next event's time bounds the session entries shown
-                return
-            yield event
-
-    state = fold(prefix())
-    data = run_data(bundle, state, at=at, notice=stream.corruption, clock=clock)
+    replayed = replay(bundle.path, bundle.run_id, at)
+    data = run_data(bundle, replayed.state, at=at, notice=replayed.notice, clock=clock)
     forks = tuple(forks_of(home, run_id))
-    return replace(data, next_at=following[0] if following else None, forks=forks)
+    return replace(data, next_at=replayed.next_at, forks=forks)
 
 
 def run_data(
