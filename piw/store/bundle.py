@@ -20,12 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.trace import TraceEvent, TraceRead, read_trace
+from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, Manifest, dumps_line
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -216,8 +218,23 @@ def discard_incomplete(bundle: Bundle) -> None:
 
 
 def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunState:
-    """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold."""
+    """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold.
+
+    Without ``events``, a ``state.json`` whose ``traceSeq`` is the seq of the trace's last line is returned
+    without parsing the trace at all (only its last lines are read), which is what makes ``piw runs`` cheap
+    on many or long runs; damage in the middle of such a trace is then reported by ``piw inspect``.
+    """
     if events is None:
+        try:
+            cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError):
+            cached = None
+        if (
+            cached is not None
+            and cached.run_id == bundle.run_id
+            and cached.trace_seq == trace_last_seq(bundle.trace_path)
+        ):
+            return cached
         events = bundle.read_trace().events
     last_seq = events[-1].seq if events else 0
     try:

@@ -433,3 +433,42 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
         state = fold_more(state, batch)
     notice, next_at = finish()
     return Replay(state, position, state.trace_seq + 1, notice, next_at, base.seq if base else 0)
+
+
+def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:
+    """The events of one type among the trace lines in ``[0, end)``, without decoding the others.
+
+    Only for a prefix :func:`replay` has already validated (``Replay.offset``): lines are found by their type's
+    name and decoded one by one, so a follower that starts from a checkpoint can still feed, say, its progress
+    tracks from the updates of the whole run at the cost of a byte search.
+    """
+    marker = kind.encode()
+    try:
+        handle = trace.open("rb")
+    except OSError:
+        return
+    with handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if end else _Empty() as data:
+        position = 0
+        while (hit := data.find(marker, position, end)) >= 0:
+            start = data.rfind(b"\n", 0, hit) + 1
+            stop = data.find(b"\n", hit, end)
+            if stop < 0:
+                return
+            position = stop + 1
+            try:
+                event = _ENVELOPE.decode(data[start : stop + 1])
+            except msgspec.DecodeError:
+                continue
+            if event.type == kind:
+                yield event
+
+
+class _Empty:
+    def __enter__(self) -> bytes:
+        return b""
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_ENVELOPE = msgspec.json.Decoder(TraceEvent)

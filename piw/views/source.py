@@ -122,23 +122,49 @@ class Tail(Generic[T]):
         self.offset, self.partial, self.next_seq, self.damaged, self.corruption = 0, b"", 1, None, None
 
     def read(self) -> TailRead[T]:
+        """Every record appended since the last read (see :meth:`stream` to take them chunk by chunk)."""
+        records: list[T] = []
+        restarted = False
+        for chunk, restart in self.stream():
+            records.extend(chunk)
+            restarted = restarted or restart
+        return TailRead(records, restarted)
+
+    def size(self) -> int:
         try:
-            size = os.stat(self.path).st_size
+            return os.stat(self.path).st_size
         except FileNotFoundError:
-            size = 0
+            return 0
+
+    def stream(self, upto: int | None = None) -> Iterator[tuple[list[T], bool]]:
+        """The new records in chunks of at most ~1 MiB of lines, with whether the file was repaired.
+
+        A first read of a long file never holds its bytes at once, and a caller that folds each chunk as it
+        comes (``watch``) never holds all of its records either. ``upto`` stops at a size taken earlier.
+        """
+        size = self.size() if upto is None else upto
         restarted = size < self.offset
         if restarted:
             self.reset()
         if size == self.offset or self.corruption:
-            return TailRead([], restarted)
+            if restarted:
+                yield [], True
+            return
         with self.path.open("rb") as handle:
             handle.seek(self.offset)
-            data = handle.read(size - self.offset)
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        return TailRead(self._decode_all(lines), restarted)
+            remaining = size - self.offset
+            while remaining > 0:
+                data = handle.read(min(remaining, CHUNK))
+                if not data:
+                    break
+                remaining -= len(data)
+                self.offset += len(data)
+                lines = (self.partial + data).split(b"\n")
+                self.partial = lines.pop()
+                yield self._decode_all(lines), restarted
+                restarted = False
+                if self.corruption:
+                    return
 
     def _decode_all(self, lines: list[bytes]) -> list[T]:
         records: list[T] = []
