@@ -6,6 +6,7 @@ Each parses its arguments, makes one library call and prints one view; none of t
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Annotated
 
 import typer
@@ -16,15 +17,53 @@ from piw.cli.console import make_console
 from piw.cli.watch import Watcher, newest_run
 from piw.errors import UsageError
 from piw.store.bundle import check_run_id, open_bundle, piw_home
-from piw.store.replay import state_to_json
-from piw.terminal import json_text
+from piw.store.state import iter_state_json
+from piw.terminal import json_text, safe_json_bytes
 from piw.views import VIEW_NAMES, View, load_run, view_for
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
 
 
+def write_json_stream(pieces: Iterable[bytes]) -> None:
+    """Write JSON pieces to stdout as they come, terminal-safe, so a long run's state is never one string."""
+    sys.stdout.flush()
+    binary = getattr(sys.stdout, "buffer", None)  # a captured stdout (tests, in-process use) is text only
+    buffered: list[bytes] = []
+    size = 0
+
+    def emit(data: bytes) -> None:
+        if binary is not None:
+            binary.write(data)
+        else:
+            sys.stdout.write(data.decode("utf-8"))
+
+    for piece in pieces:
+        buffered.append(safe_json_bytes(piece))
+        size += len(piece)
+        if size >= 1 << 20:
+            emit(b"".join(buffered))
+            buffered, size = [], 0
+    buffered.append(b"\n")
+    emit(b"".join(buffered))
+    (binary or sys.stdout).flush()
+
+
 def print_view(console: Console, view: View) -> None:
     """Print a view page by page, so a long trace never sits in memory as one renderable."""
+    plain = getattr(view, "plain_lines", None)
+    if plain is not None and not console.is_terminal:
+        # no styles to render: write the text itself (rich would build a Text per line and throw it away)
+        out = console.file
+        batch: list[str] = []
+        for line in plain(console.width):
+            batch.append(line)
+            if len(batch) >= 1000:
+                out.write("\n".join(batch) + "\n")
+                batch = []
+        if batch:
+            out.write("\n".join(batch) + "\n")
+        out.flush()
+        return
     for page in view.pages(console, console.width):
         console.print(page)
 
@@ -52,7 +91,7 @@ def inspect(
         raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
     run = load_run(piw_home(), check_run_id(run_id), at)
     if as_json:
-        sys.stdout.write(json_text(state_to_json(run.state)) + "\n")
+        write_json_stream(iter_state_json(run.state))
         return 0
     if run.notice and view != "state":
         make_console(sys.stderr).print(f"Warning: {run.notice}")

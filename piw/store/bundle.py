@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import orjson
 
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store.state import iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, read_trace
 from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, Manifest, dumps_line
@@ -97,14 +97,14 @@ def json_bytes(value: Any) -> bytes:
 
 
 def encode_state(state: RunState) -> bytes:
-    """``state.json``'s bytes: one compact line, written by orjson (ten times faster than ``json`` on a long run).
+    """``state.json``'s bytes: one compact line, the steps encoded straight from their records.
 
-    Every value in a state was folded from decoded trace lines, so it is plain JSON data (string keys, finite
-    numbers); a float of magnitude under 1e-4 or from 1e16 up may be spelled differently from ``json``
-    (``0.00001`` for ``1e-05``): the same number, and this file is only a cache.
+    Ten times faster than ``json`` on a long run. Every value in a state was folded from decoded trace lines,
+    so it is plain JSON data; a float of magnitude under 1e-4 or from 1e16 up may be spelled differently from
+    ``json`` (``0.00001`` for ``1e-05``): the same number, and this file is only a cache.
     """
     try:
-        return orjson.dumps(state_to_json(state), option=orjson.OPT_APPEND_NEWLINE)
+        return b"".join(iter_state_json(state)) + b"\n"
     except TypeError:
         return json_bytes(state_to_json(state))
 

@@ -339,8 +339,9 @@ def update_to_json(record: UpdateRecord) -> dict[str, Any]:
     }
 
 
-def state_to_json(state: RunState) -> dict[str, Any]:
-    """The ``state.json`` object (also ``piw inspect --json``)."""
+def state_to_json(state: RunState, *, steps: bool = True) -> dict[str, Any]:
+    """The ``state.json`` object (also ``piw inspect --json``); ``steps=False`` leaves ``steps`` empty for a
+    streaming encoder that writes them itself (:func:`iter_state_json`)."""
     current = state.current
     data: dict[str, Any] = {
         "schema": RUN_STATE_SCHEMA,
@@ -364,7 +365,7 @@ def state_to_json(state: RunState) -> dict[str, Any]:
         "originSession": state.origin_session,
         "outputs": dict(state.outputs),
         "results": {node: result_to_json(step) for node, step in state.results.items()},
-        "steps": [step_to_json(step) for step in state.steps],
+        "steps": [step_to_json(step) for step in state.steps] if steps else [],
         "usage": state.usage,
         "updates": [update_to_json(record) for record in state.sorted_updates()],
         "currentNode": current.node_id if current else None,
@@ -478,3 +479,29 @@ def state_from_json(data: dict[str, Any]) -> RunState:
         final_output=data.get("finalOutput"),
         error=data.get("error"),
     )
+
+
+_STEP_BATCH = 2048
+_STEPS_ENCODER = msgspec.json.Encoder()
+
+
+def iter_state_json(state: RunState) -> Iterator[bytes]:
+    """``state_to_json(state)`` as compact JSON, in pieces: the steps are encoded by msgspec straight from the
+    records, a batch at a time, so a long run's state is never built as one big object or one big string."""
+    import orjson
+
+    head = state_to_json(state, steps=False)
+    yield b"{"
+    first = True
+    for key, value in head.items():
+        yield (b"" if first else b",") + orjson.dumps(key) + b":"
+        first = False
+        if key != "steps":
+            yield orjson.dumps(value)
+            continue
+        yield b"["
+        for index, batch in enumerate(state.steps.batches(_STEP_BATCH)):
+            encoded = _STEPS_ENCODER.encode(batch)
+            yield (b"," if index else b"") + encoded[1:-1]
+        yield b"]"
+    yield b"}"

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from piw.store.replay import RunState, StepRecord
+from piw.terminal import single_line
 from piw.views.base import (
     OUTCOME_MARKS,
     STATUS_STYLES,
@@ -24,7 +25,7 @@ from piw.views.base import (
     safe,
     short_id,
 )
-from piw.views.table import Column, table_lines
+from piw.views.table import Column, table_lines, table_plain
 
 COLUMNS = (
     Column("#", 3, 5, priority=1, right=True),
@@ -62,6 +63,29 @@ class StepsView(View):
             yield Text("No steps yet.", style="dim")
             return
         yield from table_lines(COLUMNS, self._rows(), width)
+
+    def plain_lines(self, width: int) -> Iterator[str]:
+        """The same lines as :meth:`lines`, as plain text (no styles) for a console that is not a terminal."""
+        state = self.state
+        if not state.steps and state.current is None:
+            yield "No steps yet."
+            return
+        yield from table_plain(COLUMNS, self._plain_rows(), width)
+
+    def _plain_rows(self) -> Iterator[list[str]]:
+        for number, step in enumerate(self.state.steps, start=1):
+            outcome = step.outcome
+            detail = (
+                single_line(compact(step.output, 400)) if outcome == "ok" else single_line(step.error or "")
+            )
+            mark = OUTCOME_MARKS.get(outcome, "·")
+            yield [str(number), node_label(step.node_id), f"{mark} {outcome}", fmt_duration(step.duration_ms),
+                   short_id(step.attempt_id), detail]  # fmt: skip
+        current = self.state.current
+        if current is not None:
+            elapsed = fmt_duration(ms_between(current.started_at, self.now))
+            yield [str(len(self.state.steps) + 1), node_label(current.node_id), f"{OUTCOME_MARKS['running']} running",
+                   elapsed, short_id(current.attempt_id), single_line(current.status_detail or "")]  # fmt: skip
 
     def _rows(self) -> Iterator[list[Text | str]]:
         for number, step in enumerate(self.state.steps, start=1):
