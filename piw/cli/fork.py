@@ -15,11 +15,8 @@ from piw.cli.runs import (
     VerboseOption,
     _follow,
 )
-from piw.run.fork import ForkPoint
-from piw.run.runner import fork_run
 from piw.store.bundle import piw_home
 from piw.store.runref import resolve_run_id
-from piw.workflow.loader import parse_input_option
 
 
 @app.command()
@@ -49,6 +46,10 @@ def fork(
     again and none makes a model request. With --provider replay, later agent steps are answered from the
     parent's recorded replies while their prompts match.
     """
+    from piw.run.fork import ForkPoint  # the engine loads only for this command, not for piw --help
+    from piw.run.runner import fork_run
+    from piw.workflow.loader import parse_input_option
+
     point = ForkPoint(node=from_node, seq=at)
     home = piw_home()
     parent = resolve_run_id(home, run_id)

@@ -4,34 +4,32 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.live import LiveDisplay
-from piw.cli.waiting import print_wait
 from piw.errors import PiwError, UsageError
-from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
-from piw.store.history import run_summaries
-from piw.store.replay import RunState
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
-from piw.workflow.loader import (
-    discover,
-    import_definition,
-    load_workflow,
-    parse_input_option,
-    source_identity,
-)
+
+if TYPE_CHECKING:
+    from piw.cli.live import LiveDisplay
+    from piw.run.runner import ForegroundOptions
+    from piw.store.replay import RunState
+
+# The engine, the loader and the live display are imported inside the commands that use them, so that
+# ``piw --help`` and the read-only commands start without loading them.
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
 
 def _finish(state: RunState, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+    from piw.cli.waiting import print_wait
+    from piw.run.runner import resolved_outcome
+
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
@@ -51,6 +49,8 @@ def _foreground(
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from piw.agent.setup import agent_executor_factory
+    from piw.cli.live import LiveDisplay
+    from piw.run.runner import ForegroundOptions
 
     console = make_console(sys.stderr if as_json else sys.stdout)
     home = piw_home()
@@ -110,6 +110,9 @@ def run(
     as_json: RunJsonOption = False,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted."""
+    from piw.run.runner import start_run
+    from piw.workflow.loader import parse_input_option
+
     raw_input = parse_input_option(input)
     home = piw_home()
     return _follow(
@@ -129,6 +132,8 @@ def resume(
     as_json: RunJsonOption = False,
 ) -> int:
     """Continue an interrupted run from its trace; completed steps are not run again."""
+    from piw.run.runner import resume_run
+
     home = piw_home()
     return _follow(
         lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
@@ -142,6 +147,10 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List runs, newest first."""
+    from rich.table import Table
+
+    from piw.store.history import run_summaries
+
     statuses = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
     if status is not None and status not in statuses:
         raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(statuses)}.")
@@ -179,6 +188,10 @@ def list_workflows(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List built-in workflows and discovered workflow files."""
+    from rich.table import Table
+
+    from piw.workflow.loader import discover, import_definition, source_identity
+
     home = piw_home()
     rows: list[dict[str, Any]] = []
     for label, path in discover(home):
@@ -212,6 +225,9 @@ def list_workflows(
 @app.command()
 def validate(file: Annotated[str, typer.Argument(help="The workflow file to check.")]) -> int:
     """Check a workflow definition with both validation passes, without starting a run."""
+    from piw.run.runner import tools_known
+    from piw.workflow.loader import load_workflow
+
     home = piw_home()
     loaded = load_workflow(file, home, tools_known())
     make_console().print(

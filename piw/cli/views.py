@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.watch import Watcher, newest_run
 from piw.errors import UsageError
 from piw.store.bundle import check_run_id, open_bundle, piw_home
 from piw.store.state import iter_state_json
 from piw.terminal import json_text, safe_json_bytes
-from piw.views import VIEW_NAMES, View, load_run, view_for
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from piw.views import View
+
+VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation")
+"""``piw.views.VIEW_NAMES``, repeated so that ``piw --help`` does not import every view (a test keeps them equal)."""
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
 
@@ -89,6 +94,8 @@ def inspect(
         raise UsageError("--at takes a trace sequence number, 1 or more; see 'piw inspect RUN --view trace'.")
     if (node is not None or attempt is not None) and view != "trace":
         raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
+    from piw.views import load_run, view_for
+
     run = load_run(piw_home(), check_run_id(run_id), at)
     if as_json:
         write_json_stream(iter_state_json(run.state))
@@ -107,6 +114,8 @@ def watch(
 ) -> int:
     """Follow a run live until it ends (press q or Ctrl-C to stop watching)."""
     home = piw_home()
+    from piw.cli.watch import Watcher, newest_run
+
     bundle = open_bundle(home, check_run_id(run_id) if run_id else newest_run(home))
     Watcher(bundle, make_console()).run(once=once)
     return 0

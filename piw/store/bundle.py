@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,7 +28,10 @@ from piw.store.replay import RunState, fold, fold_more, state_from_json, state_t
 from piw.store.state import iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, read_trace
 from piw.store.trace import last_seq as trace_last_seq
-from piw.wire import RUN_BUNDLE_SCHEMA, Manifest, dumps_line
+from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
+
+if TYPE_CHECKING:
+    from piw.wire import Manifest
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
