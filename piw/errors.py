@@ -11,6 +11,7 @@
     ├── TraceCorrupt              a trace line other than the torn tail fails to parse
     ├── StoreError                a bundle cannot be created or read (layout, paths, locks)
     │   ├── RunLocked             another process holds the run's writer lock
+    │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
     │   └── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
@@ -85,6 +86,14 @@ class StoreError(PiwError):
 
 class RunLocked(StoreError):
     """Another process is writing this run."""
+
+
+class ArtifactDamaged(StoreError):
+    """An artifact a run refers to is missing or its content no longer matches its sha256; ``path`` names it."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class StateSchemaMismatch(StoreError):

@@ -272,7 +272,16 @@ def test_run_without_json_prints_the_step_log(cli: Cli) -> None:
 
 # ---- piw runs ------------------------------------------------------------------------------------------
 
-SUMMARY_KEYS = {"runId", "workflowName", "runTitle", "status", "startedAt", "finishedAt", "currentNode"}
+SUMMARY_KEYS = {
+    "runId",
+    "workflowName",
+    "runTitle",
+    "status",
+    "startedAt",
+    "finishedAt",
+    "currentNode",
+    "damage",
+}
 
 
 def test_runs_json_shape_order_filters(cli: Cli, make_workflow: WorkflowMaker) -> None:

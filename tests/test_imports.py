@@ -90,12 +90,19 @@ def test_the_engine_never_imports_views_or_the_cli() -> None:
 
 
 @pytest.mark.parametrize(
-    "root", sorted(name for name in MODULES if in_group(name, ("piw.views", "piw.cli.watch")))
+    "root", sorted(name for name in MODULES if in_group(name, ("piw.views", "piw.cli.watch", "piw.app")))
 )
 def test_views_never_import_the_engine_side(root: str) -> None:
     forbidden = ("piw.run", "piw.providers", "piw.agent", "piw.store.writer")
     wrong = {name: path for name, path in closure([root]).items() if in_group(name, forbidden)}
     assert not wrong, [" → ".join(path) for path in wrong.values()]
+
+
+def test_the_viewer_app_is_reached_only_by_its_command() -> None:
+    """Textual loads only for ``piw view``: no module but the command imports the app package."""
+    importers = {name for name, deps in GRAPH.items() if any(in_group(d, ("piw.app",)) for d in deps)}
+    assert {name for name in importers if not in_group(name, ("piw.app",))} <= {"piw.cli.viewer"}
+    assert not any(in_group(name, ("piw.cli",)) for name in closure(["piw.app.viewer"]))
 
 
 def test_core_modules_stay_below_the_engine() -> None:

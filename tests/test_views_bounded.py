@@ -29,7 +29,7 @@ from piw.wire import RUN_BUNDLE_SCHEMA
 RUN_ID = "20260101T000000000Z-big-00000001"
 EVENTS = 6_000
 FILLER = 3_000
-FORBIDDEN = ("piw.run", "piw.providers", "piw.agent", "piw.cli.main", "piw.cli.runs")
+FORBIDDEN = ("piw.run", "piw.providers", "piw.agent", "piw.store.writer", "piw.cli.main", "piw.cli.runs")
 EMPTY_PACKAGES = {"piw.agent", "piw.cli", "piw.run", "piw.store", "piw.workflow", "piw.updates"}
 """``piw/__init__`` loads the (import-free) ``piw.agent`` package first so the ``agent()`` helper keeps its
 name; the package itself is allowed as long as its ``__init__`` imports nothing, its modules never are."""
@@ -37,6 +37,7 @@ VIEWER_MODULES = [
     "piw.cli.watch",
     "piw.cli.live",
     *(f"piw.views.{p.stem}" for p in Path(piw.__file__).parent.glob("views/*.py")),
+    *(f"piw.app.{p.stem}" for p in Path(piw.__file__).parent.glob("app/*.py")),
 ]
 
 
@@ -184,7 +185,7 @@ def test_allowed_empty_packages_import_nothing() -> None:
 
 def test_importing_the_viewers_loads_no_engine_module() -> None:
     code = (
-        "import sys, piw.views, piw.cli.watch, piw.cli.live; "
+        "import sys, piw.views, piw.cli.watch, piw.cli.live, piw.app.viewer; "
         "print('\\n'.join(m for m in sys.modules if m.startswith('piw')))"
     )
     loaded = subprocess.run(
@@ -192,6 +193,13 @@ def test_importing_the_viewers_loads_no_engine_module() -> None:
     ).stdout.split()
     bad = [m for m in loaded if m.startswith(FORBIDDEN) and m not in EMPTY_PACKAGES]
     assert not bad, bad
+
+
+def test_the_cli_starts_without_textual() -> None:
+    """``piw --help`` and every command but ``view`` never import Textual (start-up stays fast)."""
+    code = "import sys; from piw.cli import main; main._register(); print('textual' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "False"
 
 
 def test_the_walk_would_catch_a_wrong_arrow() -> None:

@@ -137,9 +137,10 @@ _HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 _UPDATE = re.compile(r"upd_[0-9a-f-]{36}")
 
 
-def normalize_bundle(bundle: Path, run_id: str) -> Path:
+def normalize_bundle(bundle: Path, run_id: str, workflow_dir: Path | None = None) -> Path:
     """Rewrite a real bundle's random ids to fixed ones (in order of appearance) and its durations to match
-    its timestamps; events, payloads and ``seq`` stay as the run wrote them."""
+    its timestamps, and the workflow folder in traceback frames to ``/flows``; events, payloads and ``seq``
+    stay as the run wrote them."""
     names = ["trace.ndjson", "session/entries.ndjson", "manifest.json", "workflow.json"]
     texts = {name: (bundle / name).read_text(encoding="utf-8") for name in names if (bundle / name).exists()}
     everything = "".join(texts.values())
@@ -155,6 +156,8 @@ def normalize_bundle(bundle: Path, run_id: str) -> Path:
         text = _HEX.sub(lambda m: ids[m.group(0)], text)
         texts[name] = _UPDATE.sub(lambda m: updates[m.group(0)], text)
     texts["trace.ndjson"] = _fix_durations(texts["trace.ndjson"])
+    if workflow_dir is not None:  # traceback frames name the workflow file: a fixed folder, as for the ids
+        texts["trace.ndjson"] = texts["trace.ndjson"].replace(f'"file":"{workflow_dir}/', '"file":"/flows/')
     target = bundle.parent / run_id
     bundle.rename(target)
     (target / "state.json").unlink(missing_ok=True)
@@ -246,7 +249,7 @@ def build_runs(root: Path) -> Runs:
         before = set((home / "runs").iterdir()) if (home / "runs").exists() else set()
         run_cli(home, "run", str(workflow), "--provider", "scripted", *extra, fake_clock=True)
         (bundle,) = set((home / "runs").iterdir()) - before
-        normalize_bundle(bundle, RUN_IDS[kind])
+        normalize_bundle(bundle, RUN_IDS[kind], root.resolve())
         homes[kind] = home
     running_home = root / "running-home"
     (running_home / "runs").mkdir(parents=True)

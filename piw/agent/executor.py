@@ -117,6 +117,13 @@ class AgentExecutor:
         for listener in self.settings.listeners:
             listener(event)
 
+    def close(self) -> None:
+        """Release the provider when the run ends (the ``llamacpp`` provider stops its server)."""
+        provider, self._provider = self._provider, None
+        close = getattr(provider, "close", None)
+        if callable(close):
+            close()
+
     def child_runner(self, attempt: Attempt) -> Any:
         """The ``ctx.run_agent`` of an action attempt (``agent-steps.md`` §10)."""
         from piw.agent.children import ChildRunner
@@ -141,7 +148,7 @@ class AgentExecutor:
         try:
             task = evaluate(node.prompt, attempt.ctx)
         except Exception as exc:
-            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}")
+            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}", exception=exc)
         if not isinstance(task, str) or not task.strip():
             return NodeOutcome.failed(f"Step {attempt.node_id}: the prompt is empty or not a string.")
         contract = make_contract(

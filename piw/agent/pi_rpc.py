@@ -112,7 +112,7 @@ class PiRpcExecutor:
         try:
             task = evaluate(node.prompt, attempt.ctx)
         except Exception as exc:
-            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}")
+            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}", exception=exc)
         if not isinstance(task, str) or not task.strip():
             return NodeOutcome.failed(f"Step {attempt.node_id}: the prompt is empty or not a string.")
         contract = make_contract(attempt.run_id, attempt.ctx.workflow_name, attempt.node_id, attempt.attempt_id,

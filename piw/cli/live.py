@@ -34,6 +34,7 @@ from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
 from piw.terminal import single_line
 from piw.views.base import Lines
+from piw.views.failure import where
 from piw.views.frame import FrameModel, FrameView
 from piw.views.source import RecordStream, Tail, session_tail
 
@@ -70,9 +71,17 @@ class StepLog:
     the session, not the trace) so the line shows the message rather than only its id.
     """
 
-    def __init__(self, console: Console, notification_text: NotificationText | None = None) -> None:
+    def __init__(
+        self,
+        console: Console,
+        notification_text: NotificationText | None = None,
+        *,
+        outcome_below: bool = False,
+    ) -> None:
         self.console = console
         self.notification_text = notification_text
+        self.outcome_below = outcome_below
+        """``piw run`` prints the outcome block after the status line, so the line leaves the error to it."""
         self.plain = not console.is_terminal
         self._tracks: dict[str, ProgressWindow] = {}
 
@@ -123,6 +132,9 @@ class StepLog:
                      (f"  {single_line(outcome)}  {payload.get('durationMs', 0)} ms", "dim")]  # fmt: skip
             if outcome != "ok":
                 parts.append(("  " + _clip(payload.get("error", ""), 200), style))
+                location = where(payload.get("traceback"))
+                if location:
+                    parts.append((f"  at {location}", "dim"))
             return parts
         if kind == "run_started":
             return [("● ", "bold"), (single_line(state.run_title or state.workflow_name), "bold"),
@@ -166,7 +178,7 @@ class StepLog:
             parts = [(f"■ {single_line(status)}", f"bold {style}")]
             if state.waiting_on:
                 parts.append((f" on {_node_label(state.waiting_on)}", ""))
-            if state.error:
+            if state.error and not self.outcome_below:
                 parts.append(("  " + _clip(state.error, 300), style))
             return parts
         return None
@@ -210,7 +222,7 @@ class LiveDisplay:
         self._session: Tail[SessionEntry] | None = None
         self._live: Live | None = None
         self._opened = False
-        self._steps = StepLog(console, self._notification_text)
+        self._steps = StepLog(console, self._notification_text, outcome_below=True)
 
     def _open(self, event: TraceEvent, state: RunState) -> None:
         """Open the bundle on the first event (``run_started``, or ``run_resumed`` for a resume)."""

@@ -26,16 +26,18 @@ if TYPE_CHECKING:
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
 
-def _finish(state: RunState, as_json: bool, extra: dict[str, Any] | None = None) -> int:
-    from piw.cli.waiting import print_wait
+def _finish(
+    state: RunState, as_json: bool, extra: dict[str, Any] | None = None, verbose: bool = False
+) -> int:
+    from piw.cli.outcome import print_outcome
     from piw.run.runner import resolved_outcome
 
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
         sys.stdout.write(json_text({**payload, **(extra or {})}) + "\n")
-    elif state.status == "waiting":
-        print_wait(make_console(), piw_home(), state)
+    else:
+        print_outcome(make_console(), piw_home(), state, verbose=verbose)
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
@@ -75,7 +77,9 @@ def _foreground(
 ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
 ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")]
 ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", help="Expand step cards.")]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
+]
 RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
 ]
@@ -95,7 +99,7 @@ def _follow(
         state = start(options)
     finally:
         display.close()
-    return _finish(state, as_json, extra)
+    return _finish(state, as_json, extra, verbose=bool(flags[0]) if flags else False)
 
 
 @app.command()

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from piw.views import View
 
-VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation")
+VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation", "output")
 """``piw.views.VIEW_NAMES``, repeated so that ``piw --help`` does not import every view (a test keeps them equal)."""
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
@@ -55,12 +55,13 @@ def write_json_stream(pieces: Iterable[bytes]) -> None:
 
 def print_view(console: Console, view: View) -> None:
     """Print a view page by page, so a long trace never sits in memory as one renderable."""
-    plain = getattr(view, "plain_lines", None)
-    if plain is not None and not console.is_terminal:
+    plain_lines = getattr(view, "plain_lines", None)
+    plain = plain_lines(console.width) if plain_lines is not None and not console.is_terminal else None
+    if plain is not None:
         # no styles to render: write the text itself (rich would build a Text per line and throw it away)
         out = console.file
         batch: list[str] = []
-        for line in plain(console.width):
+        for line in plain:
             batch.append(line)
             if len(batch) >= 1000:
                 out.write("\n".join(batch) + "\n")
@@ -77,13 +78,19 @@ def print_view(console: Console, view: View) -> None:
 def inspect(
     run_id: Annotated[str, typer.Argument(help="The run to show.")],
     view: Annotated[str, typer.Option("--view", help=f"One of: {', '.join(VIEW_NAMES)}.")] = "state",
-    node: Annotated[str | None, typer.Option("--node", help="Trace view: only this node's events.")] = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="Trace and steps views: only this node (steps: with its traceback)."),
+    ] = None,
     attempt: Annotated[
         str | None, typer.Option("--attempt", help="Trace view: only this attempt (id or prefix).")
     ] = None,
     at: Annotated[int | None, typer.Option("--at", help="Replay only events 1..SEQ (time travel).")] = None,
     expanded: Annotated[
         bool, typer.Option("--expanded", help="Conversation view: expand step cards.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Steps view: every failure's whole traceback.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the replayed RunState as JSON.")] = False,
 ) -> int:
@@ -92,18 +99,24 @@ def inspect(
         raise UsageError(f"Unknown view {view!r}; use one of: {', '.join(VIEW_NAMES)}.")
     if at is not None and at < 1:
         raise UsageError("--at takes a trace sequence number, 1 or more; see 'piw inspect RUN --view trace'.")
-    if (node is not None or attempt is not None) and view != "trace":
-        raise UsageError("--node and --attempt filter the trace view; add '--view trace'.")
+    if node is not None and view not in ("trace", "steps"):
+        raise UsageError("--node filters the trace and steps views; add '--view steps' or '--view trace'.")
+    if attempt is not None and view != "trace":
+        raise UsageError("--attempt filters the trace view; add '--view trace'.")
     from piw.views import load_run, view_for
+    from piw.views.source import with_artifact_check
 
     run = load_run(piw_home(), check_run_id(run_id), at)
+    if as_json or view == "state":
+        run = with_artifact_check(run)
     if as_json:
-        write_json_stream(iter_state_json(run.state))
+        extra = {"damage": run.damage.to_json()} if run.damage is not None else None
+        write_json_stream(iter_state_json(run.state, extra))
         return 0
-    if run.notice and view != "state":
-        make_console(sys.stderr).print(f"Warning: {run.notice}")
+    if run.notice:  # in full on stderr: the state view clips its notice line to the width
+        make_console(sys.stderr).print(f"Warning: {run.notice}", soft_wrap=True)
     console = make_console()
-    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded))
+    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded, verbose=verbose))
     return 0
 
 

@@ -1,10 +1,7 @@
 """``piw watch``: a live, read-only view of one run that follows its ``trace.ndjson`` as it grows.
 
-File events come from ``watchfiles`` (coalesced over ~50 ms, with a once-a-second wake-up so clocks tick), and
-a plain stat-polling loop takes over when file notifications are unavailable. Reading is incremental: the
-:class:`~piw.views.source.Tail` keeps its byte offset, buffers a partial last line and starts again from byte
-0 when the file shrank (a torn tail repaired on resume), in which case the frame is rebuilt from scratch;
-otherwise only the new events are folded (``fold_more``). A running run whose writer is gone is shown as
+Following the files (watchfiles with a polling fallback, the incremental tail, the fold of what was appended)
+is :mod:`piw.views.follow`, shared with the full-screen viewer. A running run whose writer is gone is shown as
 "possibly interrupted". Watching ends when the run reaches a terminal state, on ``q``, or on Ctrl-C.
 """
 
@@ -14,8 +11,7 @@ import os
 import select
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,15 +23,11 @@ from piw.cli.live import StepLog
 from piw.errors import RunNotFound
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, list_bundles, run_is_live
-from piw.store.foldcache import events_of_type, replay
 from piw.store.replay import RunState
-from piw.views.frame import FrameModel, FrameView
-from piw.views.source import session_tail, trace_tail
+from piw.views.follow import Follower, file_changes
+from piw.views.frame import FrameView
 
-COALESCE_MS = 50
-"""Changes are grouped for at most this long (``debounce``), yielded once 25 ms pass without another one."""
-TICK_S = 1.0
-POLL_S = 0.05
+__all__ = ["Follower", "KeyReader", "Watcher", "file_changes", "newest_run", "watch_run"]
 
 
 def newest_run(home: Path) -> str:
@@ -43,133 +35,6 @@ def newest_run(home: Path) -> str:
     for bundle in list_bundles(home):
         return bundle.run_id
     raise RunNotFound(f"No runs in {home / 'runs'}; start one with 'piw run WORKFLOW'.")
-
-
-class Follower:
-    """Keeps a :class:`FrameModel` in step with a bundle's trace and session files."""
-
-    def __init__(self, bundle: Bundle) -> None:
-        self.bundle = bundle
-        self.trace = trace_tail(bundle)
-        self.session = session_tail(bundle)
-        self.model = FrameModel(bundle.read_snapshot())
-        self.restarts = 0
-
-    @property
-    def state(self) -> RunState:
-        return self.model.state
-
-    @property
-    def notice(self) -> str | None:
-        return self.trace.corruption or self.session.corruption
-
-    def _start(self) -> None:
-        """The first read: the state from the newest fold checkpoint plus the tail, not a fold of every line.
-
-        The progress tracks still see every progress update of the run (found by a byte search of the folded
-        prefix); the trace tail then continues from where the fold stopped, so nothing is read twice.
-        """
-        replayed = replay(self.bundle.path, self.bundle.run_id)
-        self.model.reset(replayed.state)
-        self.model.tracks.feed(events_of_type(self.bundle.trace_path, "update_published", replayed.offset))
-        self.trace.offset, self.trace.next_seq = replayed.offset, replayed.next_seq
-
-    def poll(self, on_event: Callable[[Any, RunState], None] | None = None) -> bool:
-        """Read what was appended since the last call; True when anything changed.
-
-        Both files are taken a chunk at a time (a first read of a long run never holds all its records), and
-        a repaired file (shorter than what was read) starts everything again.
-        """
-        started = self.trace.offset == 0 and on_event is None
-        if started:
-            self._start()
-        changed = self._read(on_event)
-        if changed is None:  # repaired
-            self.restarts += 1
-            self.trace.reset()
-            self.session.reset()
-            self.model.reset()
-            if on_event is None:
-                self._start()
-            self._read(on_event)
-            return True
-        return started or changed
-
-    def _read(self, on_event: Callable[[Any, RunState], None] | None) -> bool | None:
-        changed = False
-        # The trace's size is taken first: every entry an event up to there names is then in the session
-        # read below (a session line is durable before the event naming it).
-        trace_size = self.trace.size()
-        for entries, restarted in self.session.stream():
-            if restarted:
-                return None
-            self.model.add_entries(entries)
-            changed = changed or bool(entries)
-        for events, restarted in self.trace.stream(trace_size):
-            if restarted:
-                return None
-            if on_event is None:
-                self.model.add_events(events)
-            else:
-                for event in events:
-                    self.model.add_events([event])
-                    on_event(event, self.model.state)
-            changed = changed or bool(events)
-        return changed
-
-
-def _is_followed(path: str, bundle: Bundle) -> bool:
-    return Path(path).name in (bundle.trace_path.name, bundle.session_path.name)
-
-
-def file_changes(bundle: Bundle, stop: threading.Event, *, force_polling: bool = False) -> Iterator[bool]:
-    """Yield True after the trace or session changed, False on the once-a-second tick; until ``stop`` is
-    set."""
-    if not force_polling:
-        try:
-            import watchfiles
-
-            for changes in watchfiles.watch(
-                bundle.path,
-                watch_filter=lambda _change, path: _is_followed(path, bundle),
-                step=COALESCE_MS // 2,
-                debounce=COALESCE_MS,
-                rust_timeout=int(TICK_S * 1000),
-                yield_on_timeout=True,
-                stop_event=stop,
-                raise_interrupt=False,
-            ):
-                yield bool(changes)
-            return
-        except (ImportError, OSError, RuntimeError):
-            pass  # no file notifications here (e.g. an inotify limit): fall back to polling
-    yield from _poll_changes(bundle, stop)
-
-
-def _sizes(bundle: Bundle) -> tuple[int, ...]:
-    sizes = []
-    for path in (bundle.trace_path, bundle.session_path):
-        try:
-            sizes.append(os.stat(path).st_size)
-        except FileNotFoundError:
-            sizes.append(-1)
-    return tuple(sizes)
-
-
-def _poll_changes(bundle: Bundle, stop: threading.Event) -> Iterator[bool]:
-    last: tuple[int, ...] | None = (
-        None  # the first round always reports, catching anything appended meanwhile
-    )
-    ticked = time.monotonic()
-    while not stop.wait(POLL_S):
-        sizes = _sizes(bundle)
-        if sizes != last:
-            last = sizes
-            ticked = time.monotonic()
-            yield True
-        elif time.monotonic() - ticked >= TICK_S:
-            ticked = time.monotonic()
-            yield False
 
 
 class KeyReader:

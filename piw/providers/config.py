@@ -68,10 +68,13 @@ class CompatConfig(_Strict):
     structured_tool_choice: Literal["auto", "required"] = "auto"
 
 
+LLAMACPP_KEYS = ("model_path", "chat_template", "n_ctx", "n_threads")
+
+
 class ProviderConfig(_Strict):
     """One ``[providers.NAME]`` table."""
 
-    api: Literal["openai-completions", "anthropic-messages", "scripted"] = "openai-completions"
+    api: Literal["openai-completions", "anthropic-messages", "scripted", "llamacpp"] = "openai-completions"
     base_url: str | None = None
     api_key: str | None = None
     """``$NAME`` reads the environment at request time; anything else is a literal key."""
@@ -80,6 +83,14 @@ class ProviderConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     script: str | None = None
     """Scripted providers only: a reply file, relative to ``$PIW_HOME``."""
+    model_path: str | None = None
+    """``llamacpp`` only: the GGUF file to serve (relative paths from ``$PIW_HOME``)."""
+    chat_template: str | None = None
+    """``llamacpp`` only: a built-in template name (``qwen-bare-json``) or a Jinja file replacing the GGUF's own."""
+    n_ctx: int | None = Field(default=None, gt=0)
+    """``llamacpp`` only: the context size in tokens (default 4096)."""
+    n_threads: int | None = Field(default=None, gt=0)
+    """``llamacpp`` only: CPU threads (default 2; on a loaded 2-core machine 1 can be faster)."""
 
     @field_validator("models", mode="before")
     @classmethod
@@ -89,9 +100,16 @@ class ProviderConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _script_only_for_scripted(self) -> ProviderConfig:
+    def _keys_of_their_api(self) -> ProviderConfig:
         if self.script is not None and self.api != "scripted":
             raise ValueError("'script' is only allowed with api = \"scripted\"")
+        local = [key for key in LLAMACPP_KEYS if getattr(self, key) is not None]
+        if local and self.api != "llamacpp":
+            raise ValueError(f'{local[0]!r} is only allowed with api = "llamacpp"')
+        if self.api == "llamacpp" and self.base_url is not None:
+            raise ValueError(
+                "a llamacpp provider serves its model itself: remove base_url (or use openai-completions)"
+            )
         return self
 
     def find_model(self, model_id: str) -> ModelConfig | None:

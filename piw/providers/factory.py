@@ -70,6 +70,17 @@ def _adapter(
                 "or set `script` in its [providers] table."
             )
         return ScriptedProvider.from_file(path, name=selection.provider, model=selection.model)
+    if settings.api == "llamacpp":
+        from piw.providers.llamacpp import LlamaCppProvider
+
+        return LlamaCppProvider(
+            selection.provider,
+            selection.model,
+            settings,
+            selection.model_settings,
+            piw_home=piw_home,
+            env=env,
+        )
     if settings.api == "anthropic-messages":
         from piw.providers.anthropic_messages import AnthropicProvider
 

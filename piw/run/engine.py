@@ -7,6 +7,7 @@ views all read the same ``RunState``. Resume continues from the trace alone (``p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
+from piw.errors import ArtifactDamaged, PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
 from piw.run.continuation import ContinuationSpec, carried, continued_from
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
 from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
@@ -28,6 +29,7 @@ from piw.run.executors.notify import NotifyExecutor
 from piw.run.executors.shell import ShellActionExecutor
 from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
+from piw.run.tracebacks import redact, workflow_files, workflow_traceback
 from piw.store.bundle import (
     Bundle,
     WriterLock,
@@ -36,7 +38,9 @@ from piw.store.bundle import (
     discard_incomplete,
     new_run_id,
     open_bundle,
+    set_aside_incomplete,
 )
+from piw.store.damage import artifact_damage
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
@@ -201,6 +205,7 @@ class Engine:
             started_at=now_iso(),
             forked_from=payload.get("forkedFrom"),
         )
+        set_aside_incomplete(self.home)  # bundles of runs killed before they started (none are retried)
         bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
         lock = WriterLock(bundle).acquire()
         writer = self._open_writer(bundle, lock, RunState(), manifest)
@@ -268,11 +273,20 @@ class Engine:
             if state.status in TERMINAL_STATUSES:
                 raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
             self._check_source(state, bundle)
+            damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there
+            if damage is not None:
+                raise ArtifactDamaged(
+                    f"Run {run_id}: {damage.notice} Restore the file from a backup (nothing was written), or "
+                    "start the run again.",
+                    damage.file,
+                )
             truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
         except BaseException:
             lock.release()
             raise
         writer = self._open_writer(bundle, lock, state, manifest)
+        if not bundle.manifest_path.is_file():
+            bundle.write_manifest(manifest)  # it was lost and recovered from the trace: a cache, rebuilt
         return self._guarded(lambda: self._continue(writer, read.events, truncated))
 
     # ---- resume helpers ---------------------------------------------------------------------------------
@@ -307,6 +321,10 @@ class Engine:
             return
         decision = self._decision_after(events, state)
         if decision.terminal is not None and not decision.exits:
+            if truncated:
+                # Only the terminal event is owed, but the repair must still be reported (persistence.md §5),
+                # e.g. when the cut was inside the terminal line itself.
+                writer.append("run", "run_resumed", resumed, sync=True)
             writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)
             return
         resumed["resumeAt"] = self._peek_target(decision)
@@ -536,6 +554,13 @@ class Engine:
             payload["output"] = outcome.output
         else:
             payload["error"] = outcome.error or f"Node {node_id} {outcome.outcome}."
+            exception = outcome.exception
+            if exception is not None:
+                payload["error"] = redact(payload["error"])
+                outcome = dataclasses.replace(outcome, error=payload["error"])  # the run's error routes on it
+                frames = workflow_traceback(exception, self._workflow_files())
+                if frames:
+                    payload["traceback"] = frames
         for key, value in (("conversation", outcome.conversation), ("action", outcome.action),
                            ("usage", outcome.usage)):  # fmt: skip
             if value is not None:
@@ -545,6 +570,14 @@ class Engine:
             "node", kind, payload, node_id=node_id, attempt_id=attempt_id, sync=node.node_type != "compute"
         )
         return outcome
+
+    def _workflow_files(self) -> frozenset[str]:
+        """The run's workflow files (main and included): the frames a failure's traceback keeps."""
+        graph = self.workflow.graph
+        return workflow_files(
+            [self.workflow.path, self.workflow.definition.source_file]
+            + [mount.definition.source_file for mount in graph.mounts.values()]
+        )
 
     # ---- contexts -----------------------------------------------------------------------------------------
 

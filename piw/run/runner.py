@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +17,7 @@ from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, load_state, open_bundle
-from piw.store.replay import RunState
+from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
@@ -62,19 +63,32 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
     )
 
 
+@contextlib.contextmanager
+def _closing(engine: Engine) -> Iterator[Engine]:
+    """Run with ``engine``, then release what its agent executor holds (a Pi process, a local model server)."""
+    try:
+        yield engine
+    finally:
+        close = getattr(engine.options.agent_executor, "close", None)
+        if callable(close):
+            close()
+
+
 def start_run(
     reference: str, home: Path, raw_input: Any, title: str | None, options: ForegroundOptions
 ) -> RunState:
     """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
     workflow = load_workflow(reference, home, tools_known())
     prepare_input(workflow.definition, raw_input)  # input errors come before provider selection
-    return _engine(workflow, home, options).start(raw_input, title)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.start(raw_input, title)
 
 
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
     bundle = open_bundle(home, run_id)
-    state = load_state(bundle)
+    # From the trace, never state.json: a cache that says "completed" must not stop a resume (persistence §3).
+    state = fold(bundle.read_trace().events)
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
     if not state.run_id:
         raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
@@ -83,7 +97,8 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     workflow = load_workflow(
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
-    return _engine(workflow, home, options).resume(run_id)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.resume(run_id)
 
 
 def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
@@ -97,7 +112,7 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
     except RunNotFound:
         bundle = None
     if bundle is not None:
-        state = load_state(bundle)
+        state = fold(bundle.read_trace().events)  # the trace decides, never a cached state.json
         if not state.run_id:
             discard_incomplete(bundle)  # created, but run_started never committed: start it again
         elif state.is_terminal:
@@ -108,7 +123,8 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
     workflow = load_workflow(
         workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
     )
-    return _engine(workflow, home, options).start_continuation(spec)
+    with _closing(_engine(workflow, home, options)) as engine:
+        return engine.start_continuation(spec)
 
 
 def fork_run(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from piw.errors import StoreError
+from piw.errors import ArtifactDamaged, StoreError
 from piw.wire import SAFE_FLOAT_MAX, SAFE_FLOAT_MIN, sha256_hex
 
 ARTIFACT_THRESHOLD_BYTES = 4096
@@ -108,7 +108,8 @@ class ArtifactStore:
         hex_digest = sha256_hex(data)
         name = f"sha256-{hex_digest}.txt"
         target = self.directory / name
-        if not target.exists():
+        # Deduplicate only onto an intact file: a damaged one is replaced, never silently referenced again.
+        if not _holds(target, data):
             created = not self.directory.is_dir()
             if created:
                 self.directory.mkdir(mode=0o700)
@@ -143,9 +144,72 @@ class ArtifactStore:
             os.close(fd)
 
     def read(self, ref: dict[str, Any]) -> str:
-        """Load an artifact named by a ref, after checking that its resolved path stays inside the bundle."""
-        path = safe_bundle_path(self.bundle_dir, str(ref.get("path", "")))
-        return path.read_text(encoding="utf-8")
+        """Load an artifact named by a ref: its path must stay inside the bundle and its bytes match its sha256.
+
+        A missing or changed artifact raises ``ArtifactDamaged`` naming it; its content is never used.
+        """
+        relative = str(ref.get("path", ""))
+        data, problem = self._load(ref)
+        if data is None or problem is not None:
+            raise ArtifactDamaged(
+                f"Run {self.bundle_dir.name} is damaged: artifact {relative} {problem}. Restore the file from a "
+                "backup (nothing was written), or start the run again.",
+                relative,
+            )
+        return data.decode("utf-8", errors="replace")
+
+    def problem(self, ref: dict[str, Any]) -> str | None:
+        """What is wrong with the artifact of ``ref`` (``"is missing"``, ``"does not match its sha256"``, …), or
+        ``None`` when it is intact."""
+        return self._load(ref)[1]
+
+    def _load(self, ref: dict[str, Any]) -> tuple[bytes | None, str | None]:
+        try:
+            path = safe_bundle_path(self.bundle_dir, str(ref.get("path", "")))
+        except StoreError:
+            return None, "resolves outside the run bundle"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None, "is missing"
+        except OSError as exc:
+            return None, f"cannot be read ({exc.strerror})"
+        return data, artifact_problem(ref, data)
+
+
+def artifact_problem(ref: dict[str, Any], data: bytes) -> str | None:
+    """How ``data`` differs from what its ref promises (size, then sha256), or ``None``."""
+    size = ref.get("bytes")
+    if isinstance(size, int) and size != len(data):
+        return f"has {len(data)} bytes, its ref says {size}"
+    expected = ref.get("sha256")
+    if isinstance(expected, str) and sha256_hex(data) != expected:
+        return "does not match its sha256"
+    return None
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """True when ``path`` exists with exactly ``data`` (size first, so a mismatch rarely reads the file)."""
+    try:
+        if path.stat().st_size != len(data):
+            return False
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def artifact_refs(value: Any) -> Iterator[dict[str, Any]]:
+    """Every artifact ref body inside a persisted (wire-form) value, ``$escaped`` user objects looked into."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if len(item) == 1 and "$artifact" in item and isinstance(item["$artifact"], dict):
+                yield item["$artifact"]
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def safe_bundle_path(bundle_dir: Path, relative: str) -> Path:

@@ -14,6 +14,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.state import iter_state_json
-from piw.store.trace import TraceEvent, TraceRead, read_trace
+from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
 
@@ -144,13 +145,37 @@ class Bundle:
         return ArtifactStore(self.path)
 
     def read_manifest(self) -> dict[str, Any]:
+        """``manifest.json``; when it is lost, rebuilt (in memory) from the trace's ``run_started``, since the
+        manifest is only a cache of the trace and an intact run must not vanish with it."""
         try:
             data: dict[str, Any] = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return self.recover_manifest()
         except (OSError, ValueError) as exc:
             raise StoreError(f"Run {self.run_id} has no readable manifest.json ({exc}).") from exc
         if data.get("schema") != RUN_BUNDLE_SCHEMA:
             raise StoreError(f"Run {self.run_id} has an unknown bundle schema {data.get('schema')!r}.")
         return data
+
+    def recover_manifest(self) -> dict[str, Any]:
+        """The manifest a run's first trace line implies (status from the fold is the reader's business)."""
+        first = first_event(self.trace_path)
+        if first is None or first.type != "run_started":
+            raise StoreError(
+                f"Run {self.run_id} has no manifest.json and its trace holds no run_started; it never started."
+            )
+        payload = first.payload
+        manifest = Manifest(
+            run_id=self.run_id,
+            workflow_name=str(payload.get("workflowName", "")),
+            run_title=payload.get("runTitle"),
+            workflow_source=payload.get("workflowSource") or {},
+            workflow_sources=payload.get("workflowSources"),
+            definition_digest=str(payload.get("definitionDigest", "")),
+            started_at=first.at,
+            forked_from=payload.get("forkedFrom"),
+        )
+        return manifest.to_wire()
 
     def read_snapshot(self) -> dict[str, Any]:
         try:
@@ -187,6 +212,15 @@ def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: M
     return bundle
 
 
+def is_bundle_dir(path: Path) -> bool:
+    """A run bundle: a valid run id holding a manifest or a trace (a lost manifest does not hide a run)."""
+    return (
+        not path.name.startswith(".")
+        and RUN_ID_PATTERN.fullmatch(path.name) is not None
+        and ((path / "manifest.json").is_file() or (path / "trace.ndjson").is_file())
+    )
+
+
 def copy_artifacts(source: Bundle, target: Bundle) -> int:
     """Copy every artifact of ``source`` into ``target`` (content-addressed, so existing files are kept).
 
@@ -210,7 +244,7 @@ def open_bundle(home: Path, run_id: str) -> Bundle:
     """The bundle of an existing run, or ``RunNotFound``."""
     check_run_id(run_id)
     path = home / "runs" / run_id
-    if not (path / "manifest.json").is_file():
+    if not is_bundle_dir(path):
         raise RunNotFound(f"No run {run_id!r} in {home / 'runs'}; list runs with 'piw runs'.")
     return Bundle(run_id, path)
 
@@ -218,6 +252,68 @@ def open_bundle(home: Path, run_id: str) -> Bundle:
 def discard_incomplete(bundle: Bundle) -> None:
     """Remove a bundle whose ``run_started`` never committed (input that never started a run)."""
     shutil.rmtree(bundle.path, ignore_errors=True)
+
+
+INCOMPLETE_MIN_AGE_S = 60.0
+"""An incomplete bundle younger than this may still be being created (mkdir → snapshot → manifest → lock)."""
+
+
+def set_aside_incomplete(home: Path, now: float | None = None) -> list[Path]:
+    """Move bundles that never committed ``run_started`` to ``runs/.incomplete-<runId>-<ms>/``.
+
+    A run killed before its first trace line leaves such a bundle; readers skip it and no claimer will ever
+    retry it, so the next writer on this home sets it aside (kept, not deleted: it may hold the input's
+    snapshot). Only bundles nobody holds and that are older than :data:`INCOMPLETE_MIN_AGE_S` are touched.
+    """
+    root = home / "runs"
+    moment = time.time() if now is None else now
+    moved: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return moved
+    for entry in entries:
+        if not is_bundle_dir(entry):
+            continue
+        try:
+            # One stat per bundle: a started run's trace is never empty (a torn first line is left alone).
+            if (entry / "trace.ndjson").stat().st_size > 0:
+                continue
+        except FileNotFoundError:
+            pass
+        except OSError:
+            continue
+        try:
+            if moment - entry.stat().st_mtime < INCOMPLETE_MIN_AGE_S:
+                continue
+            lock = WriterLock(Bundle(entry.name, entry)).acquire()
+        except (OSError, RunLocked):
+            continue
+        try:
+            if first_event(entry / "trace.ndjson") is None:  # checked again under the lock
+                target = root / f".incomplete-{entry.name}-{int(moment * 1000)}"
+                os.rename(entry, target)
+                moved.append(target)
+        except OSError:
+            pass
+        finally:
+            lock.release()
+    return moved
+
+
+def first_event(trace_path: Path) -> TraceEvent | None:
+    """The trace's first committed event, or ``None`` (no file, no complete first line, or a torn one)."""
+    try:
+        with trace_path.open("rb") as handle:
+            line = handle.readline(1 << 24)
+    except OSError:
+        return None
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        return decode_event(line[:-1], 1)
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunState:
@@ -250,14 +346,12 @@ def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunSta
 
 
 def list_bundles(home: Path) -> Iterator[Bundle]:
-    """Complete bundles (a manifest exists), newest first."""
+    """Bundles with a trace (a lost manifest is recovered from it), newest first."""
     root = home / "runs"
     if not root.is_dir():
         return
     for entry in sorted(root.iterdir(), reverse=True):
-        if entry.name.startswith(".") or not RUN_ID_PATTERN.fullmatch(entry.name):
-            continue
-        if (entry / "manifest.json").is_file() and (entry / "trace.ndjson").is_file():
+        if is_bundle_dir(entry) and (entry / "trace.ndjson").is_file():
             yield Bundle(entry.name, entry)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from piw.store.damage import Damage, line_damage
 from piw.store.replay import fold, fold_more
 from piw.store.state import CurrentAttempt, RunState, StepList, StepRecord, UpdateRecord
 from piw.store.trace import TraceEvent, decode_event, paused_gc
@@ -90,12 +91,16 @@ class Replay:
     offset: int
     """Bytes of the trace that were folded (a follower continues reading here)."""
     next_seq: int
-    notice: str | None = None
+    damage: Damage | None = None
     """Set when the fold stopped at a damaged line that was not the last one."""
     next_at: str | None = None
     """With ``at``: the time of the first event after it (it bounds the session entries shown)."""
     checkpoint_seq: int = 0
     """The ``seq`` of the checkpoint the fold started from (0: from the first line)."""
+
+    @property
+    def notice(self) -> str | None:
+        return self.damage.notice if self.damage else None
 
 
 def checkpoint_dir(bundle_path: Path) -> Path:
@@ -332,13 +337,13 @@ def _write(
 
 def _read(
     trace: Path, offset: int, seq: int, at: int | None
-) -> tuple[Iterator[tuple[int, TraceEvent]], Callable[[], tuple[str | None, str | None]]]:
+) -> tuple[Iterator[tuple[int, TraceEvent]], Callable[[], tuple[Damage | None, str | None]]]:
     """Stream ``(end offset, event)`` from ``offset`` (whose line has ``seq``) up to ``at``.
 
     The torn-tail rule of ``persistence.md`` §5 holds as for a read from byte 0; the second value returns, once
-    the stream is exhausted, ``(corruption notice, time of the event after at)``.
+    the stream is exhausted, ``(damage of a line that was not the last, time of the event after at)``.
     """
-    outcome: dict[str, str | None] = {"notice": None, "next_at": None}
+    outcome: dict[str, Any] = {"damage": None, "next_at": None}
 
     def events() -> Iterator[tuple[int, TraceEvent]]:
         try:
@@ -355,9 +360,7 @@ def _read(
                     line = data[begin : end + 1]
                     begin = end + 1
                     if damaged:
-                        outcome["notice"] = (
-                            f"{trace.name} line {damaged} is damaged; showing the {damaged - 1} lines before it."
-                        )
+                        outcome["damage"] = line_damage(trace.name, damaged)
                         return
                     try:
                         event = decode_event(line, expected)
@@ -372,7 +375,7 @@ def _read(
                     yield position, event
                 rest = data[begin:]
 
-    return events(), lambda: (outcome["notice"], outcome["next_at"])
+    return events(), lambda: (outcome["damage"], outcome["next_at"])
 
 
 def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool = True) -> Replay:
@@ -431,8 +434,8 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
             if handle is not None:
                 handle.close()
         state = fold_more(state, batch)
-    notice, next_at = finish()
-    return Replay(state, position, state.trace_seq + 1, notice, next_at, base.seq if base else 0)
+    damage, next_at = finish()
+    return Replay(state, position, state.trace_seq + 1, damage, next_at, base.seq if base else 0)
 
 
 def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:

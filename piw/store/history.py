@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from piw.errors import PiwError
-from piw.store.bundle import Bundle, list_bundles, load_state, run_is_live
+from piw.errors import PiwError, TraceCorrupt
+from piw.store.bundle import list_bundles, load_state, run_is_live
+from piw.store.damage import Damage, line_damage
+from piw.store.replay import fold
+from piw.store.trace import read_trace_prefix
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,12 @@ class RunSummary:
     finished_at: str | None
     current_node: str | None
     notice: str | None = None
-    """Set when the bundle could not be replayed (e.g. a damaged trace); the row then comes from the manifest."""
+    """Set when the bundle is damaged; the row then shows what the readable prefix of its trace says."""
+    damage: Damage | None = None
     interrupted: bool = False
     """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
+    cost: float | None = None
+    """USD summed over the run's model requests, when every part of it is known (``RunState.usage.cost``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,25 +44,26 @@ class RunSummary:
             "startedAt": self.started_at,
             "finishedAt": self.finished_at,
             "currentNode": self.current_node,
+            "damage": self.damage.to_json() if self.damage else None,
         }
 
 
 def run_summaries(home: Path, status: str | None = None, limit: int | None = None) -> Iterator[RunSummary]:
-    """Summaries of every readable run, newest first; unreadable bundles are skipped."""
+    """Summaries of every run, newest first; a damaged trace gives its readable prefix with the damage."""
     count = 0
     for bundle in list_bundles(home):
+        damage: Damage | None = None
         try:
             state = load_state(bundle)
+        except TraceCorrupt:
+            read, corrupt = read_trace_prefix(bundle.trace_path)
+            state = fold(read.events)
+            if corrupt is not None:
+                damage = line_damage(bundle.trace_path.name, corrupt.line)
         except PiwError:
-            damaged = _from_manifest(bundle)
-            if damaged is not None and (status is None or damaged.status == status):
-                yield damaged
-                count += 1
-                if limit is not None and count >= limit:
-                    return
             continue
         if not state.run_id:
-            continue
+            continue  # never started (killed before run_started): incomplete, readers skip it
         if status is not None and state.status != status:
             continue
         yield RunSummary(
@@ -67,26 +74,16 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
             started_at=state.started_at,
             finished_at=state.finished_at,
             current_node=state.current.node_id if state.current else None,
-            interrupted=state.status == "running" and not run_is_live(bundle),
+            notice=damage.notice if damage else None,
+            damage=damage,
+            interrupted=damage is None and state.status == "running" and not run_is_live(bundle),
+            cost=_cost(state.usage),
         )
         count += 1
         if limit is not None and count >= limit:
             return
 
 
-def _from_manifest(bundle: Bundle) -> RunSummary | None:
-    """A row for a bundle whose trace cannot be replayed, so the run is listed with a notice, not hidden."""
-    try:
-        manifest = bundle.read_manifest()
-    except PiwError:
-        return None
-    return RunSummary(
-        run_id=bundle.run_id,
-        workflow_name=str(manifest.get("workflowName", "")),
-        run_title=manifest.get("runTitle"),
-        status=str(manifest.get("status", "running")),
-        started_at=manifest.get("startedAt"),
-        finished_at=manifest.get("finishedAt"),
-        current_node=None,
-        notice="trace damaged; see 'piw inspect'",
-    )
+def _cost(usage: dict[str, Any] | None) -> float | None:
+    cost = (usage or {}).get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None

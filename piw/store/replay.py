@@ -290,7 +290,7 @@ class _Folder:
             outcome=_shared(outcome), started_at=started_at, finished_at=event.at, duration_ms=get("durationMs"),
             prompt=prompt, output=get("output"), error=get("error"), action=get("action"),
             conversation=get("conversation"), assistant_completion=completion, children=children,
-            usage=get("usage"),
+            usage=get("usage"), traceback=_frames(tb) if (tb := get("traceback")) else None,
         )  # fmt: skip
         self.new_steps.append(step)
         add_step_stat(self.node_stats, step)
@@ -347,3 +347,10 @@ def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
 def fold(events: Iterable[TraceEvent]) -> RunState:
     """Replay a whole trace into ``RunState``."""
     return fold_more(RunState(), events)
+
+
+def _frames(value: Any) -> tuple[dict[str, Any], ...] | None:
+    """``node_failed.traceback``: a list of frame objects; anything else (an older or damaged writer) is none."""
+    if not isinstance(value, list) or not value:
+        return None
+    return tuple(frame for frame in value if isinstance(frame, dict)) or None

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from piw.errors import RunNotFound, UsageError
-from piw.store.bundle import RUN_ID_PATTERN
+from piw.store.bundle import RUN_ID_PATTERN, is_bundle_dir
 
 LATEST = "latest"
 _NEGATIVE = re.compile(r"-([1-9][0-9]{0,5})")
@@ -23,13 +23,7 @@ def run_ids(home: Path) -> list[str]:
     if not root.is_dir():
         return []
     return sorted(
-        (
-            entry.name
-            for entry in root.iterdir()
-            if not entry.name.startswith(".")
-            and RUN_ID_PATTERN.fullmatch(entry.name)
-            and (entry / "manifest.json").is_file()
-        ),
+        (entry.name for entry in root.iterdir() if is_bundle_dir(entry)),
         reverse=True,
     )
 

@@ -43,6 +43,8 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="ca
     assistant_completion: dict[str, Any] | None = None
     children: tuple[dict[str, Any], ...] = ()
     usage: dict[str, Any] | None = None
+    traceback: tuple[dict[str, Any], ...] | None = None
+    """A failure's frames in the workflow files, outermost first (``node_failed.traceback``)."""
 
 
 class _SharedSteps:
@@ -300,6 +302,8 @@ def step_to_json(step: StepRecord) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(step)
     if "children" in data:
         data["children"] = list(data["children"])
+    if "traceback" in data:
+        data["traceback"] = list(data["traceback"])
     return data
 
 
@@ -412,6 +416,7 @@ def step_from_json(raw: dict[str, Any]) -> StepRecord:
         assistant_completion=raw.get("assistantCompletion"),
         children=tuple(raw.get("children") or ()),
         usage=raw.get("usage"),
+        traceback=tuple(raw["traceback"]) if raw.get("traceback") else None,
     )
 
 
@@ -485,12 +490,13 @@ _STEP_BATCH = 2048
 _STEPS_ENCODER = msgspec.json.Encoder()
 
 
-def iter_state_json(state: RunState) -> Iterator[bytes]:
-    """``state_to_json(state)`` as compact JSON, in pieces: the steps are encoded by msgspec straight from the
-    records, a batch at a time, so a long run's state is never built as one big object or one big string."""
+def iter_state_json(state: RunState, extra: Mapping[str, Any] | None = None) -> Iterator[bytes]:
+    """``state_to_json(state)`` (plus ``extra`` keys at the end) as compact JSON, in pieces: the steps are encoded
+    by msgspec straight from the records, a batch at a time, so a long run's state is never built as one big
+    object or one big string."""
     import orjson
 
-    head = state_to_json(state, steps=False)
+    head = {**state_to_json(state, steps=False), **(extra or {})}
     yield b"{"
     first = True
     for key, value in head.items():

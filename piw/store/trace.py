@@ -160,6 +160,25 @@ def parse_trace(data: bytes, source: str = "trace.ndjson") -> TraceRead:
     return TraceRead(events, valid, len(data) - valid)
 
 
+def read_trace_prefix(path: Path) -> tuple[TraceRead, TraceCorrupt | None]:
+    """Like :func:`read_trace`, but a damaged line ends the read instead of raising: the readable prefix and
+    the ``TraceCorrupt`` that stopped it (``None`` for an intact trace). For readers that report damage."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return TraceRead([], 0, 0), None
+    events: list[TraceEvent] = []
+    valid = 0
+    try:
+        with paused_gc():
+            for end, event in _valid_events(io.BytesIO(data), str(path)):
+                events.append(event)
+                valid = end
+    except TraceCorrupt as exc:
+        return TraceRead(events, valid, len(data) - valid), exc
+    return TraceRead(events, valid, len(data) - valid), None
+
+
 def read_trace(path: Path) -> TraceRead:
     """Read a trace file's valid prefix (missing file → empty)."""
     try:

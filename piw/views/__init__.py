@@ -13,6 +13,7 @@ walks the imports). One module per view; :func:`view_for` picks one by name for 
 ``progress``     :mod:`piw.views.progress` — every progress track with its detail line
 ``trace``        :mod:`piw.views.trace` — raw events, filterable by node or attempt
 ``conversation`` :mod:`piw.views.conversation` — step cards, assistant text, tool calls, notifications
+``output``       :mod:`piw.views.output` — the final output, error and traceback, or wait, in full
 ================ ==================================================================================
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 from piw.views.base import View
 from piw.views.conversation import conversation_view
 from piw.views.graph import graph_view
+from piw.views.output import output_view
 from piw.views.progress import progress_view
 from piw.views.source import RunData, load_run
 from piw.views.state import state_view
@@ -28,13 +30,19 @@ from piw.views.steps import steps_view
 from piw.views.trace import trace_view
 from piw.views.updates import updates_view
 
-VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation")
+VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation", "output")
 
 __all__ = ["VIEW_NAMES", "RunData", "View", "load_run", "view_for"]
 
 
 def view_for(
-    name: str, run: RunData, *, node: str | None = None, attempt: str | None = None, expanded: bool = False
+    name: str,
+    run: RunData,
+    *,
+    node: str | None = None,
+    attempt: str | None = None,
+    expanded: bool = False,
+    verbose: bool = False,
 ) -> View:
     """The named view of a loaded run (``name`` must be one of :data:`VIEW_NAMES`)."""
     state = run.state
@@ -43,7 +51,7 @@ def view_for(
     if name == "graph":
         return graph_view(run.snapshot, state, run.now)
     if name == "steps":
-        return steps_view(state, run.now)
+        return steps_view(state, run.now, node=node, verbose=verbose)
     if name == "updates":
         return updates_view(state, run.events())
     if name == "progress":
@@ -52,4 +60,6 @@ def view_for(
         return trace_view(run.events(), node, attempt)
     if name == "conversation":
         return conversation_view(run.entries(), expanded)
+    if name == "output":
+        return output_view(state, run.bundle.resolve)
     raise ValueError(f"unknown view {name!r}")

@@ -145,7 +145,7 @@ class FrameView(View):
                 bottom += list(safe_block(model.streaming.strip(), "dim").wrap(console, width))[
                     -STREAM_LINES:
                 ]
-        progress = panel_lines(model.tracks, model.state, now)
+        progress = panel_lines(model.tracks, model.state, now, console=console, width=width)
         if progress:
             bottom += [Text(""), Text("Progress", style="bold"), *progress]
         if model.notifications:

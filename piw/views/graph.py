@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +50,8 @@ class Card:
     elapsed_ms: float | None = None
     assistant: bool = False
     current: bool = False
+    selected: bool = False
+    """Picked by the viewer's cursor: drawn in reverse video (the current node keeps its heavy border)."""
 
     @property
     def title(self) -> str:
@@ -68,7 +70,8 @@ class Card:
     @property
     def style(self) -> str:
         style = STATUS_STYLES.get(self.status or "", "")
-        return f"bold {style}".strip() if self.current else style
+        style = f"bold {style}".strip() if self.current else style
+        return f"reverse {style}".strip() if self.selected else style
 
 
 def cards(
@@ -159,13 +162,19 @@ class GraphDrawing:
 
     lines: list[Text]
     focus: tuple[int, int] | None = None
+    selected: tuple[int, int] | None = None
+    """The rows of the selected node, when one was asked for (the viewer scrolls to them)."""
 
 
 def draw_graph(
-    snapshot: Mapping[str, Any], state: RunState | None, now: datetime | None, width: int
+    snapshot: Mapping[str, Any],
+    state: RunState | None,
+    now: datetime | None,
+    width: int,
+    selected: str | None = None,
 ) -> GraphDrawing:
-    """The layered drawing when it fits ``width``, else the vertical list."""
-    all_cards = cards(snapshot, state, now)
+    """The layered drawing when it fits ``width``, else the vertical list; ``selected`` marks one node."""
+    all_cards = [replace(c, selected=True) if c.id == selected else c for c in cards(snapshot, state, now)]
     if not all_cards:
         return GraphDrawing([Text("No nodes in this workflow.", style="dim")])
     run_mode = state is not None
@@ -187,7 +196,7 @@ def _paint(layout: Layout, by_id: dict[str, Card], run_mode: bool, marker_row: b
     canvas = Canvas(layout.width, layout.height)
     labels = route(layout, canvas)
     exits = {seg.source for seg in layout.segments} | {seg.source for seg in layout.back}
-    focus = None
+    focus = picked = None
     for item in layout.items.values():
         y = layout.rank_y[item.rank]
         if item.kind == "start":
@@ -204,9 +213,11 @@ def _paint(layout: Layout, by_id: dict[str, Card], run_mode: bool, marker_row: b
                 canvas.put(item.anchor, y + h - 1, "┳" if card.current else "┬", card.style)
             if card.current:
                 focus = layout.node_rows(item.id)
+            if card.selected:
+                picked = layout.node_rows(item.id)
     for target, names in labels.items():
         _label(canvas, layout, target, ", ".join(dict.fromkeys(names)))
-    return GraphDrawing(canvas.rows(), focus)
+    return GraphDrawing(canvas.rows(), focus, picked)
 
 
 def _label(canvas: Canvas, layout: Layout, target: str, text: str) -> None:
@@ -232,7 +243,7 @@ def _as_list(
     """Cards stacked in rank order, each followed by its edges (``→`` forward, ``↺`` a loop back)."""
     ordered, back = list_order(nodes, edges)
     lines: list[Text] = [Text(START_LABEL, style="bold")]
-    focus = None
+    focus = picked = None
     box_width = min(width, max(MIN_CARD, natural_width(list(by_id.values()), run_mode)) + 8)
     for node in ordered:
         if node in (START, END):
@@ -240,6 +251,8 @@ def _as_list(
         card = by_id[node]
         if card.current:
             focus = (len(lines), len(lines) + 2 + run_mode + marker_row)
+        if card.selected:
+            picked = (len(lines), len(lines) + 2 + run_mode + marker_row)
         lines.extend(_list_card(card, box_width, run_mode, marker_row))
         outgoing = [seg for seg in edges if seg.source == node]
         for index, seg in enumerate(outgoing):
@@ -250,7 +263,7 @@ def _as_list(
             if seg.label:
                 line.append(f"  [{seg.label}]", style="italic")
             lines.append(line)
-    return GraphDrawing(lines, focus)
+    return GraphDrawing(lines, focus, picked)
 
 
 def _list_card(card: Card, box_width: int, run_mode: bool, marker_row: bool) -> Iterator[Text]:

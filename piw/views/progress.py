@@ -4,15 +4,21 @@ Samples come from the trace's ``progress`` updates, kept per track in a :class:`
 (the first sample plus the latest nine), so memory is bounded by the number of tracks however long the run is.
 Clocks are recomputed from ``now`` on every render and never write: elapsed time, sample age, and the ETA,
 whose measured bounds count down from the latest sample until they read ``ETA awaiting a new sample``.
+
+Each track line can carry a drawn bar (:func:`bar_line`): rich's ``ProgressBar`` renderable, fed the latest
+sample's ``completed``/``total`` from the same :class:`Tracks` — never a progress state of its own. A track without
+a total gets rich's indeterminate pulse, animated from ``now``, and the rate measured over its kept samples.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from rich.console import Console
+from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 from piw.progress import (
@@ -22,6 +28,7 @@ from piw.progress import (
     ProgressSample,
     ProgressWindow,
     estimate_progress,
+    format_number,
     format_progress_line,
     format_remaining,
     parse_instant,
@@ -35,6 +42,8 @@ from piw.views.updates import EventSource
 
 PANEL_TRACKS = 4
 STALE_MS = 60_000
+BAR_MIN_WIDTH = 40
+"""Below this many columns a track line has no room for a bar and is shown alone."""
 
 
 @dataclass
@@ -67,6 +76,16 @@ class Tracks:
         track.window.add(ProgressSample(at, data if isinstance(data, dict) else {}))
         track.latest_at = event.at
 
+    def copy(self) -> Tracks:
+        """An independent copy (the windows are small: the first sample and the latest nine)."""
+        other = Tracks()
+        for key, track in self.tracks.items():
+            window = ProgressWindow()
+            for sample in track.window.samples:
+                window.add(sample)
+            other.tracks[key] = Track(key, window, track.latest_at)
+        return other
+
     def feed(self, events: Iterable[TraceEvent]) -> Tracks:
         for event in events:
             self.add(event)
@@ -82,6 +101,8 @@ class TrackLine:
     line: str
     latest_at: str
     stale_ms: float | None
+    rate_per_ms: float | None = None
+    """For a track without a total: units per ms over its kept samples (the pulse shows it)."""
 
     @property
     def indent(self) -> str:
@@ -119,6 +140,31 @@ def _line(estimate: ProgressEstimate, latest: datetime, now: datetime) -> str:
     return format_progress_line(counted, now)
 
 
+def _count(data: dict[str, object], name: str) -> float | None:
+    value = data.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def measured_rate(samples: Iterable[ProgressSample]) -> float | None:
+    """Units per ms from the latest run of samples that share a unit and never count down; ``None`` without
+    two such samples that are apart in time. Used where the estimator has no total to give an ETA from."""
+    run: list[tuple[datetime, float]] = []
+    unit: object = None
+    for sample in samples:
+        completed = _count(dict(sample.data), "completed")
+        if completed is None:
+            run, unit = [], None
+            continue
+        if run and (sample.data.get("unit") != unit or completed < run[-1][1]):
+            run = []
+        unit = sample.data.get("unit")
+        run.append((sample.at, completed))
+    if len(run) < 2:
+        return None
+    elapsed = _ms(run[0][0], run[-1][0])
+    return (run[-1][1] - run[0][1]) / elapsed if elapsed > 0 else None
+
+
 def track_lines(tracks: Tracks, now: datetime) -> list[TrackLine]:
     """Every track at ``now``, in ``prioritize_progress_estimates`` order."""
     by_key: dict[str, TrackLine] = {}
@@ -129,8 +175,9 @@ def track_lines(tracks: Tracks, now: datetime) -> list[TrackLine]:
         source = parse_instant(data.get("sourceUpdatedAt")) if data.get("sourceUpdatedAt") else None
         age = _ms(source or samples[-1].at, now)
         stale = age if data.get("status") not in TERMINAL_STATUSES and age >= STALE_MS else None
+        rate = measured_rate(samples) if _count(dict(data), "total") is None else None
         by_key[track.key] = TrackLine(
-            track.key, estimate, _line(estimate, samples[-1].at, now), track.latest_at, stale
+            track.key, estimate, _line(estimate, samples[-1].at, now), track.latest_at, stale, rate
         )
     ordered = prioritize_progress_estimates(line.estimate for line in by_key.values())
     return [by_key[estimate.key] for estimate in ordered]
@@ -163,12 +210,68 @@ def next_check(state: RunState, now: datetime) -> str:
     return f"next check {format_remaining(_ms(now, moment))}" if moment is not None else ""
 
 
-def panel_lines(tracks: Tracks, state: RunState, now: datetime, limit: int = PANEL_TRACKS) -> list[Text]:
-    """The compact panel: at most ``limit`` track lines, ``+N more``, then the staleness/next-check footer."""
+def bar_width(width: int) -> int:
+    """How wide a track's bar is in a view ``width`` columns wide (0: no bar)."""
+    if width < BAR_MIN_WIDTH:
+        return 0
+    return 12 if width >= 80 else 8
+
+
+def bar_text(console: Console, bar: ProgressBar, width: int) -> Text:
+    """rich's bar as ``Text``. Without a colour system the bar is drawn on a ``no_color`` console, so the
+    empty part of the bar and the dark half of the pulse are blank instead of looking like a full bar."""
+    if console.color_system is None:
+        console = Console(file=io.StringIO(), width=width, color_system=None, no_color=True)
+    text = Text()
+    for segment in console.render(bar, console.options.update(width=width)):
+        text.append(segment.text, segment.style)
+    return text + Text(" " * max(0, width - text.cell_len))
+
+
+def bar_line(console: Console, line: TrackLine, now: datetime, width: int) -> Text:
+    """``{bar} {percent or rate}  {progress line}``, or the progress line alone when there is no room."""
+    size = bar_width(width - len(line.indent))
+    if not size:
+        return Text(line.indent) + safe(line.line)
+    data = line.estimate.data
+    completed, total = _count(dict(data), "completed"), _count(dict(data), "total")
+    status = data.get("status")
+    if total is not None:
+        bar = ProgressBar(total=total, completed=completed or 0.0, width=size)
+        percent = f"{min(100, max(0, int(100 * (completed or 0.0) / total))):>3}%"
+    elif status in TERMINAL_STATUSES:
+        done = 1.0 if status == "completed" else 0.0
+        bar, percent = ProgressBar(total=1.0, completed=done, width=size), f"{int(done * 100):>3}%"
+    else:
+        bar = ProgressBar(total=None, width=size, pulse=True, animation_time=now.timestamp())
+        unit = str(data.get("unit") or "").strip()
+        rate = line.rate_per_ms
+        percent = f"{format_number(rate * 60_000)} {unit}/min".replace("  ", " ") if rate is not None else "…"
+    out = Text(line.indent) + bar_text(console, bar, size)
+    out.append(" ")
+    out.append_text(safe(percent, "bold"))
+    out.append("  ")
+    return out + safe(line.line)
+
+
+def panel_lines(
+    tracks: Tracks,
+    state: RunState,
+    now: datetime,
+    limit: int = PANEL_TRACKS,
+    *,
+    console: Console | None = None,
+    width: int = 0,
+) -> list[Text]:
+    """The compact panel: at most ``limit`` track lines (with bars when a ``console`` is given), ``+N more``,
+    then the staleness/next-check footer."""
     lines = panel_order(track_lines(tracks, now))
     if not lines:
         return []
-    out = [Text(line.indent) + safe(line.line) for line in lines[:limit]]
+    if console is not None:
+        out = [bar_line(console, line, now, width) for line in lines[:limit]]
+    else:
+        out = [Text(line.indent) + safe(line.line) for line in lines[:limit]]
     if len(lines) > limit:
         out.append(Text(f"+{len(lines) - limit} more", style="dim"))
     footer = []
@@ -185,16 +288,22 @@ def panel_lines(tracks: Tracks, state: RunState, now: datetime, limit: int = PAN
 class ProgressView(View):
     """Every track: its progress line, then samples, confidence, last update and staleness."""
 
-    def __init__(self, events: EventSource, now: datetime) -> None:
-        self.events, self.now = events, now
+    def __init__(self, events: EventSource | Tracks, now: datetime, *, bars: bool = False) -> None:
+        self.events, self.now, self.bars = events, now, bars
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
-        lines = track_lines(Tracks().feed(self.events), self.now)
+        tracks = self.events if isinstance(self.events, Tracks) else Tracks().feed(self.events)
+        lines = track_lines(tracks, self.now)
         if not lines:
             yield Text("No progress updates.", style="dim")
             return
         for line in lines:
-            yield Text(line.indent) + safe(line.line, "bold")
+            if self.bars:
+                bar = bar_line(console, line, self.now, width)
+                bar.stylize("bold", len(line.indent))
+                yield bar
+            else:
+                yield Text(line.indent) + safe(line.line, "bold")
             estimate = line.estimate
             confidence = estimate.confidence or "no"
             detail = f"{estimate.sample_count} samples · {confidence} confidence · updated {line.latest_at}"
@@ -203,5 +312,6 @@ class ProgressView(View):
             yield Text(line.indent + "  ") + safe(detail, "dim")
 
 
-def progress_view(events: EventSource, now: datetime) -> ProgressView:
-    return ProgressView(events, now)
+def progress_view(events: EventSource | Tracks, now: datetime, *, bars: bool = False) -> ProgressView:
+    """Every track at ``now``; ``bars`` draws each one's bar beside its line (the viewer app does)."""
+    return ProgressView(events, now, bars=bars)

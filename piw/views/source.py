@@ -18,8 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from piw.errors import StoreError
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.damage import Damage, artifact_damage, line_damage
 from piw.store.foldcache import replay
 from piw.store.lineage import forks_of
 from piw.store.replay import RunState
@@ -70,17 +72,20 @@ class RecordStream(Generic[T]):
         self.path = path
         self.decode = decode
         self.limit = limit
-        self.corruption: str | None = None
+        self.damage: Damage | None = None
         """Set after an iteration that stopped at a damaged line which was not the last one."""
 
+    @property
+    def corruption(self) -> str | None:
+        """The damage notice, if the last iteration stopped at a damaged line."""
+        return self.damage.notice if self.damage else None
+
     def __iter__(self) -> Iterator[T]:
-        self.corruption = None
+        self.damage = None
         expected, damaged = 1, 0
         for _, line in read_lines(self.path):
             if damaged:
-                self.corruption = (
-                    f"{self.path.name} line {damaged} is damaged; showing the {damaged - 1} lines before it."
-                )
+                self.damage = line_damage(self.path.name, damaged)
                 return
             if self.limit is not None and expected > self.limit:
                 return
@@ -202,6 +207,8 @@ class RunData:
     live: bool | None = None
     """Whether a writer holds the run (only probed for a running run read to its end)."""
     notice: str | None = None
+    damage: Damage | None = None
+    """What is damaged in the bundle (its ``notice`` is ``notice``), for the JSON shapes."""
     next_at: str | None = None
     """When time travelling: the time of the first event after ``at`` (it bounds the session entries)."""
     forks: tuple[str, ...] = ()
@@ -250,9 +257,26 @@ def load_run(
     """
     bundle = open_bundle(home, run_id)
     replayed = replay(bundle.path, bundle.run_id, at)
-    data = run_data(bundle, replayed.state, at=at, notice=replayed.notice, clock=clock)
+    state = replayed.state
+    if not state.run_id and replayed.damage is None:
+        raise StoreError(
+            f"Run {run_id} never started: it was stopped before its first trace event, so there is nothing to "
+            "show. The next 'piw run' sets it aside in runs/.incomplete-*."
+        )
+    data = run_data(bundle, state, at=at, notice=replayed.notice, clock=clock)
     forks = tuple(forks_of(home, run_id))
-    return replace(data, next_at=replayed.next_at, forks=forks)
+    return replace(data, next_at=replayed.next_at, damage=replayed.damage, forks=forks)
+
+
+def with_artifact_check(run: RunData) -> RunData:
+    """``run`` with the first damaged artifact its state refers to reported (when the trace itself is intact).
+
+    This reads every referenced artifact once (to check its sha256), so only the state view and ``--json`` ask.
+    """
+    if run.damage is not None:
+        return run
+    damage = artifact_damage(run.bundle.path, run.state)
+    return replace(run, damage=damage, notice=damage.notice) if damage else run
 
 
 def run_data(

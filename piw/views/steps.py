@@ -1,7 +1,9 @@
 """The steps view: one row per attempt — node, outcome, duration, and the output (clipped) or the error.
 
 The attempt in progress is the last row, marked running, so the table answers "what has happened and what is
-happening" in one place. Outputs are clipped; ``piw inspect RUN --json`` holds them in full.
+happening" in one place. Outputs are clipped; ``piw inspect RUN --json`` holds them in full. A failure ends with
+the workflow line that raised (``at flow.workflow.py:7``); filtered to one node (``--node``) or with ``--verbose``,
+each failed attempt is followed by its whole traceback (workflow frames only).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from piw.views.base import (
     safe,
     short_id,
 )
+from piw.views.failure import traceback_lines, where
 from piw.views.table import Column, table_lines, table_plain
 
 COLUMNS = (
@@ -41,31 +44,63 @@ def _outcome(outcome: str) -> Text:
     return Text(f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}", style=STATUS_STYLES.get(outcome, ""))
 
 
+def _detail(step: StepRecord) -> Text:
+    if step.outcome == "ok":
+        return safe(compact(step.output, 400))
+    text = safe(step.error or "", "red")
+    location = where(step.traceback)
+    if location:
+        text.append(f"  at {location}", style="dim")
+    return text
+
+
 def _row(number: int, step: StepRecord) -> list[Text | str]:
-    detail = safe(compact(step.output, 400)) if step.outcome == "ok" else safe(step.error or "", "red")
     return [
         str(number),
         Text(node_label(step.node_id)),
         _outcome(step.outcome),
         fmt_duration(step.duration_ms),
         short_id(step.attempt_id),
-        detail,
+        _detail(step),
     ]
 
 
 class StepsView(View):
-    def __init__(self, state: RunState, now: datetime) -> None:
-        self.state, self.now = state, now
+    """``node`` keeps only that node's attempts; with ``node`` or ``verbose`` a failure's traceback follows it."""
+
+    def __init__(
+        self, state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
+    ) -> None:
+        self.state, self.now, self.node, self.verbose = state, now, node, verbose
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         state = self.state
         if not state.steps and state.current is None:
             yield Text("No steps yet.", style="dim")
             return
-        yield from table_lines(COLUMNS, self._rows(), width)
+        if self.node is None and not self.verbose:
+            yield from table_lines(COLUMNS, self._rows(), width)
+            return
+        if self.node is not None and not self._has_node():
+            yield Text(f"No steps of node {node_label(self.node)}.", style="dim")
+            return
+        for line in table_lines(COLUMNS, self._detailed_rows(), width):
+            if line.cell_len <= width:
+                yield line
+            else:  # a traceback line: wrapped, because showing it whole is why it is there
+                yield from line.wrap(console, width, overflow="fold")
 
-    def plain_lines(self, width: int) -> Iterator[str]:
-        """The same lines as :meth:`lines`, as plain text (no styles) for a console that is not a terminal."""
+    def plain_lines(self, width: int) -> Iterator[str] | None:
+        """The same lines as :meth:`lines`, as plain text (no styles) for a console that is not a terminal.
+
+        Only the plain table (no ``node``, not ``verbose``) has this fast path (``None`` otherwise): the
+        detailed one wraps tracebacks.
+        """
+        if self.node is not None or self.verbose:
+            return None
+        return self._plain_lines(width)
+
+    def _plain_lines(self, width: int) -> Iterator[str]:
         state = self.state
         if not state.steps and state.current is None:
             yield "No steps yet."
@@ -75,9 +110,11 @@ class StepsView(View):
     def _plain_rows(self) -> Iterator[list[str]]:
         for number, step in enumerate(self.state.steps, start=1):
             outcome = step.outcome
-            detail = (
-                single_line(compact(step.output, 400)) if outcome == "ok" else single_line(step.error or "")
-            )
+            if outcome == "ok":
+                detail = single_line(compact(step.output, 400))
+            else:
+                location = where(step.traceback)
+                detail = single_line(step.error or "") + (f"  at {location}" if location else "")
             mark = OUTCOME_MARKS.get(outcome, "·")
             yield [str(number), node_label(step.node_id), f"{mark} {outcome}", fmt_duration(step.duration_ms),
                    short_id(step.attempt_id), detail]  # fmt: skip
@@ -87,9 +124,43 @@ class StepsView(View):
             yield [str(len(self.state.steps) + 1), node_label(current.node_id), f"{OUTCOME_MARKS['running']} running",
                    elapsed, short_id(current.attempt_id), single_line(current.status_detail or "")]  # fmt: skip
 
-    def _rows(self) -> Iterator[list[Text | str]]:
+    def _has_node(self) -> bool:
+        current = self.state.current
+        return any(step.node_id == self.node for step in self.state.steps) or (
+            current is not None and current.node_id == self.node
+        )
+
+    def _detailed_rows(self) -> Iterator[list[Text | str] | Text]:
+        """The rows of ``node`` (or all), each failure followed by its traceback lines."""
         for number, step in enumerate(self.state.steps, start=1):
+            if self.node is not None and step.node_id != self.node:
+                continue
             yield _row(number, step)
+            if step.outcome != "ok" and (step.traceback or self.node is not None):
+                yield from traceback_lines(step.traceback, step.error, indent="      ")
+        current = self.state.current
+        if current is not None and (self.node is None or current.node_id == self.node):
+            yield from self._rows(len(self.state.steps))
+
+    def count(self) -> int:
+        """Rows in the table: one per finished attempt, plus the attempt in progress."""
+        return len(self.state.steps) + (self.state.current is not None)
+
+    def header(self, width: int) -> Text:
+        return next(table_lines(COLUMNS, (), width))
+
+    def row_lines(self, start: int, stop: int, width: int) -> list[Text]:
+        """Rows ``start..stop`` (0-based) without the header, so a pager never builds the whole table."""
+        rows = self._rows(start, stop)
+        return list(table_lines(COLUMNS, rows, width))[1:]
+
+    def _rows(self, start: int = 0, stop: int | None = None) -> Iterator[list[Text | str]]:
+        steps = self.state.steps
+        end = len(steps) if stop is None else min(stop, len(steps))
+        for number in range(start, end):
+            yield _row(number + 1, steps[number])
+        if (stop is not None and stop <= len(steps)) or start > len(steps):
+            return
         current = self.state.current
         if current is not None:
             detail = safe(current.status_detail or "", "dim")
@@ -98,5 +169,7 @@ class StepsView(View):
                    elapsed, short_id(current.attempt_id), detail]  # fmt: skip
 
 
-def steps_view(state: RunState, now: datetime) -> StepsView:
-    return StepsView(state, now)
+def steps_view(
+    state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
+) -> StepsView:
+    return StepsView(state, now, node=node, verbose=verbose)

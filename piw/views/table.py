@@ -67,14 +67,22 @@ def _cell(value: Cell, size: int, right: bool) -> Text:
     return text
 
 
-def table_lines(columns: Sequence[Column], rows: Iterable[Sequence[Cell]], width: int) -> Iterator[Text]:
-    """A header line, then one line per row; cells are clipped to their column and never wrap."""
+def table_lines(
+    columns: Sequence[Column], rows: Iterable[Sequence[Cell] | Text], width: int
+) -> Iterator[Text]:
+    """A header line, then one line per row; cells are clipped to their column and never wrap.
+
+    A row given as one ``Text`` is a detail line under the row before it (e.g. a traceback), printed as is.
+    """
     plan = layout(columns, width)
     header = Text(" " * GAP).join(
         _cell(Text(columns[i].name, style="bold"), size, columns[i].right) for i, size in plan
     )
     yield _strip(header)
     for row in rows:
+        if isinstance(row, Text):
+            yield row
+            continue
         yield _strip(Text(" " * GAP).join(_cell(row[i], size, columns[i].right) for i, size in plan))
 
 

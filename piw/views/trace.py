@@ -78,6 +78,18 @@ def _rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -
             ]
 
 
+def trace_header(width: int) -> Text:
+    """The trace table's header line at ``width`` (column widths never depend on the rows)."""
+    return next(table_lines(COLUMNS, (), width))
+
+
+def trace_rows(
+    events: Iterable[TraceEvent], width: int, node: str | None = None, attempt: str | None = None
+) -> list[Text]:
+    """One line per matching event, no header: a page of the trace for a pager."""
+    return list(table_lines(COLUMNS, _rows(events, node, attempt), width))[1:]
+
+
 class TraceView(View):
     def __init__(self, events: EventSource, node: str | None = None, attempt: str | None = None) -> None:
         self.events, self.node, self.attempt = events, node, attempt

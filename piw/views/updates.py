@@ -62,6 +62,26 @@ def _history_rows(events: Iterable[TraceEvent]) -> Iterator[list[Text | str]]:
         yield [str(event.seq), fmt_clock(event.at), node, short_id(event.attempt_id), kind, key, data]
 
 
+def current_lines(state: RunState, width: int) -> list[Text]:
+    """``Current values (N)`` and its table, or the one-line "nothing published" message."""
+    records = state.sorted_updates()
+    if not records:
+        return [Text("No updates published.", style="dim")]
+    return [
+        Text(f"Current values ({len(records)})", style="bold"),
+        *table_lines(CURRENT, _current_rows(records), width),
+    ]
+
+
+def history_header(width: int) -> Text:
+    return next(table_lines(HISTORY, (), width))
+
+
+def history_rows(events: Iterable[TraceEvent], width: int) -> list[Text]:
+    """The history rows of the ``update_published`` events among ``events`` (no header)."""
+    return list(table_lines(HISTORY, _history_rows(events), width))[1:]
+
+
 class UpdatesView(View):
     def __init__(self, state: RunState, events: EventSource) -> None:
         self.state, self.events = state, events

@@ -210,7 +210,9 @@ def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
         return _json_input(definition, {} if raw is None else raw)
     if isinstance(model, type) and issubclass(model, BaseModel):
         try:
-            validated = call_user(model.model_validate, {} if raw is None else raw).model_dump(mode="json")
+            validated = call_user(model.model_validate, {} if raw is None else raw).model_dump(
+                mode="json", by_alias=True
+            )
         except WorkflowCodeExit as exc:
             raise InputInvalid(f"Invalid input for {definition.name}: {exc}.") from None
         except ValidationError as exc:

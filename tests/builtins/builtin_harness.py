@@ -25,6 +25,7 @@ from piw.agent.executor import AgentExecutor, AgentSettings
 from piw.providers.base import Provider
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, resume_run, start_run
+from piw.store.artifacts import ArtifactStore, resolve
 from piw.store.bundle import Bundle
 from piw.store.replay import RunState
 
@@ -92,7 +93,9 @@ class BuiltinRun:
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        return self._ndjson("trace.ndjson")
+        """Trace events with large strings (stored as artifacts) loaded back in place."""
+        store = ArtifactStore(self.bundle)
+        return [resolve(event, store.read) for event in self._ndjson("trace.ndjson")]
 
     @property
     def messages(self) -> list[dict[str, Any]]:

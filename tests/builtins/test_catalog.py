@@ -26,6 +26,8 @@ PINS: dict[str, tuple[int, str]] = {
     "autoplan": (2, "sha256:84faa141472cc713790b0c4e9099021cc75cd41448cfa6ad3090b2aa523edede"),
     "orchestrate": (1, "sha256:3e39c96fab38caefd1ec41d762797b6c491047775762484154f4fbaf4edab9d6"),
     "monitor": (1, "sha256:1386088906d9f15dc61101f7a45797284dd30d6c6723077ec80efc9e7a5c2876"),
+    "plan-approval": (1, "sha256:b731eceec0e685ec93269a61bbf1a2b6179246c11e85b5a00b054c4a35ab4c28"),
+    "plan-change": (1, "sha256:59bb7c292919b95b49028d8e7f9d05a077c18064573d499e51e29645915a81fb"),
 }
 
 CATALOG = {
@@ -53,6 +55,18 @@ CATALOG = {
         7,
         {"completed", "failed"},
         "A planner splits work; named workers do the parts.",
+    ),
+    "plan-approval": (
+        "piw.plan-approval.v1",
+        3,
+        {"continue", "stop", "replan"},
+        "A person approves, stops or redirects a plan.",
+    ),
+    "plan-change": (
+        "piw.plan-change.v1",
+        160,
+        {"ready", "blocked"},
+        "Autoplan, then approval, with bounded replanning.",
     ),
 }
 

@@ -491,7 +491,7 @@ def finalize_ready(ctx: NodeContext) -> dict[str, Any]:
     ]
     status_record = ctx.outputs["propose"].get("previousPlan")
     if status_record and status_record["status"] == "rejected":
-        must.append(clip(f"That the previous plan was rejected: {status_record['reason']}", 500))
+        must.append(f"That the previous plan was rejected: {clip(status_record['reason'], 400)}")
     must.append(f"The status: {status}")
     output: dict[str, Any] = {"planDigest": digest(plan), "changed": True}
     if spec.previous_plan is not None:

@@ -39,6 +39,8 @@ class NodeOutcome:
     action: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     conversation: dict[str, Any] | None = None
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    """The workflow code's exception behind a failure: the engine records its workflow-file frames."""
 
     @classmethod
     def ok(cls, output: Any, **extra: Any) -> NodeOutcome:

@@ -58,4 +58,4 @@ class CheckpointExecutor:
                 )
             return NodeOutcome.ok(request)
         except Exception as exc:
-            return NodeOutcome.failed(describe_exception(exc))
+            return NodeOutcome.failed(describe_exception(exc), exception=exc)

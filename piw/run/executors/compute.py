@@ -14,6 +14,6 @@ class ComputeExecutor:
         try:
             return NodeOutcome.ok(to_json_output(evaluate(node.run, attempt.ctx), attempt.node_id))
         except NodeFailure as exc:
-            return NodeOutcome.failed(str(exc), exc.outcome)
+            return NodeOutcome.failed(str(exc), exc.outcome, exception=exc)
         except Exception as exc:
-            return NodeOutcome.failed(describe_exception(exc))
+            return NodeOutcome.failed(describe_exception(exc), exception=exc)

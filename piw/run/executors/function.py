@@ -36,8 +36,8 @@ class FunctionActionExecutor:
             return NodeOutcome.failed(f"Action {attempt.node_id} was cancelled.", "cancelled", action=receipt)
         if status == "error":
             if isinstance(value, NodeFailure):
-                return NodeOutcome.failed(str(value), value.outcome, action=receipt)
-            return NodeOutcome.failed(describe_exception(value), action=receipt)
+                return NodeOutcome.failed(str(value), value.outcome, action=receipt, exception=value)
+            return NodeOutcome.failed(describe_exception(value), action=receipt, exception=value)
         try:
             return NodeOutcome.ok(to_json_output(value, attempt.node_id), action=receipt)
         except NodeFailure as exc:

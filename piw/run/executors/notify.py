@@ -26,7 +26,7 @@ class NotifyExecutor:
         try:
             text = evaluate(node.message, attempt.ctx)
         except Exception as exc:
-            return NodeOutcome.failed(describe_exception(exc))
+            return NodeOutcome.failed(describe_exception(exc), exception=exc)
         if not isinstance(text, str):
             return NodeOutcome.failed(
                 f"Notify {attempt.node_id}: message must be a string, got {type(text).__name__}."

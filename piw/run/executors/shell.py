@@ -134,9 +134,9 @@ class ShellActionExecutor:
         try:
             command = to_command(evaluate(node.shell.exec, attempt.ctx), attempt.node_id)
         except NodeFailure as exc:
-            return NodeOutcome.failed(str(exc), exc.outcome)
+            return NodeOutcome.failed(str(exc), exc.outcome, exception=exc)
         except Exception as exc:
-            return NodeOutcome.failed(describe_exception(exc))
+            return NodeOutcome.failed(describe_exception(exc), exception=exc)
         return self._run(attempt, node, command)
 
     def _run(self, attempt: Attempt, node: ActionNode, command: ShellCommand) -> NodeOutcome:
@@ -273,9 +273,11 @@ class ShellActionExecutor:
             output = call_user(node.shell.parse, result, attempt.ctx) if node.shell.parse else result
             return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)
         except NodeFailure as exc:
-            return NodeOutcome.failed(str(exc), exc.outcome, action=receipt)
+            return NodeOutcome.failed(str(exc), exc.outcome, action=receipt, exception=exc)
         except Exception as exc:
-            return NodeOutcome.failed(f"parse failed: {describe_exception(exc)}", action=receipt)
+            return NodeOutcome.failed(
+                f"parse failed: {describe_exception(exc)}", action=receipt, exception=exc
+            )
 
     def _line_handler(self, attempt: Attempt, updates: ShellUpdates) -> Callable[[ShellLine], None]:
         def handle(line: ShellLine) -> None:

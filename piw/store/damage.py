@@ -1,0 +1,63 @@
+"""Damage reports: what is wrong with a bundle, said the same way in every view and every JSON shape.
+
+A reader never hides damage and never crashes on it: it shows what it can (the readable prefix of a trace) and
+carries one :class:`Damage` beside it, so ``piw inspect --json`` and ``piw runs --json`` tell the truth instead of
+reporting a stale cache (``persistence.md`` §5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from piw.store.artifacts import ArtifactStore, artifact_refs
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from piw.store.state import RunState
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One problem found in a bundle: the file, the damaged line (traces), how much is readable, a notice."""
+
+    notice: str
+    file: str
+    line: int | None = None
+    readable_lines: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "readableLines": self.readable_lines,
+            "notice": self.notice,
+        }
+
+
+def line_damage(file: str, line: int) -> Damage:
+    """A damaged line ``line`` of an NDJSON file (trace or session): the lines before it are readable."""
+    return Damage(
+        notice=f"{file} line {line} is damaged; showing the {line - 1} lines before it.",
+        file=file,
+        line=line,
+        readable_lines=line - 1,
+    )
+
+
+def artifact_damage(bundle_dir: Path, state: RunState) -> Damage | None:
+    """The first damaged artifact (missing, or bytes that no longer match its sha256) the state refers to."""
+    from piw.store.state import state_to_json
+
+    store = ArtifactStore(bundle_dir)
+    seen: set[str] = set()
+    for ref in artifact_refs(state_to_json(state)):
+        path = str(ref.get("path", ""))
+        if path in seen:
+            continue
+        seen.add(path)
+        problem = store.problem(ref)
+        if problem is not None:
+            return Damage(notice=f"artifact {path} {problem}; the run is damaged.", file=path)
+    return None
