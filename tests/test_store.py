@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import Cli, RunWorkflow, WorkflowMaker
 
-from piw.errors import RunLocked, RunNotFound, UsageError
+from piw.errors import RunLocked, RunNotFound, TraceCorrupt, UsageError
 from piw.store.bundle import (
     Bundle,
     WriterLock,
@@ -183,7 +183,14 @@ def test_a_current_state_json_is_read_without_replaying_the_trace(
     assert load_state(bundle).run_title == "from the cache"  # traceSeq matches the trace's last line
     torn = bundle.trace_path.read_bytes() + b'{"seq": 99, "torn'
     bundle.trace_path.write_bytes(torn + b"\n")
+    bundle.state_path.write_text(json.dumps(cache))  # the cache is newer than the trace again
     assert load_state(bundle).run_title == "from the cache"  # a torn last line is not a line
+    lines = bundle.trace_path.read_bytes().split(b"\n")
+    lines[1] = b"{damaged"
+    bundle.trace_path.write_bytes(b"\n".join(lines))  # edited after the cache was written: parsed again
+    with pytest.raises(TraceCorrupt):
+        load_state(bundle)
+    bundle.trace_path.write_bytes(torn + b"\n")
     cache["traceSeq"] -= 1
     bundle.state_path.write_text(json.dumps(cache))
     refolded = load_state(bundle)  # behind the trace: the tail is folded onto the cache

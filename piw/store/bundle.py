@@ -159,6 +159,8 @@ class Bundle:
 
     def recover_manifest(self) -> dict[str, Any]:
         """The manifest a run's first trace line implies (status from the fold is the reader's business)."""
+        from piw.wire import Manifest  # pydantic, loaded only when a manifest must be rebuilt
+
         first = first_event(self.trace_path)
         if first is None or first.type != "run_started":
             raise StoreError(
@@ -316,24 +318,34 @@ def first_event(trace_path: Path) -> TraceEvent | None:
         return None
 
 
+def _cache_is_current(bundle: Bundle) -> bool:
+    """``state.json`` was written after the trace last changed (a trace edited since, even in place, is not)."""
+    try:
+        return bundle.trace_path.stat().st_mtime_ns <= bundle.state_path.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
 def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunState:
     """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold.
 
-    Without ``events``, a ``state.json`` whose ``traceSeq`` is the seq of the trace's last line is returned
-    without parsing the trace at all (only its last lines are read), which is what makes ``piw runs`` cheap
-    on many or long runs; damage in the middle of such a trace is then reported by ``piw inspect``.
+    Without ``events``, a ``state.json`` written after the trace last changed whose ``traceSeq`` is the seq of
+    the trace's last line is returned without parsing the trace at all (only its last lines are read), which is
+    what makes ``piw runs`` cheap on many or long finished runs. A trace changed after its cache (appended to,
+    or damaged in place) is parsed as before, so damage is still reported.
     """
     if events is None:
-        try:
-            cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
-        except (OSError, ValueError, KeyError, TypeError):
-            cached = None
-        if (
-            cached is not None
-            and cached.run_id == bundle.run_id
-            and cached.trace_seq == trace_last_seq(bundle.trace_path)
-        ):
-            return cached
+        if _cache_is_current(bundle):
+            try:
+                cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
+            except (OSError, ValueError, KeyError, TypeError):
+                cached = None
+            if (
+                cached is not None
+                and cached.run_id == bundle.run_id
+                and cached.trace_seq == trace_last_seq(bundle.trace_path)
+            ):
+                return cached
         events = bundle.read_trace().events
     last_seq = events[-1].seq if events else 0
     try:
