@@ -89,6 +89,7 @@ class StepFigures:
     over_3_requests: int = 0
     seconds: list[float] = field(default_factory=list)
     outcomes: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -132,7 +133,11 @@ def read_steps(bundle: Path, figures: dict[str, StepFigures]) -> None:
             fig.first_prompt.append(_tokens(assistants[0].get("usage") or {}))
         fig.prompt.append(sum(_tokens(m.get("usage") or {}) for m in assistants))
         fig.output.append(sum(int((m.get("usage") or {}).get("output", 0)) for m in assistants))
-        fig.rejections.append(sum(1 for r in results if (r.get("details") or {}).get("rejections")))
+        rejected = [r for r in results if (r.get("details") or {}).get("rejections")]
+        fig.rejections.append(len(rejected))
+        for r in rejected:
+            reason = str(r["details"].get("reason", ""))[:100]
+            fig.reasons[reason] = fig.reasons.get(reason, 0) + 1
         fig.runaways += sum(1 for m in assistants if m.get("stopReason") == "length")
         first = assistants[0] if assistants else None
         if first is not None:
@@ -212,6 +217,8 @@ def report(name: str, runs: int, figures: dict[str, StepFigures], completed: int
             f"{sum(fig.rejections):>8} {fig.runaways:>7} {_mean(fig.seconds):>7}  "
             + ", ".join(f"{k} {v}" for k, v in sorted(fig.outcomes.items()))
         )
+        for reason, count in sorted(fig.reasons.items(), key=lambda item: -item[1]):
+            print(f"      rejected {count}x: {reason}")
 
 
 def main(argv: list[str] | None = None) -> int:

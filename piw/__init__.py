@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from piw.updates.shell_lines import (
         ShellLine,
     )
+    from piw.workflow.budget import (
+        Budget,
+    )
     from piw.workflow.context import (
         ActionContext,
         NodeContext,
@@ -83,6 +86,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "UpdateInput": "piw.updates.envelope",
     "ShellLine": "piw.updates.shell_lines",
+    "Budget": "piw.workflow.budget",
     "ActionContext": "piw.workflow.context",
     "NodeContext": "piw.workflow.context",
     "AssistantMessage": "piw.workflow.definition",
@@ -134,6 +138,7 @@ __all__ = [
     "ActionContext",
     "AssistantMessage",
     "AttemptInactive",
+    "Budget",
     "Cancelled",
     "Choice",
     "ClaimLost",

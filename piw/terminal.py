@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
+from rich.console import Console
+from rich.segment import Segment
 from rich.text import Text
 
 _BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
@@ -50,17 +53,34 @@ def safe_text(text: str, style: str = "") -> Text:
     return Text(sanitize_terminal_text(text), style=style)
 
 
-_UNSAFE_IN_JSON = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_JSON = re.compile("[\u007f-\u009f\u202a-\u202e\u2066-\u2069]")
 
 
 def json_text(value: Any) -> str:
     """JSON for stdout that is still terminal-safe.
 
-    ``json.dumps`` escapes C0 controls but, with ``ensure_ascii=False``, passes C1 controls and bidi overrides
-    through; those are escaped too (``\\u202e``), which is the same JSON value and harmless on a terminal.
+    ``json.dumps`` escapes C0 controls but, with ``ensure_ascii=False``, passes DEL, C1 controls and bidi
+    overrides through; those are escaped too (``\\u202e``), which is the same JSON value and harmless on a
+    terminal.
     """
     text = json.dumps(value, ensure_ascii=False)
     return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group(0)):04x}", text)
+
+
+class SafeConsole(Console):
+    """A rich console whose every printed text segment passes through :func:`sanitize_terminal_text`.
+
+    Views already render workflow data with :func:`safe_text`; this is the one place that makes it impossible to
+    forget: whatever reaches ``print`` (an f-string with a workflow name, an error, a table cell), only rich's own
+    styling and cursor control segments may carry escape sequences to the terminal.
+    """
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control or segment.text.isprintable() or segment.text == "\n"
+            else Segment(sanitize_terminal_text(segment.text), segment.style, segment.control)
+            for segment in buffer
+        )  # fmt: skip
 
 
 _UNSAFE_IN_JSON_BYTES = re.compile(rb"\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")

@@ -84,7 +84,7 @@ def test_41_the_tool_carries_the_nodes_schema_without_titles(
     schema = tool["parameters"]
     assert schema["properties"]["action"] == {"type": "string", "enum": ["submit"]}
     assert set(schema["properties"]) == {"action", "step", "attempt", "output"}
-    assert schema["required"] == ["action"]  # step and attempt are optional
+    assert schema["required"] == ["action", "output"]  # step and attempt are optional; every call is a submit
     output = schema["properties"]["output"]
     assert output["properties"]["route"] == {"type": "string", "enum": ["bug", "feature"]}
     assert output["properties"]["title"] == {"type": "string"}  # the field called title stays
@@ -115,6 +115,7 @@ def test_41_updates_and_status_only_when_the_node_opts_in(
     schema = tool_of(openai_stub.requests[2])["parameters"]
     assert schema["properties"]["action"]["enum"] == ["submit", "update", "status"]
     assert schema["properties"]["update"] == {"type": "object"}
+    assert schema["required"] == ["action"]  # an update call has no output
     assert not opted.tool_results()[0]["isError"]
     assert 'calling the tool with action "update"' in opted.prompts()[0]["prompt"]
     assert opted.snapshot["nodes"]["step"]["updates"] is True

@@ -12,6 +12,7 @@ PUBLIC = [
     "ActionContext",
     "AssistantMessage",
     "AttemptInactive",
+    "Budget",
     "Cancelled",
     "Choice",
     "ClaimLost",

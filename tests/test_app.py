@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 from test_views_support import RUN_IDS, Runs, assert_terminal_safe, cut_bundle, shared_runs
-from viewer_support import NOW, PROGRESS_RUN, run_app, settle, text, write_progress_run
+from viewer_support import (
+    NOW,
+    PROGRESS_RUN,
+    ready,
+    run_app,
+    settle,
+    text,
+    write_fork_with_budget,
+    write_progress_run,
+)
 
 from piw.app.help import HelpScreen
 from piw.app.pane import LinesPane
@@ -260,7 +269,7 @@ def test_follows_a_live_run_that_another_thread_appends_to(runs: Runs, tmp_path:
         await settle(pilot, lambda: "seq 23/23" in text(pilot) and "✓ completed" in text(pilot), "the end")
         assert screen.pane("steps").cursor == 1, "the cursor is kept"
         assert "announce" in screen.pane("steps").visible_text()
-        assert any("Done:" in note.message for note in pilot.app._notifications), "a toast per notification"
+        assert [note for note in screen.notified if "Done:" in note], "a toast per notification"
 
     try:
         run_app(viewer(home, COMPLETED, force_polling=True), steps)
@@ -292,6 +301,30 @@ def test_progress_pane_draws_a_bar_per_track(tmp_path: Path) -> None:
     run_app(viewer(home, PROGRESS_RUN), steps)
 
 
+def test_lineage_and_spend_against_the_budget(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    parent, fork = write_fork_with_budget(home)
+
+    async def steps(pilot: Any) -> None:
+        rows = text(pilot)
+        fork_row = next(line for line in rows.splitlines() if fork[:20] in line and "⑂" in line)
+        assert "$0.0120" in fork_row, "the budget's ledger is the run's cost"
+        pilot.app.open_run(fork)
+        await ready(pilot)
+        shown = text(pilot)
+        assert f"⑂ forked from {parent} at seq 3" in shown
+        assert "budget 2 of 5 requests" in shown and "$0.0120 of $2.50" in shown
+        await pilot.press("6")
+        state = run_screen(pilot).pane("state").visible_text()
+        assert "forked from" in state and "budget" in state
+        await pilot.press("escape")
+        pilot.app.open_run(parent)
+        await ready(pilot)
+        assert f"forks: {fork}" in text(pilot)
+
+    run_app(viewer(home), steps)
+
+
 def test_damaged_bundles_show_what_they_can(runs: Runs, tmp_path: Path) -> None:
     home = tmp_path / "home"
     shutil.copytree(runs.home("completed"), home)
@@ -314,7 +347,7 @@ def test_damaged_bundles_show_what_they_can(runs: Runs, tmp_path: Path) -> None:
         await settle(
             pilot, lambda: "workflow.json is missing or damaged" in text(pilot), "the snapshot notice"
         )
-        assert "✗ failed" in text(pilot)
+        await settle(pilot, lambda: "✗ failed" in text(pilot), "the replayed state")
 
     run_app(viewer(home, message="No run 'nosuchrun' in …; list runs with 'piw runs'."), steps)
 

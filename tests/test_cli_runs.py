@@ -196,7 +196,7 @@ def test_normaliser_returning_non_json_is_rejected_before_any_bundle(
 
 def test_unknown_run_ids_and_workflows(cli: Cli, piw_home: Path) -> None:
     assert_one_error_line(cli("resume", "20260101T000000000Z-nope-00000000"), "No run", "piw runs")
-    assert_one_error_line(cli("resume", "../../etc"), "not a valid run id")
+    assert_one_error_line(cli("resume", "../../etc"), "is not a run id")
     assert_one_error_line(cli("run", "no-such-workflow"), "No workflow named 'no-such-workflow'", "piw list")
     assert_one_error_line(cli("run", "./missing.workflow.py"), "does not exist")
     assert_one_error_line(cli("runs", "--status", "sleeping"), "Unknown status")
@@ -281,6 +281,7 @@ SUMMARY_KEYS = {
     "finishedAt",
     "currentNode",
     "damage",
+    "usage",
 }
 
 

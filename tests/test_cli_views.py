@@ -86,7 +86,7 @@ def test_trace_filters(runs: Runs) -> None:
     ("args", "message"),
     [
         (["inspect", "20990101T000000000Z-nope-00000000"], "No run"),
-        (["inspect", "../etc"], "not a valid run id"),
+        (["inspect", "../etc"], "is not a run id"),
         (["inspect", RUN_IDS["completed"], "--view", "bogus"], "Unknown view"),
         (["inspect", RUN_IDS["completed"], "--at", "0"], "--at"),
         (["inspect", RUN_IDS["completed"], "--node", "crunch"], "--view trace"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -92,6 +93,34 @@ def write_progress_run(home: Path) -> str:
     return writer.close().name
 
 
+PARENT_RUN = "20260101T000000000Z-lineage-00000001"
+FORK_RUN = "20260101T000001000Z-lineage-00000002"
+
+
+def write_fork_with_budget(home: Path) -> tuple[str, str]:
+    """A parent run and a fork of it at seq 3 that runs under a budget and records two priced requests."""
+    for run_id, extra in ((PARENT_RUN, {}), (FORK_RUN, {"forkedFrom": {"runId": PARENT_RUN, "seq": 3},
+                                                        "budget": {"costUsd": 2.5, "modelRequests": 5}})):  # fmt: skip
+        writer = BundleWriter(home, run_id, {"ask": "agent"}, [])
+        writer.event("run", "run_started", {"workflowName": "lineage", "input": {}, **extra})
+        writer.event("node", "node_started", {"nodeType": "agent"}, "ask", "a1")
+        if extra:
+            for _ in range(2):
+                usage = {"requests": 1, "input": 600, "output": 40, "cost": 0.006, "step": "a1"}
+                writer.event("agent", "usage_recorded", usage, "ask", "a1")
+        usage = {"requests": 2, "input": 1200, "output": 80, "cacheRead": 0, "cacheWrite": 0, "cost": 0.012}
+        writer.event("node", "node_finished", {"outcome": "ok", "durationMs": 5, "output": "hi", "usage": usage},
+                     "ask", "a1")  # fmt: skip
+        writer.event("run", "run_completed", {"status": "completed", "finalOutput": "hi"})
+        writer.close()
+        if extra:
+            manifest_path = writer.path / "manifest.json"
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest["forkedFrom"] = extra["forkedFrom"]
+            manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    return PARENT_RUN, FORK_RUN
+
+
 def run_app(
     app: ViewerApp,
     steps: Callable[[Any], Awaitable[None]],
@@ -101,19 +130,40 @@ def run_app(
 
     async def main() -> None:
         async with app.run_test(size=size, notifications=True) as pilot:
-            await pilot.pause()
+            await ready(pilot)
             await steps(pilot)
 
     asyncio.run(main())
 
 
-async def settle(pilot: Any, condition: Callable[[], bool], what: str, rounds: int = 400) -> None:
-    """Let the app process messages until ``condition`` holds (bounded; no sleeps of fixed length)."""
-    for _ in range(rounds):
+async def settle(pilot: Any, condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Let the app process messages until ``condition`` holds (bounded by ``timeout``; a busy machine only
+    makes it take longer)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if condition():
             return
         await pilot.pause(0.02)
-    raise AssertionError(f"gave up waiting for {what}:\n{screen_text(pilot.app)}")
+    workers = [(worker.name, worker.state, worker.error) for worker in pilot.app.workers]
+    raise AssertionError(f"gave up waiting for {what} (workers {workers}):\n{screen_text(pilot.app)}")
+
+
+async def ready(pilot: Any) -> None:
+    """Wait until the runs list has read the runs (a worker thread) and an open run has read its trace."""
+    from piw.app.run_screen import RunScreen
+    from piw.app.runs_screen import RunsScreen
+
+    app = pilot.app
+    deadline = time.monotonic() + 60
+    while True:
+        await pilot.pause()
+        lists = [s for s in app.screen_stack if isinstance(s, RunsScreen)]
+        runs = [s for s in app.screen_stack if isinstance(s, RunScreen)]
+        if all(s.loaded for s in lists) and all(s.indexed_drawn for s in runs):
+            break
+        assert time.monotonic() < deadline, "the viewer did not read its runs within 60 s"
+        await pilot.pause(0.01)
+    await pilot.pause()
 
 
 def text(pilot: Any) -> str:

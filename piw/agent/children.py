@@ -159,6 +159,7 @@ class ChildRunner:
             cancel=parent.cancel,
             origin_session_id=parent.origin_session_id,
             publisher=parent.publisher,
+            budget=parent.budget,
         )
         contract = make_contract(
             parent.run_id, parent.ctx.workflow_name, child_id, child_attempt_id, expected

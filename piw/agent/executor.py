@@ -27,6 +27,7 @@ from piw.agent.workflow_tool import (
 )
 from piw.errors import AttemptInactive
 from piw.providers.base import Provider, StepRef, force_tool
+from piw.providers.config import config_path
 from piw.providers.messages import (
     MESSAGE_ADAPTER,
     AssistantMessage,
@@ -95,6 +96,10 @@ class AgentSettings:
     model_max_tokens: int | None = None
     """The selected model's ``max_tokens`` from ``config.toml``; caps requests unless the node sets its own."""
     cwd: Path = field(default_factory=Path.cwd)
+    tool_env: tuple[str, ...] = ()
+    """``[agent] tool_env``: environment variables tool processes may see besides the base allow-list."""
+    protected_paths: tuple[Path, ...] = ()
+    """Paths the file tools refuse besides ``PIW_HOME`` and its config file (which are always refused)."""
     session_visible: bool = True
     max_concurrent_children: int = 8
     listeners: list[LoopListener] = field(default_factory=list)
@@ -287,7 +292,7 @@ class _AttemptRun:
         offered = [workflow] if self.tool.gate_open else []
         submit = self.contract.completion == "submit"
         loop = AgentLoop(
-            self.executor.provider,
+            self._provider(),
             tools=[*offered, *self._registry_tools()],
             hidden_tools=[] if offered else [workflow],
             budget=self.budget,
@@ -330,10 +335,26 @@ class _AttemptRun:
                 entries = entries[ids.index(self.first_entry_id) :]
         return [MESSAGE_ADAPTER.validate_python(entry.message) for entry in entries]
 
+    def _provider(self) -> Provider:
+        """The executor's provider, behind the run's budget gate when the run has one."""
+        gate = self.attempt.budget
+        if gate is None or not gate.active:
+            return self.executor.provider
+        from piw.run.budget import BudgetedProvider
+
+        owner = self.update_owner or self.attempt
+        child_key = self.attempt.gnode.local_id if self.child else None
+        return BudgetedProvider(self.executor.provider, gate, owner, self.attempt.attempt_id, child_key)
+
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""
+        home = self.attempt.writer.bundle.path.parent.parent  # bundles live in $PIW_HOME/runs/<id>
         context = ToolContext(
-            cwd=self.settings.cwd, timeout_s=self.deadline.remaining(), cancel=self.attempt.cancel
+            cwd=self.settings.cwd,
+            timeout_s=self.deadline.remaining(),
+            cancel=self.attempt.cancel,
+            env_allow=self.settings.tool_env,
+            protected=(*self.settings.protected_paths, home, config_path(home)),
         )
         return [registry_loop_tool(registry.get(name), context) for name in self.node.tools]
 

@@ -34,7 +34,7 @@ from piw.agent.pi_process import EOF, PiLaunch, PiProcess
 from piw.agent.workflow_tool import WORKFLOW_TOOL_NAME
 from piw.errors import PiwError, ProviderError
 from piw.providers.base import Provider
-from piw.providers.config import PiwConfig
+from piw.providers.config import PiwConfig, provider_secrets
 from piw.providers.messages import (
     AssistantMessage,
     ContentBlock,
@@ -45,6 +45,7 @@ from piw.providers.messages import (
     Usage,
     UserMessage,
 )
+from piw.providers.redaction import redact
 from piw.providers.selection import ProviderSelection
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate
 from piw.tools import ToolResult
@@ -299,6 +300,12 @@ class _PiAttemptRun(_AttemptRun):
         self._emit(MessageEnd(message=settled))
         return settled
 
+    def _redacted(self, error: Any) -> str | None:
+        """Pi's error text with the provider's secrets removed, as piw's own adapters do (no key in the record)."""
+        if not isinstance(error, str):
+            return None
+        return redact(error, provider_secrets(self.executor.launch.settings))  # type: ignore[attr-defined]
+
     def _assistant(self, message: dict[str, Any]) -> AssistantMessage:
         blocks: list[ContentBlock] = []
         for block in message.get("content") or []:
@@ -321,7 +328,7 @@ class _PiAttemptRun(_AttemptRun):
         return AssistantMessage(
             content=blocks,
             stop_reason=stop if stop in ("stop", "length", "toolUse", "error", "aborted") else "stop",
-            error_message=message.get("errorMessage"),
+            error_message=self._redacted(message.get("errorMessage")),
             usage=tokens,
             provider=str(message.get("provider", "")),
             model=str(message.get("model", "")),

@@ -111,6 +111,7 @@ def _settings(
         max_rejections=config.agent.max_rejections,
         system_prompt=config.agent.system_prompt,
         model_max_tokens=model_settings.max_tokens if model_settings else None,
+        tool_env=tuple(config.agent.tool_env),
         listeners=list(listeners),
     )
 

@@ -68,10 +68,12 @@ def step_tool_schema(expected: Any, updates: bool) -> dict[str, Any]:
     }
     if updates:
         properties["update"] = {"type": "object"}
+    # Without updates every call is a submit, which needs an output: requiring it lets the grammar enforce it
+    # (a 0.5B model otherwise sent {"action": "submit"} alone, three times in a row).
     schema: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
-        "required": ["action"],
+        "required": ["action"] if updates else ["action", "output"],
         "properties": properties,
     }
     if defs:

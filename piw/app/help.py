@@ -52,7 +52,7 @@ def key_lines(groups: Iterable[tuple[str, Iterable[BindingType]]]) -> list[Text]
             if label in seen:
                 continue
             seen.add(label)
-            rows.append(Text(f"  {label:<14}", style="bold cyan") + Text(binding.description))
+            rows.append(Text.assemble((f"  {label:<14}", "bold cyan"), binding.description))
         if rows:
             out += [Text(title, style="bold underline"), *rows, Text("")]
     return out

@@ -7,18 +7,18 @@ Opening a run must be quick whatever its length, so :func:`open_run` never reads
 :meth:`RunReader.index` then reads the trace once, in the background, and keeps:
 
 - the byte offset of every :data:`OFFSET_EVERY`-th event, so any page of the trace is one seek away;
-- a fold checkpoint (state and progress windows) every :data:`CHECKPOINT_EVERY` events, so the state at any seq
-  is a checkpoint plus at most that many events through the one fold (``fold_more``) — never a second path;
+- fold checkpoints (state and progress windows) every :data:`CHECKPOINT_EVERY` events, made by the first fold
+  that passes them (the index pass itself when there was no trusted ``state.json``), so the state at any seq is
+  a checkpoint plus at most that many events through the one fold (``fold_more``) — never a second path;
 - the seqs of ``update_published`` events (the update history pages through them).
 
 Memory is bounded by the number of checkpoints, not the trace. A damaged line stops the index with a notice and
 the valid prefix stays viewable. Nothing here writes; the only probe is the writer-lock check of
-:func:`piw.store.bundle.run_is_live`.
+:func:`piw.store.liveness.writer_is_live` (the run's queue row, read-only).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from array import array
@@ -29,9 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from piw.errors import PiwError
 from piw.progress import parse_instant
-from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.bundle import Bundle, open_bundle
+from piw.store.lineage import forks_of
+from piw.store.liveness import writer_is_live
 from piw.store.replay import RunState, fold_more, state_from_json
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
@@ -90,6 +94,8 @@ class RunReader:
         self._trace_tail: Tail[TraceEvent] | None = None
         self._session = session_tail(bundle)
         self.entries: list[SessionEntry] = []
+        self.forks: tuple[str, ...] = ()
+        """Runs forked from this one (read once when opened; only directory names and manifests)."""
 
     # ---- what to show ----------------------------------------------------------------------------------
 
@@ -112,17 +118,23 @@ class RunReader:
 
     def live(self) -> bool | None:
         """For a running run: whether a process holds its writer lock (``None`` once it has ended)."""
-        return run_is_live(self.bundle) if self.state.status == "running" else None
+        return writer_is_live(self.bundle) if self.state.status == "running" else None
 
     # ---- the index pass --------------------------------------------------------------------------------
 
     def index(self, stop: threading.Event | None = None) -> TraceIndex:
-        """Read the trace once (see the module docstring); safe to call from a worker thread."""
+        """Read the trace once (see the module docstring); safe to call from a worker thread.
+
+        When the run opened from ``state.json`` the pass only validates, records offsets, update seqs and the
+        progress windows; the fold (and its checkpoints) happens only without a trusted state, or later, when
+        time travel first asks for an earlier state. That keeps one state in memory, not two.
+        """
         index = TraceIndex()
         size = max(1, _size(self.bundle.trace_path))
-        state, tracks, batch = RunState(), Tracks(), []
+        trusted = self.state
+        folding = not trusted.run_id
+        state, tracks, batch, tail = RunState(), Tracks(), [], []
         expected, damaged = 1, 0
-        end = 0
         for end, line in read_lines(self.bundle.trace_path):
             if stop is not None and stop.is_set():
                 return index
@@ -141,28 +153,38 @@ class RunReader:
             if event.type == "update_published":
                 index.update_seqs.append(expected)
             tracks.add(event)
-            batch.append(event)
-            if len(batch) >= BATCH or expected % CHECKPOINT_EVERY == 0:
-                state = fold_more(state, batch)
-                batch = []
-            if expected % CHECKPOINT_EVERY == 0:
-                index.checkpoints.append(Checkpoint(expected, end, state, tracks.copy()))
+            if folding:
+                batch.append(event)
+                if len(batch) >= BATCH or expected % CHECKPOINT_EVERY == 0:
+                    state = fold_more(state, batch)
+                    batch = []
+                if expected % CHECKPOINT_EVERY == 0:
+                    index.checkpoints.append(Checkpoint(expected, end, state, tracks.copy()))
+            elif expected > trusted.trace_seq:
+                tail.append(event)  # appended after state.json was read (a live run)
             index.last_seq, index.end_offset = expected, end
             expected += 1
             if expected % 8192 == 0:
                 self.progress = min(0.99, end / size)
-        state = fold_more(state, batch)
+        if folding:
+            state = fold_more(state, batch)
+        elif index.last_seq < trusted.trace_seq:
+            folding = True  # state.json is ahead of the valid prefix (a damaged line): refold the prefix
+        else:
+            state = fold_more(trusted, tail)
         index.complete = True
         with self._lock:
             self.index_data = index
             self.tracks = tracks
-            if state.trace_seq >= self.state.trace_seq:
-                self.state = state
-            tail: Tail[TraceEvent] = Tail(self.bundle.trace_path, decode_event)
-            tail.offset, tail.next_seq = index.end_offset, index.last_seq + 1
+            if folding and not state.run_id and index.last_seq:
+                self.index_data.checkpoints = []
+                state, _ = self._replay(index.last_seq, want_tracks=False)
+            self.state = state
+            follow: Tail[TraceEvent] = Tail(self.bundle.trace_path, decode_event)
+            follow.offset, follow.next_seq = index.end_offset, index.last_seq + 1
             if index.corruption:
-                tail.corruption = index.corruption
-            self._trace_tail = tail
+                follow.corruption = index.corruption
+            self._trace_tail = follow
         self.progress = 1.0
         self.indexed.set()
         return index
@@ -182,18 +204,39 @@ class RunReader:
             return self.tracks
         return self._replay(seq, want_tracks=True)[1]
 
+    def replay_cost(self, seq: int | None) -> int:
+        """How many events :meth:`state_at` would fold for ``seq`` (the viewer moves long replays off the UI)."""
+        if seq is None or seq >= self.last_seq:
+            return 0
+        base = self._checkpoint(seq)
+        return seq - (base.seq if base else 0)
+
+    def _checkpoint(self, seq: int) -> Checkpoint | None:
+        checkpoints = self.index_data.checkpoints
+        found = bisect_right([c.seq for c in checkpoints], seq) - 1
+        return checkpoints[found] if found >= 0 else None
+
     def _replay(self, seq: int, *, want_tracks: bool) -> tuple[RunState, Tracks]:
-        index = self.index_data
-        found = bisect_right([c.seq for c in index.checkpoints], seq) - 1
-        base = index.checkpoints[found] if found >= 0 else None
+        """Fold from the nearest checkpoint up to ``seq``, leaving checkpoints behind on the way."""
+        base = self._checkpoint(seq)
         state = base.state if base else RunState()
-        tracks = base.tracks.copy() if base and want_tracks else Tracks()
+        tracks = base.tracks.copy() if base else Tracks()
         start = base.seq + 1 if base else 1
-        batch = []
+        batch: list[TraceEvent] = []
+        made: list[Checkpoint] = []
         for event in self.events(start, seq + 1):
             batch.append(event)
-            if want_tracks:
-                tracks.add(event)
+            tracks.add(event)
+            if event.seq % CHECKPOINT_EVERY == 0:
+                state, batch = fold_more(state, batch), []
+                made.append(Checkpoint(event.seq, 0, state, tracks.copy()))
+            elif len(batch) >= BATCH:
+                state, batch = fold_more(state, batch), []
+        if made:
+            with self._lock:
+                known = {c.seq for c in self.index_data.checkpoints}
+                merged = self.index_data.checkpoints + [c for c in made if c.seq not in known]
+                self.index_data.checkpoints = sorted(merged, key=lambda c: c.seq)
         return fold_more(state, batch), tracks
 
     # ---- paging ----------------------------------------------------------------------------------------
@@ -305,10 +348,18 @@ def _last_lines(path: Path, limit: int = MAX_TAIL_BYTES) -> list[bytes]:
 
 def _seq_of(line: bytes) -> int | None:
     try:
-        seq = json.loads(line).get("seq")
+        seq = orjson.loads(line).get("seq")
     except (ValueError, UnicodeDecodeError, AttributeError):
         return None
     return seq if type(seq) is int else None
+
+
+def last_seq(bundle: Bundle) -> int | None:
+    """The seq of the trace's last valid line, from the end of the file (a torn last line is skipped)."""
+    seqs = [_seq_of(line) for line in _last_lines(bundle.trace_path, TAIL_CHUNK)]
+    if seqs and seqs[-1] is None:
+        seqs.pop()
+    return seqs[-1] if seqs else None
 
 
 def fast_state(bundle: Bundle) -> RunState | None:
@@ -318,7 +369,7 @@ def fast_state(bundle: Bundle) -> RunState | None:
     ignored as the reader rule says. The index pass later replays the whole trace and replaces this state.
     """
     try:
-        cached = state_from_json(json.loads(bundle.state_path.read_text(encoding="utf-8")))
+        cached = state_from_json(orjson.loads(bundle.state_path.read_bytes()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if cached.run_id != bundle.run_id:
@@ -357,4 +408,6 @@ def open_run(home: Path, run_id: str) -> RunReader:
     if not bundle.trace_path.is_file():
         notices.append("trace.ndjson is missing")
     state = fast_state(bundle) or RunState()
-    return RunReader(bundle, snapshot, state, notices)
+    reader = RunReader(bundle, snapshot, state, notices)
+    reader.forks = tuple(forks_of(home, run_id))
+    return reader

@@ -37,6 +37,7 @@ from piw.app.step_screen import StepScreen
 from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.views.base import fmt_clock, node_label, safe
+from piw.views.budget import spent_line
 from piw.views.conversation import NOTIFICATION_TYPE, conversation_view
 from piw.views.follow import file_changes
 from piw.views.frame import summary_lines
@@ -47,6 +48,8 @@ from piw.views.step_detail import conversation_range
 from piw.views.steps import steps_view
 from piw.views.trace import matches
 
+SYNC_REPLAY = 50_000
+"""Replays longer than this many events run on a worker thread, so keys keep working."""
 TABS = ("steps", "conversation", "updates", "progress", "trace", "state")
 POSITION_BAR = 24
 
@@ -103,7 +106,7 @@ class RunScreen(Screen[None]):
         Binding("escape", "back", "Back"),
     ]
     DEFAULT_CSS = """
-    RunScreen #summary { height: auto; max-height: 3; padding: 0 1; }
+    RunScreen #summary { height: auto; max-height: 4; padding: 0 1; }
     RunScreen #body { height: 1fr; }
     RunScreen #graph { width: 2fr; min-width: 20; border-right: solid $panel; }
     RunScreen #tabs { width: 3fr; }
@@ -141,6 +144,12 @@ class RunScreen(Screen[None]):
         self._now = reader.now_at(None, clock)
         self._steps: StepsSource | None = None
         self.seen_notifications: set[str] = set()
+        self.notified: list[str] = []
+        """The notifications shown as toasts, in order (a toast goes away; this does not)."""
+        self.indexed_drawn = False
+        """Set once the screen has been redrawn with the whole trace read (tests and the bench wait for it)."""
+        self.replaying: int | None = None
+        """The seq a worker is replaying to, while it does."""
 
     # ---- layout ------------------------------------------------------------------------------------------
 
@@ -174,8 +183,10 @@ class RunScreen(Screen[None]):
         self.pane("steps").focus()
         if self.reader.indexed.is_set():
             self._indexed()
-        else:
-            self.run_worker(self._index, thread=True, group="index", exit_on_error=False)
+        else:  # after the first frame is on screen, so reading the trace never delays it
+            self.call_after_refresh(
+                lambda: self.run_worker(self._index, thread=True, group="index", exit_on_error=False)
+            )
         self.set_interval(1.0, self._tick)
 
     def on_unmount(self) -> None:
@@ -190,6 +201,7 @@ class RunScreen(Screen[None]):
 
     def _indexed(self) -> None:
         self.redraw()
+        self.indexed_drawn = True
         if self.follow and self.reader.state.status == "running":
             self.run_worker(self._follow, thread=True, group="follow", exit_on_error=False)
 
@@ -209,6 +221,7 @@ class RunScreen(Screen[None]):
             if ident and ident not in self.seen_notifications:
                 self.seen_notifications.add(ident)
                 text = safe(str(entry.message.get("content", ""))).plain
+                self.notified.append(text)
                 self.app.notify(text[:300], title="notification", markup=False)
         moved = live != self.live_writer
         self.live_writer = live
@@ -235,6 +248,9 @@ class RunScreen(Screen[None]):
 
     def redraw(self) -> None:
         """Recompute the state at the current position and redraw what is visible."""
+        if self.replaying is not None:
+            self._draw_position()
+            return
         ready = self.reader.indexed.is_set()
         self._state = self.reader.state_at(self.at) if ready else self.reader.state
         self._now = self.reader.now_at(self.at if ready else None, self.clock)
@@ -253,7 +269,10 @@ class RunScreen(Screen[None]):
         notice = self.reader.notice
         if notice:
             lines.insert(1, safe(f"⚠ {notice}", "yellow"))
-        self.query_one("#summary", Static).update(Text("\n").join(lines[:3]))
+        extra = lineage_budget_line(state, self.reader.forks)
+        if extra is not None:
+            lines.append(extra)
+        self.query_one("#summary", Static).update(Text("\n").join(lines[:4]))
 
     def _draw_graph(self) -> None:
         pane = self.graph
@@ -275,6 +294,8 @@ class RunScreen(Screen[None]):
         line.append_text(bar_text(console, bar, POSITION_BAR))
         if not self.reader.indexed.is_set():
             line.append(f"  reading the trace… {int(self.reader.progress * 100)}%", style="yellow")
+        elif self.replaying is not None:
+            line.append(f"  replaying to seq {self.replaying:,}…", style="yellow")
         elif self.at is not None:
             event = self.reader.event(self.at)
             moment = fmt_clock(event.at) if event else ""
@@ -318,7 +339,9 @@ class RunScreen(Screen[None]):
             pane.set_source(self._steps)
         elif name == "state":
             live = self.live_writer if self.at is None else None
-            view = state_view(state, now, live=live, notice=self.reader.notice, at=self.at)
+            view = state_view(
+                state, now, live=live, notice=self.reader.notice, at=self.at, forks=self.reader.forks
+            )
             pane.set_source(ViewSource(view))
         elif not ready:
             pane.set_source(TextSource([f"Reading the trace… {int(self.reader.progress * 100)}%"]))
@@ -419,7 +442,24 @@ class RunScreen(Screen[None]):
             if seq >= last:
                 seq = None
         self.at = seq
+        if self.reader.replay_cost(seq) > SYNC_REPLAY:
+            # A first jump far back folds many events: do it on a worker (it leaves checkpoints behind, so
+            # the next jumps nearby are quick) and redraw when it is done.
+            self.replaying = seq
+            self._draw_position()
+            self.run_worker(lambda: self._replay(seq), thread=True, group="replay", exclusive=True)
+            return
         self.redraw()
+
+    def _replay(self, seq: int | None) -> None:
+        self.reader.state_at(seq)
+        self.app.call_from_thread(self._replayed, seq)
+
+    def _replayed(self, seq: int | None) -> None:
+        if self.replaying == seq:
+            self.replaying = None
+        if self.at == seq:
+            self.redraw()
 
     def action_travel(self, delta: int) -> None:
         self.travel_to(self.upto + delta)
@@ -483,6 +523,22 @@ class RunScreen(Screen[None]):
             self._redraw_filtered(include_steps=True)
         elif len(self.app.screen_stack) > 2:
             self.app.pop_screen()
+
+
+def lineage_budget_line(state: RunState, forks: tuple[str, ...]) -> Text | None:
+    """``⑂ forked from RUN at seq N · 2 forks · budget 3 of 5 requests · …`` (``None`` when none applies)."""
+    parts: list[Text] = []
+    origin = state.forked_from
+    if origin:
+        parts.append(safe(f"⑂ forked from {origin.get('runId')} at seq {origin.get('seq')}", "magenta"))
+    if forks:
+        shown = ", ".join(forks[:2]) + (f" and {len(forks) - 2} more" if len(forks) > 2 else "")
+        parts.append(safe(f"forks: {shown}", "magenta"))
+    if state.budget:
+        parts.append(Text("budget ", style="dim") + safe(spent_line(state.spent, state.budget)))
+    if not parts:
+        return None
+    return Text("  ") + Text(" · ").join(parts)
 
 
 def _notification_id(entry: SessionEntry) -> str | None:

@@ -1,6 +1,7 @@
 """The rows of the viewer's runs list: status, title, age, current node and cost, with filter and search.
 
-Rows come from :func:`piw.store.history.run_summaries` (the runs index will back it); filtering and searching
+Rows come from each bundle's ``state.json`` when it is current, else from a streamed fold (the SQLite runs index
+will back this once writers fill it); filtering and searching
 are pure functions of the rows, so the screen only arranges them.
 """
 
@@ -10,11 +11,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import msgspec
+
+from piw.app.reader import last_seq
 from piw.progress import format_remaining, parse_instant
-from piw.store.history import RunSummary, run_summaries
+from piw.store.bundle import Bundle, list_bundles, run_is_live
+from piw.store.history import RunSummary
+from piw.store.replay import fold
 from piw.store.state import RUN_STATUSES
+from piw.store.trace import decode_event
 from piw.terminal import single_line
+from piw.views.source import RecordStream
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *RUN_STATUSES)
 """What ``f`` cycles through on the runs list: every run, then one status at a time."""
@@ -42,6 +51,7 @@ class RunRow:
         return format_remaining(max(0.0, (now - started).total_seconds() * 1000))
 
     def cost_text(self) -> str:
+        """USD spent: the run's ``usage.cost``, or its ``spent.cost`` when it has a budget."""
         return f"${self.cost:.4f}" if self.cost is not None else "—"
 
     def status_text(self) -> str:
@@ -53,8 +63,9 @@ class RunRow:
         return " ".join((self.run_id, self.title, self.workflow, self.current_node, self.status)).lower()
 
 
-def row_of(summary: RunSummary) -> RunRow:
-    title = summary.run_title or summary.workflow_name or ""
+def row_of(summary: RunSummary, *, forked: bool = False) -> RunRow:
+    """A row of a summary; a forked run's title starts with ``⑂``."""
+    title = ("⑂ " if forked else "") + (summary.run_title or summary.workflow_name or "")
     return RunRow(
         run_id=single_line(summary.run_id),
         status=single_line(summary.status),
@@ -69,8 +80,80 @@ def row_of(summary: RunSummary) -> RunRow:
 
 
 def load_rows(home: Path) -> list[RunRow]:
-    """Every readable run, newest first (a damaged one is listed with a notice, not hidden)."""
-    return [row_of(summary) for summary in run_summaries(home)]
+    """Every readable run, newest first (a damaged one is listed with a notice, not hidden).
+
+    A bundle whose ``state.json`` agrees with the end of its trace is summarised from its row fields alone (msgspec
+    skips the steps), so one huge run does not hold up the list; the others are folded from a streamed trace.
+    """
+    rows: list[RunRow | None] = []
+    slow: set[str] = set()
+    for bundle in list_bundles(home):
+        head = _cached_head(bundle)
+        if head is None:
+            slow.add(bundle.run_id)
+            rows.append(RunRow(bundle.run_id, "", "", "", None, "", None, None, False))
+            continue
+        live = head.status != "running" or run_is_live(bundle)
+        rows.append(row_of(RunSummary(
+            head.run_id, head.workflow_name, head.run_title, head.status, head.started_at, head.finished_at,
+            head.current_node, interrupted=not live, cost=_cost(head.spent if head.budget else head.usage),
+        ), forked=bool(head.forked_from)))  # fmt: skip
+    if slow:
+        rows = [_folded_row(Bundle(row.run_id, home / "runs" / row.run_id))
+                if row is not None and row.run_id in slow else row for row in rows]  # fmt: skip
+    return [row for row in rows if row is not None]
+
+
+def _folded_row(bundle: Bundle) -> RunRow | None:
+    """A row from a streamed fold of the trace (memory stays bounded however long it is); a trace damaged in the
+    middle gives its valid prefix and a notice, an empty one no row."""
+    stream = RecordStream(bundle.trace_path, decode_event)
+    state = fold(stream)
+    if not state.run_id:
+        return None
+    live = state.status != "running" or run_is_live(bundle)
+    summary = RunSummary(
+        state.run_id, state.workflow_name, state.run_title, state.status, state.started_at, state.finished_at,
+        state.current.node_id if state.current else None, notice=stream.corruption, interrupted=not live,
+        cost=_cost(state.spent if state.budget else state.usage),
+    )  # fmt: skip
+    return row_of(summary, forked=bool(state.forked_from))
+
+
+class _Head(msgspec.Struct, rename="camel"):
+    """The fields of ``state.json`` a row shows; msgspec skips the rest (steps, outputs) without building them."""
+
+    run_id: str
+    trace_seq: int
+    workflow_name: str = ""
+    run_title: str | None = None
+    status: str = "running"
+    started_at: str | None = None
+    finished_at: str | None = None
+    current_node: str | None = None
+    usage: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    spent: dict[str, Any] | None = None
+    forked_from: dict[str, Any] | None = None
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+
+
+def _cached_head(bundle: Bundle) -> _Head | None:
+    """The row fields of ``state.json`` when its ``traceSeq`` is the trace's last seq (else ``None``)."""
+    try:
+        head = _HEAD.decode(bundle.state_path.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+    if head.run_id != bundle.run_id or last_seq(bundle) != head.trace_seq:
+        return None
+    return head
+
+
+def _cost(usage: dict[str, Any] | None) -> float | None:
+    cost = (usage or {}).get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
 
 
 def select_rows(rows: Iterable[RunRow], status: str | None = None, search: str = "") -> list[RunRow]:

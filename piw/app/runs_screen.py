@@ -19,7 +19,7 @@ from textual.widgets import Footer, Input, Static
 
 from piw.app.pane import LinesPane
 from piw.app.runs import STATUS_FILTERS, RunRow, load_rows, select_rows
-from piw.app.sources import RunsSource
+from piw.app.sources import RunsSource, TextSource
 from piw.views.base import safe
 
 REFRESH_S = 2.0
@@ -58,6 +58,8 @@ class RunsScreen(Screen[None]):
         self.rows: list[RunRow] = []
         self.status: str | None = None
         self.search = ""
+        self.loaded = False
+        """Set once the runs have been read (the first read happens on a worker)."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="heading")
@@ -72,7 +74,9 @@ class RunsScreen(Screen[None]):
         return self.query_one("#runs", LinesPane)
 
     def on_mount(self) -> None:
-        self.reload()
+        self.table.set_source(TextSource(["Reading the runs…"]))
+        self._heading()
+        self._background_reload()
         self.table.focus()
         if self.refresh_s > 0:
             self.set_interval(self.refresh_s, self._background_reload)
@@ -92,6 +96,7 @@ class RunsScreen(Screen[None]):
         table = self.table
         was = self.rows[table.cursor].run_id if self.rows and table.cursor < len(self.rows) else None
         self.all_rows = rows
+        self.loaded = True
         self.rows = select_rows(rows, self.status, self.search)
         now = self.clock()
         cursor = next((i for i, row in enumerate(self.rows) if row.run_id == was), None)

@@ -1,14 +1,117 @@
-"""The typer application every command module registers on (``piw.cli.main`` imports them all)."""
+"""The typer application every command module registers on (``piw.cli.main`` imports them all).
+
+Two small classes make the help read like the docs: :class:`PiwCommand` names arguments ``WORKFLOW`` and
+``[RUN_ID]`` in usage lines and errors (typer writes ``{workflow}``), and :class:`PiwGroup` lists each command with
+its whole first sentence, wrapped, instead of cutting it at a fixed width ("…or is...").
+"""
 
 from __future__ import annotations
 
-import typer
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
 
-app = typer.Typer(
+import typer
+from typer.core import TyperCommand, TyperGroup
+from typer.models import CommandFunctionType
+
+HELP = """Run durable LLM-agent workflows and read their runs.
+
+Every run is recorded under PIW_HOME (default: ~/.local/share/piw), so it can be inspected, watched and resumed
+after a crash. Start with 'piw run hello', then 'piw runs' and 'piw inspect -1'.
+"""
+
+EPILOG = (
+    "Environment: PIW_HOME (where runs and config.toml live), PIW_PROVIDER and PIW_MODEL (the provider and model "
+    "of agent steps when --provider/--model are not given; 'scripted' needs no network), PIW_DURABILITY (effects, "
+    "always or flush), NO_COLOR (no colour). 'piw COMMAND --help' describes a command's options."
+)
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a command's help, whole (the help's first paragraph when it has no full stop)."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
+
+
+class PiwCommand(TyperCommand):
+    """A command whose usage line names its arguments in capitals: ``piw run [OPTIONS] WORKFLOW``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "argument" and param.metavar is None and param.name:
+                param.metavar = param.name.upper()
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":
+                pieces.extend(param.get_usage_pieces(ctx))
+                continue
+            name = param.metavar or (param.name or "ARG").upper()
+            name = name if param.required else f"[{name}]"
+            pieces.append(name + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
+class PiwGroup(TyperGroup):
+    """The ``piw`` group: the command list shows each command's complete first sentence."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            rows.append((name, command.short_help or _first_sentence(command.help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+class PiwTyper(typer.Typer):
+    """``app.command()`` makes a :class:`PiwCommand` unless a module asks for another class."""
+
+    def command(
+        self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        return super().command(*args, cls=cls or PiwCommand, **kwargs)
+
+
+def piw_version() -> str:
+    try:
+        return version("piw")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+        return "unknown"
+
+
+app = PiwTyper(
     name="piw",
-    help="Run durable LLM-agent workflows and read their runs.",
+    help=HELP,
+    epilog=EPILOG,
+    cls=PiwGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"piw {piw_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print piw's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Options that come before the command."""

@@ -8,13 +8,16 @@ from typing import TextIO
 
 from rich.console import Console
 
+from piw.terminal import SafeConsole
+
 
 def make_console(stream: TextIO | None = None, *, width: int | None = None) -> Console:
-    """A console that emits colour only on a terminal and never when ``NO_COLOR`` is set."""
+    """A console that emits colour only on a terminal and never when ``NO_COLOR`` is set, and that sanitizes
+    every text segment it prints (``piw.terminal.SafeConsole``)."""
     stream = stream or sys.stdout
     is_tty = stream.isatty()
     plain = not is_tty or bool(os.environ.get("NO_COLOR"))
-    return Console(
+    return SafeConsole(
         file=stream,
         width=width or (None if is_tty else int(os.environ.get("COLUMNS", "100"))),
         color_system=None if plain else "auto",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
 
 from piw.cli.app import app
 from piw.cli.runs import (
+    BudgetOption,
     ModelOption,
     ProviderOption,
     RunJsonOption,
@@ -17,6 +19,8 @@ from piw.cli.runs import (
 )
 from piw.store.bundle import piw_home
 from piw.store.runref import resolve_run_id
+
+# The engine loads inside the command, so `piw --help` does not load it.
 
 
 @app.command()
@@ -38,6 +42,7 @@ def fork(
     model: ModelOption = None,
     script: ScriptOption = None,
     verbose: VerboseOption = False,
+    budget: BudgetOption = None,
     as_json: RunJsonOption = False,
 ) -> int:
     """Start a new run that adopts the steps a run finished before a fork point, then continues live.
@@ -46,17 +51,25 @@ def fork(
     again and none makes a model request. With --provider replay, later agent steps are answered from the
     parent's recorded replies while their prompts match.
     """
-    from piw.run.fork import ForkPoint  # the engine loads only for this command, not for piw --help
+    from piw.run.fork import ForkPoint
     from piw.run.runner import fork_run
+    from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
     point = ForkPoint(node=from_node, seq=at)
     home = piw_home()
     parent = resolve_run_id(home, run_id)
     raw_input = parse_input_option(input) if input is not None else None
+    limits = parse_budget(budget) if budget is not None else None
     return _follow(
         lambda options: fork_run(
-            parent, home, point, options, workflow=workflow, raw_input=raw_input, title=title
+            parent,
+            home,
+            point,
+            replace(options, budget=limits),
+            workflow=workflow,
+            raw_input=raw_input,
+            title=title,
         ),
         as_json,
         (verbose, provider, model, script),

@@ -11,11 +11,13 @@ import click
 import typer
 
 from piw.cli.app import app
+from piw.cli.args import is_run_ref, protect_run_refs
 from piw.errors import PiwError
+from piw.terminal import sanitize_terminal_text
 
 
 def _register() -> None:
-    from piw.cli import answers, fork, runs, show, viewer, views  # noqa: F401  (modules register their commands on import)
+    from piw.cli import answers, fork, lifecycle, runs, show, viewer, views  # noqa: F401  (modules register their commands on import)
 
     with contextlib.suppress(ImportError):  # the provider commands are optional until configured
         from piw.cli import providers  # noqa: F401
@@ -26,16 +28,20 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def _one_line(message: str) -> str:
-    """Errors are one ``Error: …`` line, whatever the message (e.g. a user exception) holds."""
-    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+    """Errors are one ``Error: …`` line, whatever the message (e.g. a user exception) holds, and terminal-safe:
+    it may quote a workflow name, a run id or an exception message."""
+    return " ".join(part.strip() for part in sanitize_terminal_text(message).splitlines() if part.strip())
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``piw`` console script."""
     _register()
     signal.signal(signal.SIGTERM, _sigterm)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = app(args=argv, prog_name="piw", standalone_mode=False)
+        if any(is_run_ref(arg) for arg in args):
+            args = protect_run_refs(typer.main.get_command(app), args)
+        result = app(args=args, prog_name="piw", standalone_mode=False)
     except PiwError as exc:
         print(f"Error: {_one_line(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -45,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     except (click.ClickException, typer.TyperException) as exc:
         # typer vendors its own click, whose exceptions derive from TyperException, not click's.
         if type(exc).__name__ == "NoArgsIsHelpError":
-            print(exc.format_message())
+            print(sanitize_terminal_text(exc.format_message()))
             sys.exit(2)
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         print(f"Error: {_one_line(message)}", file=sys.stderr)

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.table import Table
 
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.errors import PiwError, UsageError
 from piw.store.bundle import piw_home
+from piw.store.replay import RunState
+from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
 
 if TYPE_CHECKING:
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
-    from piw.store.replay import RunState
 
-# The engine, the loader and the live display are imported inside the commands that use them, so that
-# ``piw --help`` and the read-only commands start without loading them.
+# Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
@@ -39,6 +43,15 @@ def _finish(
     else:
         print_outcome(make_console(), piw_home(), state, verbose=verbose)
     return EXIT_BY_STATUS.get(state.status, 1)
+
+
+def _launch(provider: str | None, model: str | None, script: str | None) -> dict[str, Any]:
+    """What a run records about how it was started (never keys): flags as given, the script made absolute."""
+    return {
+        "provider": provider,
+        "model": model,
+        "script": str(Path(script).resolve()) if script else None,
+    }
 
 
 def _foreground(
@@ -70,6 +83,7 @@ def _foreground(
             sink=sink,
             replay_from=replay_from,
         ),
+        launch=_launch(provider, model, script),
     )
     return options, display
 
@@ -79,6 +93,13 @@ ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or prov
 ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
+]
+BudgetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
+    ),
 ]
 RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
@@ -111,34 +132,93 @@ def run(
     model: ModelOption = None,
     script: ScriptOption = None,
     verbose: VerboseOption = False,
+    budget: BudgetOption = None,
     as_json: RunJsonOption = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Queue the run for 'piw host' instead of running it here.")
+    ] = False,
+    no_origin: Annotated[
+        bool,
+        typer.Option("--no-origin", help="With --detach: record no origin session for assistant replies."),
+    ] = False,
 ) -> int:
-    """Start a run and follow it until it ends, waits, or is interrupted."""
+    """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
+    from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
     raw_input = parse_input_option(input)
+    limits = parse_budget(budget) if budget is not None else None
     home = piw_home()
+    if no_origin and not detach:
+        raise UsageError("--no-origin only applies to --detach runs.")
+    if detach:
+        return _detach(workflow, raw_input, title, provider, model, script, no_origin, as_json)
     return _follow(
-        lambda options: start_run(workflow, home, raw_input, title, options),
+        lambda options: start_run(workflow, home, raw_input, title, replace(options, budget=limits)),
         as_json,
         (verbose, provider, model, script),
     )
 
 
-@app.command()
+def _detach(
+    workflow: str,
+    raw_input: Any,
+    title: str | None,
+    provider: str | None,
+    model: str | None,
+    script: str | None,
+    no_origin: bool,
+    as_json: bool,
+) -> int:
+    """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
+    from piw.agent.setup import agent_executor_factory
+    from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
+
+    home = piw_home()
+    from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
+    # The provider the host will use must exist and be requestable now, not fail later in the host.
+    factory = agent_executor_factory(home, make_console(io.StringIO()), provider=provider, model=model,
+                                     script=script)  # fmt: skip
+    options = ForegroundOptions(
+        launch=_launch(provider, model, script),
+        origin_session=new_origin_session() if from_terminal and not no_origin else None,
+    )
+    state = queue_run(workflow, home, raw_input, title, options, check=factory)
+    if as_json:
+        payload = {"runId": state.run_id, "status": state.status, "finalOutput": None, "error": None}
+        sys.stdout.write(json_text(payload) + "\n")
+    else:
+        make_console().print(
+            f"Queued run {state.run_id}; 'piw host' executes it. Follow it with 'piw watch {state.run_id}'.",
+            soft_wrap=True,
+        )
+    return 0
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    run_id: Annotated[
+        str, typer.Argument(help="The run to continue (an id, a unique prefix, latest or -N).")
+    ],
     provider: ProviderOption = None,
     model: ModelOption = None,
     script: ScriptOption = None,
     verbose: VerboseOption = False,
     as_json: RunJsonOption = False,
 ) -> int:
-    """Continue an interrupted run from its trace; completed steps are not run again."""
-    from piw.run.runner import resume_run
+    """Continue an interrupted, parked or paused run from its trace; completed steps are not run again.
+
+    The provider, model and script default to the ones the run was started with.
+    """
+    from piw.run.runner import recorded_launch, resume_run
 
     home = piw_home()
+    run_id = resolve_run_id(home, run_id)
+    recorded = recorded_launch(home, run_id)
+    provider = provider or recorded.get("provider")
+    model = model or recorded.get("model")
+    script = script or recorded.get("script")
     return _follow(
         lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
     )
@@ -151,8 +231,7 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List runs, newest first."""
-    from rich.table import Table
-
+    from piw.cli.runs_table import print_runs
     from piw.store.history import run_summaries
 
     statuses = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
@@ -168,22 +247,17 @@ def runs(
     if not rows:
         console.print("No runs yet. Start one with 'piw run WORKFLOW'.")
         return 0
-    table = Table(box=None, pad_edge=False)
-    for column in ("run id", "status", "title", "started", "current node"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(
-            row.run_id,
-            "running (interrupted)" if row.interrupted else row.status,
-            safe_text(
-                single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")
-            ),
-            row.started_at or "",
-            safe_text(row.current_node or ""),
-        )
-    console.print(table)
+    print_runs(console, rows)
     if any(row.interrupted for row in rows):
-        console.print("Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID'.")
+        console.print(
+            "Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID' "
+            "or end it with 'piw cancel RUN_ID'."
+        )
+    if any(row.detail == "queued" for row in rows):
+        console.print("Queued runs wait for 'piw host' to execute them.")
+    for row in rows:
+        if row.damage is not None:  # in full: the table clips its notice column
+            console.print(f"⚠ {row.run_id} is damaged: {row.damage.notice} See 'piw inspect {row.run_id}'.")
     return 0
 
 
@@ -192,8 +266,6 @@ def list_workflows(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List built-in workflows and discovered workflow files."""
-    from rich.table import Table
-
     from piw.workflow.loader import discover, import_definition, source_identity
 
     home = piw_home()
@@ -216,11 +288,12 @@ def list_workflows(
         return 0
     console = make_console()
     table = Table(box=None, pad_edge=False)
-    for column in ("id", "kind", "revision", "description"):
+    for column in ("id", "kind", "revision", "contract", "description"):
         table.add_column(column, overflow="fold")
     for row in rows:
         revision = "" if row["revision"] is None else str(row["revision"])
-        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["description"] or "")))
+        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["contractId"] or "")),
+                      safe_text(single_line(row["description"] or "")))  # fmt: skip
     console.print(table)
     console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0

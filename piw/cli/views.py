@@ -14,7 +14,8 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.errors import UsageError
-from piw.store.bundle import check_run_id, open_bundle, piw_home
+from piw.store.bundle import open_bundle, piw_home
+from piw.store.runref import resolve_run_id
 from piw.store.state import iter_state_json
 from piw.terminal import json_text, safe_json_bytes
 
@@ -76,7 +77,7 @@ def print_view(console: Console, view: View) -> None:
 
 @app.command()
 def inspect(
-    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    run_id: Annotated[str, typer.Argument(help="The run to show (an id, a unique prefix, latest or -N).")],
     view: Annotated[str, typer.Option("--view", help=f"One of: {', '.join(VIEW_NAMES)}.")] = "state",
     node: Annotated[
         str | None,
@@ -106,7 +107,8 @@ def inspect(
     from piw.views import load_run, view_for
     from piw.views.source import with_artifact_check
 
-    run = load_run(piw_home(), check_run_id(run_id), at)
+    home = piw_home()
+    run = load_run(home, resolve_run_id(home, run_id), at)
     if as_json or view == "state":
         run = with_artifact_check(run)
     if as_json:
@@ -122,15 +124,21 @@ def inspect(
 
 @app.command()
 def watch(
-    run_id: Annotated[str | None, typer.Argument(help="The run to follow (default: the newest).")] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="The run to follow (an id, a prefix, latest or -N; default: the newest)."),
+    ] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
 ) -> int:
-    """Follow a run live until it ends (press q or Ctrl-C to stop watching)."""
-    home = piw_home()
-    from piw.cli.watch import Watcher, newest_run
+    """Follow a run live until it ends or nobody is running it (q stops watching; Ctrl-C exits 130)."""
+    from piw.cli.watch import Watcher, WatchInterrupted, newest_run
 
-    bundle = open_bundle(home, check_run_id(run_id) if run_id else newest_run(home))
-    Watcher(bundle, make_console()).run(once=once)
+    home = piw_home()
+    bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else newest_run(home))
+    try:
+        Watcher(bundle, make_console()).run(once=once)
+    except WatchInterrupted:
+        return 130
     return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from piw.errors import ProviderError, ScriptExhausted
 from piw.providers.base import EVENT_ADAPTER, ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent
 from piw.providers.builder import MessageBuilder, now_timestamp
+from piw.providers.redaction import contains_secret
 
 CassetteMode = Literal["record", "replay", "off"]
 _PLACEHOLDERS = (("run_id", "<runId>"), ("attempt_id", "<attemptId>"))
@@ -126,7 +127,7 @@ class RecordingProvider:
                 "recordedAt": now_timestamp(),
             }
             line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-            if any(secret in line for secret in self._secrets):
+            if contains_secret(line, self._secrets):
                 raise ProviderError(
                     f"Refusing to write cassette {self.path}: the record contains a configured secret "
                     "(an API key or $NAME header value). Remove it from the conversation or stop recording."

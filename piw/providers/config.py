@@ -21,6 +21,7 @@ from piw.providers.messages import Usage
 
 TOP_LEVEL_KEYS = ("default", "durability", "providers", "agent")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -83,6 +84,26 @@ class ProviderConfig(_Strict):
     models: list[ModelConfig] = Field(default_factory=list)
     script: str | None = None
     """Scripted providers only: a reply file, relative to ``$PIW_HOME``."""
+    price_per_mtok_in: float | None = Field(default=None, ge=0)
+    """USD per million input tokens for every model of this provider that sets no ``cost`` of its own."""
+    price_per_mtok_out: float | None = Field(default=None, ge=0)
+    """USD per million output tokens (with ``price_per_mtok_in``)."""
+
+    @model_validator(mode="after")
+    def _prices_together(self) -> ProviderConfig:
+        if (self.price_per_mtok_in is None) != (self.price_per_mtok_out is None):
+            raise ValueError("set both price_per_mtok_in and price_per_mtok_out, or neither")
+        return self
+
+    def priced(self, model: ModelConfig | None, model_id: str) -> ModelConfig | None:
+        """``model`` with the provider's prices as its ``cost`` when it sets none (budgets need a price)."""
+        if self.price_per_mtok_in is None or self.price_per_mtok_out is None:
+            return model
+        if model is not None and model.cost is not None:
+            return model
+        cost = ModelCost(input=self.price_per_mtok_in, output=self.price_per_mtok_out)
+        return (model or ModelConfig(id=model_id)).model_copy(update={"cost": cost})
+
     model_path: str | None = None
     """``llamacpp`` only: the GGUF file to serve (relative paths from ``$PIW_HOME``)."""
     chat_template: str | None = None
@@ -113,7 +134,9 @@ class ProviderConfig(_Strict):
         return self
 
     def find_model(self, model_id: str) -> ModelConfig | None:
-        return next((model for model in self.models if model.id == model_id), None)
+        """The listed model of that id, priced by the provider's prices when it has no ``cost`` of its own."""
+        found = next((model for model in self.models if model.id == model_id), None)
+        return self.priced(found, model_id) if found is not None else None
 
 
 class AgentConfig(_Strict):
@@ -121,9 +144,19 @@ class AgentConfig(_Strict):
 
     max_turns: int = Field(default=50, ge=1)
     max_rejections: int = Field(default=3, ge=1)
+    tool_env: list[str] = Field(default_factory=list)
+    """Environment variables agent tool processes (``bash``) may see besides the base allow-list."""
     """Rejected submissions (and cut-off responses) that end a submit-mode attempt (``agent-steps.md`` §3.2)."""
     backend: Literal["piw", "pi-rpc"] = "piw"
     system_prompt: str | None = None
+
+    @field_validator("tool_env")
+    @classmethod
+    def _variable_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _VARIABLE.match(name):
+                raise ValueError(f"tool_env entry {name!r} is not an environment variable name")
+        return value
 
 
 class PiwConfig(_Strict):
@@ -222,14 +255,20 @@ def configured_secrets(config: PiwConfig, env: Mapping[str, str] | None = None) 
     refusing every record that mentions ``piw`` would make recording impossible. Unset variables are
     skipped, since their value cannot leak.
     """
+    return sorted(
+        {secret for settings in config.providers.values() for secret in provider_secrets(settings, env)}
+    )
+
+
+def provider_secrets(settings: ProviderConfig, env: Mapping[str, str] | None = None) -> list[str]:
+    """The secret values of one provider table (see :func:`configured_secrets`)."""
     environment = os.environ if env is None else env
     secrets: set[str] = set()
-    for settings in config.providers.values():
-        values = [settings.api_key] if settings.api_key is not None else []
-        values += [value for value in settings.headers.values() if env_reference(value)]
-        for value in values:
-            name = env_reference(value)
-            resolved = environment.get(name) if name else value
-            if resolved:
-                secrets.add(resolved)
+    values = [settings.api_key] if settings.api_key is not None else []
+    values += [value for value in settings.headers.values() if env_reference(value)]
+    for value in values:
+        name = env_reference(value)
+        resolved = environment.get(name) if name else value
+        if resolved:
+            secrets.add(resolved)
     return sorted(secrets)

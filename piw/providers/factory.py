@@ -15,6 +15,7 @@ from piw.errors import ProviderError
 from piw.providers.base import Provider
 from piw.providers.cassette import RecordingProvider, ReplayProvider, cassette_mode
 from piw.providers.config import PiwConfig, configured_secrets
+from piw.providers.redaction import RedactingProvider
 from piw.providers.selection import ProviderSelection
 
 if TYPE_CHECKING:
@@ -45,10 +46,13 @@ def build_provider(
         return ReplayProvider(
             cassette_path(selection, piw_home, env), name=selection.provider, model=selection.model
         )
-    inner = _adapter(selection, piw_home, script, http_client, env)
+    secrets = configured_secrets(config, env)
+    inner: Provider = _adapter(selection, piw_home, script, http_client, env)
+    if secrets:
+        inner = RedactingProvider(inner, secrets)
     if mode == "record":
         path = cassette_path(selection, piw_home, env)
-        return RecordingProvider(inner, path, secrets=configured_secrets(config, env))
+        return RecordingProvider(inner, path, secrets=secrets)
     return inner
 
 

@@ -83,7 +83,7 @@ def select_provider(
         raise ProviderError(
             f"Unknown model {model!r} for provider {provider!r}. " + _listing("models", listed, config)
         )
-    return ProviderSelection(provider, model, settings, model_settings)
+    return ProviderSelection(provider, model, settings, settings.priced(model_settings, model))
 
 
 def _known_providers(config: PiwConfig) -> dict[str, ProviderConfig]:

@@ -20,11 +20,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import AnswerInvalid, RunNotFound
+from piw.errors import AnswerInvalid, RunNotFound, UsageError
 from piw.run.continuation import ContinuationSpec
 from piw.store.bundle import new_run_id, open_bundle
 from piw.store.replay import RunState, fold
 from piw.wire import digest, format_time
+from piw.workflow.budget import BUDGET_WAIT, parse_top_up
 from piw.workflow.gates import check_answer, is_gate_request
 
 Provenance = Literal["human", "timeout", "cancel"]
@@ -37,7 +38,7 @@ class Wait:
     run_id: str
     workflow_name: str
     node_id: str
-    kind: Literal["human_decision", "checkpoint"]
+    kind: Literal["human_decision", "checkpoint", "budget"]
     output: Any
     """The gate's recorded request (``kind == "human_decision"``) or the checkpoint's summary."""
     answer_schema: dict[str, Any] | None = None
@@ -66,6 +67,8 @@ def read_wait(home: Path, run_id: str) -> tuple[Wait, RunState]:
         )
         raise AnswerInvalid(f"Run {run_id} is not waiting for an answer ({state.status}).{hint}")
     output = bundle.resolve(state.final_output)
+    if state.waiting_on == BUDGET_WAIT:
+        return Wait(run_id, state.workflow_name, BUDGET_WAIT, "budget", output), state
     node = bundle.read_snapshot().get("nodes", {}).get(state.waiting_on, {})
     if is_gate_request(output) and "humanDecision" in node:
         return Wait(run_id, state.workflow_name, state.waiting_on, "human_decision", output), state
@@ -204,7 +207,25 @@ def claim_answer(
     answered_by: str | None = None,
     now_iso: str,
 ) -> AnswerClaim:
-    """``piw answer``: a decision answered as JSON ``{"choice": …, <text inputs>}``, or a checkpoint's answer."""
+    """``piw answer``: a decision answered as JSON ``{"choice": …, <text inputs>}``, or a checkpoint's answer.
+
+    A run waiting on its budget takes a top-up, ``{"topUp": {"costUsd": 1.0}}``; a top-up is refused for any
+    other wait.
+    """
+    if wait.kind == "budget":
+        try:
+            extra = parse_top_up(value)
+        except UsageError as exc:
+            raise AnswerInvalid(str(exc).replace("piw cancel RUN", f"piw cancel {wait.run_id}")) from None
+        top_up = {"topUp": extra.to_wire()}
+        spec = ContinuationSpec(new_run_id(wait.workflow_name), wait.run_id, BUDGET_WAIT, top_up)
+        return AnswerClaim(spec=spec, fingerprint=_fingerprint(top_up), scope="run.answer", key=wait.run_id,
+                           answered_by=answered_by or who_answers(), workflow_name=wait.workflow_name)  # fmt: skip
+    if isinstance(value, dict) and set(value) == {"topUp"}:
+        raise AnswerInvalid(
+            f"Run {wait.run_id} is not waiting on its budget (it waits at {wait.node_id}); a top-up only answers a "
+            "run stopped by its budget."
+        )
     if wait.kind == "human_decision":
         if not isinstance(value, dict) or not isinstance(value.get("choice"), str):
             raise AnswerInvalid(

@@ -15,6 +15,7 @@ from typing import Any
 
 from piw.store.bundle import Bundle
 from piw.store.replay import RunState, result_to_json, step_to_json
+from piw.workflow.budget import BUDGET_WAIT, Budget
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,15 @@ def carried(parent: Bundle, state: RunState, spec: ContinuationSpec) -> dict[str
     Values are resolved (artifacts loaded) so the new run's writer stores them in its own bundle.
     """
     node_id = spec.node_id
-    answered = state.results.get(node_id)
+    budget_wait = node_id == BUDGET_WAIT  # a top-up answers no node: the blocked node runs again
+    answered = None if budget_wait else state.results.get(node_id)
     outputs = {key: parent.resolve(value) for key, value in state.outputs.items()}
-    outputs[node_id] = spec.answer
+    if not budget_wait:
+        outputs[node_id] = spec.answer
     results: dict[str, Any] = {}
     for key, step in state.results.items():
         entry = parent.resolve(result_to_json(step))
-        if key == node_id:
+        if key == node_id and not budget_wait:
             entry["output"] = spec.answer
         results[key] = entry
     steps: list[dict[str, Any]] = []
@@ -84,4 +87,22 @@ def carried(parent: Bundle, state: RunState, spec: ContinuationSpec) -> dict[str
         data["mounts"] = {path: parent.resolve(dict(entry)) for path, entry in state.mounts.items()}
     if state.usage is not None:
         data["usage"] = state.usage
+    if state.spent is not None:
+        data["spent"] = state.spent  # the budget's ledger carries on: a continuation is charged, never reset
     return data
+
+
+def continued_budget(state: RunState, spec: ContinuationSpec) -> dict[str, Any] | None:
+    """The limits a continuation starts with: the parent's, raised by a budget top-up."""
+    if state.budget is None:
+        return None
+    limits = Budget.from_wire(state.budget)
+    if spec.node_id == BUDGET_WAIT and isinstance(spec.answer, dict):
+        limits = limits.topped_up(Budget.from_wire(spec.answer.get("topUp") or {}))
+    return limits.to_wire()
+
+
+def blocked_node(parent: Bundle, state: RunState) -> str | None:
+    """The node a budget stop refused a request of (it runs again, fresh, in the continuation)."""
+    stop = parent.resolve(state.final_output)
+    return str(stop["blockedNode"]) if isinstance(stop, dict) and stop.get("blockedNode") else None

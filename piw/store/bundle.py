@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -367,15 +367,24 @@ def list_bundles(home: Path) -> Iterator[Bundle]:
             yield Bundle(entry.name, entry)
 
 
-class WriterLock:
-    """An exclusive ``flock`` on the bundle directory: one writer per run on this host.
+class Fence(Protocol):
+    """What a claim holder offers the writer lock: ``fence()`` raises ``ClaimLost`` once the claim is gone."""
 
-    This is the single-host seam that the SQLite claim (``persistence.md`` §10.2) slots in front of: a claim
-    decides who may write, the lock closes the gap between the fence check and the write.
+    def fence(self) -> None: ...
+
+
+class WriterLock:
+    """An exclusive ``flock`` on the bundle directory, and the fence every bundle write passes first.
+
+    The SQLite claim (``persistence.md`` §10.2, ``piw.store.lease``) decides who may write; this lock closes the
+    gap between the fence check and the write: a new holder takes the lock before its first write, so a stale
+    holder that passed its check still writes alone, and its next check fails. :meth:`fence` precedes every
+    write to the bundle (trace, session, artifacts, state, manifest, tail repair).
     """
 
-    def __init__(self, bundle: Bundle) -> None:
+    def __init__(self, bundle: Bundle, lease: Fence | None = None) -> None:
         self.bundle = bundle
+        self.lease = lease
         self._fd = -1
 
     def acquire(self) -> WriterLock:
@@ -390,10 +399,16 @@ class WriterLock:
         self._fd = fd
         return self
 
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
     def fence(self) -> None:
-        """Checked before every bundle write; with a local lock this only asserts the lock is still held."""
+        """Raise unless this process may write: the lock is held and the claim (if any) is still ours."""
         if self._fd < 0:
             raise RunLocked(f"Run {self.bundle.run_id}: writer lock not held.")
+        if self.lease is not None:
+            self.lease.fence()
 
     def release(self) -> None:
         if self._fd >= 0:

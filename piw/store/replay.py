@@ -145,6 +145,8 @@ class _Folder:
             max_steps=payload.get("maxSteps", 100),
             origin_session=payload.get("originSession"),
         )
+        if isinstance(payload.get("budget"), dict):
+            self.fields["budget"] = dict(payload["budget"])
         forked = payload.get("forkedFrom")
         if isinstance(forked, dict):
             self.fields["forked_from"] = {"runId": forked.get("runId"), "seq": forked.get("seq")}
@@ -170,6 +172,8 @@ class _Folder:
             if carried.get("usage") is not None:
                 self.fields["usage"] = carried["usage"]
             self.fields["carried_step_count"] = len(carried.get("steps") or [])
+            if isinstance(carried.get("spent"), dict):
+                self.fields["spent"] = dict(carried["spent"])
 
     def run_paused(self, event: TraceEvent) -> None:
         self.fields["paused"] = True
@@ -245,6 +249,36 @@ class _Folder:
         if current is not None:
             self.current = replace(current, process_group=dict(event.payload))
 
+    def usage_recorded(self, event: TraceEvent) -> None:
+        """One model request's spend: summed into ``spent`` (the budget's ledger) and per node."""
+        payload = event.payload
+        spent = dict(self.fields.get("spent") or self.state.spent or {})
+        tokens = sum(int(payload.get(key, 0)) for key in ("input", "output", "cacheRead", "cacheWrite"))
+        for key in ("requests", "input", "output", "cacheRead", "cacheWrite"):
+            spent[key] = spent.get(key, 0) + int(payload.get(key, 0))
+        spent["tokens"] = spent.get("tokens", 0) + tokens
+        if "cost" in payload:
+            spent["cost"] = spent.get("cost", 0.0) + float(payload["cost"])
+        else:
+            spent["unpricedRequests"] = spent.get("unpricedRequests", 0) + 1
+        steps = self.fields.get("spent_steps", self.state.spent_steps)
+        step = str(payload.get("step", event.attempt_id))
+        if step not in steps:
+            spent["agentSteps"] = spent.get("agentSteps", 0) + 1
+            self.fields["spent_steps"] = steps | {step}
+        self.fields["spent"] = spent
+        by_node = dict(self.fields.get("spent_by_node") or self.state.spent_by_node)
+        node = event.node_id or ""
+        if payload.get("childKey"):
+            node = f"{node}/{payload['childKey']}"
+        mine = dict(by_node.get(node, {}))
+        mine["requests"] = mine.get("requests", 0) + 1
+        mine["tokens"] = mine.get("tokens", 0) + tokens
+        if "cost" in payload:
+            mine["cost"] = mine.get("cost", 0.0) + float(payload["cost"])
+        by_node[node] = mine
+        self.fields["spent_by_node"] = by_node
+
     def update_published(self, event: TraceEvent) -> None:
         self.own()
         payload = event.payload
@@ -314,6 +348,7 @@ _HANDLERS = {
     "assistant_completion_recorded": _Folder.assistant_completion_recorded,
     "child_step_finished": _Folder.child_step_finished,
     "update_published": _Folder.update_published,
+    "usage_recorded": _Folder.usage_recorded,
     "process_started": _Folder.process_started,
     "node_finished": _Folder.node_terminal,
     "node_failed": _Folder.node_terminal,

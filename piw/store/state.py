@@ -224,6 +224,13 @@ class RunState:
     """Per node: ``(finished attempts, their summed durationMs)``, kept by the fold so a graph card never
     rescans the steps (derived, not part of ``state.json``)."""
     usage: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    """The run's limits (``run_started.budget``: ``costUsd``, ``tokens``, ``modelRequests``, ``agentSteps``)."""
+    spent: dict[str, Any] | None = None
+    """Every model request this run made (``usage_recorded``), plus what a continuation carried: the ledger."""
+    spent_by_node: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    spent_steps: frozenset[str] = frozenset()
+    """Agent steps (attempt ids, child attempt ids) that made a request: ``spent.agentSteps`` counts them."""
     updates: Mapping[tuple[str, str], UpdateRecord] = field(default_factory=dict)
     current: CurrentAttempt | None = None
     mounts: Mapping[str, dict[str, Any]] = field(default_factory=dict)
@@ -371,6 +378,10 @@ def state_to_json(state: RunState, *, steps: bool = True) -> dict[str, Any]:
         "results": {node: result_to_json(step) for node, step in state.results.items()},
         "steps": [step_to_json(step) for step in state.steps] if steps else [],
         "usage": state.usage,
+        "budget": state.budget,
+        "spent": state.spent,
+        "spentByNode": dict(state.spent_by_node) or None,
+        "spentSteps": sorted(state.spent_steps) or None,
         "updates": [update_to_json(record) for record in state.sorted_updates()],
         "currentNode": current.node_id if current else None,
         "currentAttemptId": current.attempt_id if current else None,
@@ -476,6 +487,10 @@ def state_from_json(data: dict[str, Any]) -> RunState:
         steps=steps,
         node_stats=count_steps(steps),
         usage=data.get("usage"),
+        budget=data.get("budget"),
+        spent=data.get("spent"),
+        spent_by_node=dict(data.get("spentByNode") or {}),
+        spent_steps=frozenset(data.get("spentSteps") or ()),
         updates=updates,
         current=current,
         mounts=dict(data.get("mounts") or {}),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from piw.tools.base import Execute, Tool, ToolContext, ToolResult
 from piw.tools.bash import BASH
+from piw.tools.environment import allow_env
 from piw.tools.files import LS, READ
 from piw.tools.registry import RESERVED, get, register, registered_names, unregister
 from piw.tools.search import FIND, GREP
@@ -31,6 +32,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolResult",
+    "allow_env",
     "get",
     "register",
     "registered_names",

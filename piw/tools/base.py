@@ -33,6 +33,10 @@ class ToolContext:
     cwd: Path
     timeout_s: float | None
     cancel: threading.Event
+    env_allow: tuple[str, ...] = ()
+    """Extra environment variable names tool processes may see (``[agent] tool_env``; see ``piw.tools.environment``)."""
+    protected: tuple[Path, ...] = ()
+    """Paths no file tool may read or list even under ``cwd``: ``PIW_HOME`` (run bundles) and the config file."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import time
 from typing import IO, Any
 
 from piw.tools.base import Tool, ToolContext, ToolRefused, ToolResult, guarded, object_schema
+from piw.tools.environment import tool_environment
 
 BASH_MAX_OUTPUT_BYTES = 50_000
 """Most output bytes kept; the tail is kept because errors and summaries usually come last."""
@@ -66,6 +67,7 @@ def _bash(call_id: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        env=tool_environment(ctx.env_allow),  # never piw's environment: it holds provider keys
         start_new_session=True,  # its own process group, so the whole tree can be signalled at once
     )
     assert proc.stdout is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 from piw.tools.base import Tool, ToolContext, ToolRefused, ToolResult, guarded, object_schema
@@ -124,7 +125,11 @@ def _ls(call_id: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if not path.is_dir():
         raise ToolRefused(f"{name!r} is a file, not a folder; use read to see it.")
     with os.scandir(path) as found:
-        entries = sorted(found, key=lambda entry: entry.name)
+        # piw's own data (PIW_HOME, the config file) is not listed even when it sits in the working directory.
+        entries = sorted(
+            (entry for entry in found if entry.is_symlink() or not scope.is_protected(Path(entry.path))),
+            key=lambda entry: entry.name,
+        )
     shown: list[str] = []
     for entry in entries[:LS_MAX_ENTRIES]:
         if entry.is_symlink():

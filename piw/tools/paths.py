@@ -27,6 +27,8 @@ class Scope:
     root: Path
     ctx: ToolContext
     deadline: float | None
+    protected: tuple[Path, ...] = ()
+    """Real paths refused even inside the working directory (``PIW_HOME``, the config file)."""
 
     @classmethod
     def of(cls, ctx: ToolContext) -> Scope:
@@ -36,7 +38,12 @@ class Scope:
         except OSError as exc:
             raise ToolRefused(f"the working directory {str(ctx.cwd)!r} is not available.") from exc
         deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        return cls(root=root, ctx=ctx, deadline=deadline)
+        protected = tuple(Path(os.path.realpath(path)) for path in ctx.protected)
+        return cls(root=root, ctx=ctx, deadline=deadline, protected=protected)
+
+    def is_protected(self, real: Path) -> bool:
+        """Whether ``real`` is, or lies inside, a protected path (run bundles and secrets live there)."""
+        return any(real == path or real.is_relative_to(path) for path in self.protected)
 
     def resolve(self, path: str) -> Path:
         """The real, existing location of ``path`` (relative or absolute) inside the working directory."""
@@ -50,6 +57,8 @@ class Scope:
         real = Path(os.path.realpath(joined))
         if not real.is_relative_to(self.root):
             raise ToolRefused(f"refused: {path!r} leads outside the working directory through a symlink.")
+        if self.is_protected(real):
+            raise ToolRefused(f"refused: {path!r} is piw's own data (PIW_HOME or its config file).")
         if not real.exists():
             raise ToolRefused(f"{path!r} does not exist.")
         return real
@@ -69,7 +78,7 @@ class Scope:
     def inside(self, path: Path) -> Path | None:
         """The real location of an entry met while walking, or ``None`` when a symlink takes it outside."""
         real = Path(os.path.realpath(path))
-        return real if real.is_relative_to(self.root) else None
+        return real if real.is_relative_to(self.root) and not self.is_protected(real) else None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from rich.text import Text
 from piw.progress import format_remaining, parse_instant
 from piw.terminal import sanitize_terminal_text, single_line
 from piw.views.base import View, compact, node_label, safe
+from piw.views.budget import budget_stop_lines
+from piw.workflow.budget import BUDGET_WAIT
 
 SUMMARY_LINES = 6
 
@@ -96,7 +98,13 @@ class WaitView(View):
         self.answer_schema, self.now, self.resolved = answer_schema, now, resolved
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
-        if is_decision(self.output):
+        if self.node_id == BUDGET_WAIT:
+            if self.resolved is not None:
+                yield Text("Stopped by its budget.")
+                yield from self._resolved_lines()
+                return
+            yield from budget_stop_lines(self.run_id, self.output)
+        elif is_decision(self.output):
             yield from self._decision(self.output)
         else:
             yield from self._checkpoint()

@@ -23,6 +23,7 @@ from piw.store.replay import RunState, fold_more
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent
 from piw.views.base import View, fit, safe, safe_block
+from piw.views.budget import spent_line
 from piw.views.cards import compact_card_lines
 from piw.views.conversation import NOTIFICATION_TYPE, STEP_TYPE
 from piw.views.graph import draw_graph
@@ -118,6 +119,10 @@ def summary_lines(state: RunState, now: datetime, live: bool | None) -> list[Tex
         lines.append(Text("  ") + current_line(state, now))
     if state.error:
         lines.append(Text("  ") + safe(state.error, "red"))
+    if state.budget:
+        lines.append(
+            Text("  budget ", style="dim") + Text(spent_line(state.spent, state.budget), style="dim")
+        )
     return lines
 
 

@@ -5,7 +5,8 @@ Views never hold a whole trace: :class:`RecordStream` re-reads the file in chunk
 rule of ``persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored, while a bad
 line with more lines after it ends the stream with a corruption notice instead of an exception, so the valid
 prefix still shows. Nothing here writes run data (only the fold checkpoints :func:`load_run` leaves as a cache);
-the only probe of the bundle is :func:`piw.store.bundle.run_is_live`, a shared lock taken and released at once.
+the only probe of a run is :func:`piw.store.liveness.writer_is_live`, which reads its queue row read-only (or,
+without one, takes and releases a shared lock on the bundle).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from typing import Any, Generic, TypeVar
 
 from piw.errors import StoreError
 from piw.progress import parse_instant
-from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.bundle import Bundle, open_bundle
 from piw.store.damage import Damage, artifact_damage, line_damage
 from piw.store.foldcache import replay
 from piw.store.lineage import forks_of
+from piw.store.liveness import writer_is_live
 from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
@@ -292,7 +294,7 @@ def run_data(
     replayed_to = state.finished_at if state.is_terminal else state.updated_at
     fixed = parse_instant(replayed_to) if (at is not None or state.is_terminal) and replayed_to else None
     now = fixed or (clock or _utc_now)()
-    live = run_is_live(bundle) if state.status == "running" and at is None else None
+    live = writer_is_live(bundle) if state.status == "running" and at is None else None
     return RunData(bundle, state, snapshot, now, at, live, notice)
 
 

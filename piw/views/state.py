@@ -26,6 +26,7 @@ from piw.views.base import (
     plural,
     safe,
 )
+from piw.views.budget import spent_line
 from piw.views.progress import next_check_at
 from piw.wire import digest
 
@@ -92,6 +93,8 @@ def totals_line(state: RunState) -> str:
         )
         if isinstance(usage.get("cost"), int | float):
             parts.append(f"${usage['cost']:.4f}")
+        elif int(usage.get("requests", 0)):
+            parts.append("cost unknown (no price configured)")
     return " · ".join(parts)
 
 
@@ -145,6 +148,8 @@ class StateView(View):
         if state.error:
             yield from self._error(console, width)
         yield _row("totals", Text(totals_line(state)))
+        if state.budget:
+            yield _row("budget", Text(spent_line(state.spent, state.budget)))
 
     def _error(self, console: Console, width: int) -> Iterator[Text]:
         """The error, wrapped over up to four lines (it is usually the one thing a reader came for)."""

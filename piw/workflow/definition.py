@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from pydantic import BaseModel, create_model
 
 from piw.errors import DefinitionError
+from piw.workflow.budget import Budget
 from piw.workflow.gates import (
     AudienceArg,
     Choice,
@@ -200,6 +201,7 @@ class WorkflowDefinition:
     contract_id: str | None = None
     revision: int | str | None = None
     max_steps: int = 100
+    budget: Budget | None = None
     source_file: str | None = None
 
 
@@ -465,6 +467,7 @@ def define_workflow(
     contract_id: str | None = None,
     revision: int | str | None = None,
     max_steps: int = 100,
+    budget: Budget | None = None,
 ) -> WorkflowDefinition:
     """Declare a workflow: nodes, edges, includes and limits. Shape errors are raised here, at load time."""
     if not isinstance(name, str) or not name.strip():
@@ -504,6 +507,10 @@ def define_workflow(
         exit_map[exit_name] = target
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise DefinitionError(f"workflow {name!r}: max_steps must be an int >= 1")
+    if budget is not None and not isinstance(budget, Budget):
+        raise DefinitionError(
+            f"workflow {name!r}: budget must be Budget(max_cost_usd=..., max_tokens=..., ...)"
+        )
     if title is not None and not (isinstance(title, str) or callable(title)):
         raise DefinitionError(f"workflow {name!r}: title must be a string or a function (input, name) -> str")
     if input is not None and not callable(input):
@@ -521,5 +528,6 @@ def define_workflow(
         contract_id=contract_id,
         revision=revision,
         max_steps=max_steps,
+        budget=budget if budget is not None and not budget.empty else None,
         source_file=_caller_file(),
     )

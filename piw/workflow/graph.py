@@ -310,6 +310,8 @@ def snapshot(graph: FlatGraph) -> dict[str, Any]:
         data["revision"] = definition.revision
     data["startAt"] = graph.start_at
     data["maxSteps"] = definition.max_steps
+    if definition.budget is not None:
+        data["budget"] = definition.budget.to_wire()
     data["nodes"] = {node_id: _node_snapshot(graph, gnode) for node_id, gnode in graph.nodes.items()}
     data["edges"] = _edge_snapshots(graph)
     if graph.mounts:

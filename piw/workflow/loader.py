@@ -7,6 +7,7 @@ built-in ``NAME``; then the shipped examples. A file's SHA-256 is its source ide
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import sys
@@ -78,8 +79,11 @@ def resolve_reference(reference: str, home: Path) -> Path:
         path = folder / f"{reference}{SUFFIX}"
         if path.is_file():
             return path.resolve()
+    names = [path.name.removesuffix(SUFFIX) for _, path in discover(home)]
+    close = difflib.get_close_matches(reference, names, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
     raise LoadError(
-        f"No workflow named {reference!r}; see 'piw list' for what is available, or pass a file path."
+        f"No workflow named {reference!r}.{hint} See 'piw list' for what is available, or pass a file path."
     )
 
 

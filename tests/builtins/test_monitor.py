@@ -42,6 +42,10 @@ def track(key: str, completed: int, total: int = 100, status: str = "running") -
             "total": total, "unit": "files"}  # fmt: skip
 
 
+def json_messages(messages: list[Any]) -> str:
+    return json.dumps([m.model_dump() for m in messages])
+
+
 def parse(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -337,6 +341,10 @@ def test_the_prompt_holds_the_check_number_the_limit_and_the_ceiling(run_builtin
     assert_no_hidden_reasoning([first, second])
     assert run.snapshot["nodes"]["observe"]["tools"] == ["read", "grep", "find", "ls"]
     assert run.snapshot["nodes"]["observe"]["timeoutMs"] == 3_600_000
+    assert run.snapshot["nodes"]["observe"]["context"] == "step"  # the conversation does not grow per check
+    assert run.provider is not None and "Earlier." not in json_messages(
+        run.provider.requests[1].messages[:-1]
+    )
     without = monitor(run_builtin, [observation("stop")]).prompts("observe")[0]
     assert 'Answer route "stop" only when the task defines an end state and it has been reached' in without
 

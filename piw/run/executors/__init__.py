@@ -22,6 +22,7 @@ from piw.wire import is_plain
 from piw.workflow.user_code import WorkflowCodeExit, call_user, describe_base_exception
 
 if TYPE_CHECKING:
+    from piw.run.budget import BudgetGate
     from piw.store.session import SessionLog
     from piw.store.writer import RunWriter
     from piw.updates.publishing import UpdatePublisher
@@ -67,6 +68,8 @@ class Attempt:
     active: bool = True
     timed_out: bool = False
     reattached: bool = False
+    budget: BudgetGate | None = None
+    """The run's budget gate (shared by every attempt and ``run_agent`` child: one ledger per run)."""
     publisher: UpdatePublisher | None = None
     """The run's update publisher (shared by every attempt, so one rate limit covers the run)."""
     """Resumed under its original attempt id (an agent whose step prompt is already in the conversation)."""

@@ -44,6 +44,13 @@ def to_command(value: Any, node_id: str) -> ShellCommand:
         raise DefinitionError(f"shell node {node_id}: exec must return a ShellCommand or a mapping")
     if not isinstance(command.command, str) or not all(isinstance(arg, str) for arg in command.args):
         raise DefinitionError(f"shell node {node_id}: command and args must be strings")
+    texts = [command.command, *command.args, command.cwd or "", *(command.env or {}).keys(),
+             *(command.env or {}).values()]  # fmt: skip
+    if any("\x00" in text for text in texts if isinstance(text, str)):
+        # exec cannot pass a NUL byte: say so instead of letting Popen raise a ValueError
+        raise DefinitionError(
+            f"shell node {node_id}: command, args, cwd and env cannot contain NUL characters"
+        )
     return command
 
 

@@ -1,0 +1,173 @@
+"""The budget gate: every model request is checked against what the run may still spend, and recorded.
+
+Spend is counted from the trace: after each response the gate appends ``usage_recorded`` (one per request, with
+its tokens and cost) and the fold sums them into ``RunState.spent``, so a resumed run, a fork and a continuation
+see the same totals and a crash never resets them. Before each request the gate compares what is left with what
+the request needs; a request the budget cannot cover is not sent: the gate cancels the attempt (``run_agent``
+siblings included, they share its cancel event) and the engine ends the run ``waiting`` on the budget, with what
+was spent and on what. ``piw answer RUN '{"topUp": {...}}'`` continues it with more.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent
+from piw.providers.builder import MessageBuilder
+from piw.providers.messages import AssistantMessage
+from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
+
+if TYPE_CHECKING:
+    from piw.run.executors import Attempt
+    from piw.store.writer import RunWriter
+
+CHARS_PER_TOKEN = 4
+"""The estimate of a request's input tokens before it is sent: its messages' JSON length / 4."""
+
+
+class BudgetGate:
+    """One per run: admits or refuses model requests and records what each one spent."""
+
+    def __init__(self, writer: RunWriter) -> None:
+        self.writer = writer
+        self.stop: dict[str, Any] | None = None
+        """Set once a request was refused: the ``finalOutput`` of the ``run_waiting`` the engine writes."""
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """Whether the run has limits: only then are requests checked and recorded (``usage_recorded``)."""
+        return bool(self.writer.state.budget)
+
+    def limits(self) -> Budget | None:
+        raw = self.writer.state.budget
+        return Budget.from_wire(raw) if raw else None
+
+    def admit(self, request: ChatRequest, owner: Attempt, step_key: str) -> str | None:
+        """``None`` when the request may go; otherwise the refusal, after recording it in :attr:`stop`."""
+        limits = self.limits()
+        if limits is None:
+            return None
+        with self._lock:
+            if self.stop is not None:
+                return str(self.stop["reason"])
+            spent = dict(self.writer.state.spent or {})
+            first = step_key not in self.writer.state.spent_steps
+            estimate = len(json.dumps(request.model_dump(mode="json")["messages"])) // CHARS_PER_TOKEN
+            shortfall = _shortfall(limits, spent, first, estimate)
+            if shortfall is None:
+                return None
+            dimension, reason = shortfall
+            self.stop = {
+                "reason": reason,
+                "limit": dimension,
+                "limits": limits.to_wire(),
+                "spent": _public_spent(spent),
+                "byNode": dict(self.writer.state.spent_by_node),
+                "blockedNode": owner.node_id,
+                "blockedAttemptId": owner.attempt_id,
+                "estimatedInputTokens": estimate,
+            }
+            return reason
+
+    def record(self, message: AssistantMessage, owner: Attempt, step_key: str, child_key: str | None) -> None:
+        """Append ``usage_recorded`` for one request that was sent (retried failures included)."""
+        usage = message.usage
+        payload: dict[str, Any] = {
+            "requests": 1,
+            "input": usage.input,
+            "output": usage.output,
+            "cacheRead": usage.cache_read,
+            "cacheWrite": usage.cache_write,
+            "step": step_key,
+        }
+        if usage.cost is not None:
+            payload["cost"] = usage.cost
+        if child_key is not None:
+            payload["childKey"] = child_key
+        self.writer.append("agent", "usage_recorded", payload, node_id=owner.node_id,
+                           attempt_id=owner.attempt_id)  # fmt: skip
+
+
+def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in spent.items() if key != "steps"}
+
+
+def _shortfall(limits: Budget, spent: dict[str, Any], first: bool, estimate: int) -> tuple[str, str] | None:
+    """Why a request cannot be covered, or ``None`` (each limit checked against what this request needs)."""
+    requests = int(spent.get("requests", 0))
+    if limits.max_model_requests is not None and requests + 1 > limits.max_model_requests:
+        return (
+            "modelRequests",
+            f"the budget allows {limits.max_model_requests} model requests and {requests} were made",
+        )
+    steps = int(spent.get("agentSteps", 0))
+    if first and limits.max_agent_steps is not None and steps + 1 > limits.max_agent_steps:
+        return (
+            "agentSteps",
+            f"the budget allows {limits.max_agent_steps} agent steps and {steps} have made requests",
+        )
+    tokens = int(spent.get("tokens", 0))
+    if limits.max_tokens is not None and tokens + estimate > limits.max_tokens:
+        left = max(limits.max_tokens - tokens, 0)
+        return (
+            "tokens",
+            f"the next request needs about {estimate} tokens and the budget has {left} of {limits.max_tokens} left",
+        )
+    if limits.max_cost_usd is not None:
+        cost = float(spent.get("cost", 0.0))
+        priced = requests - int(spent.get("unpricedRequests", 0))
+        average = cost / priced if priced > 0 else 0.0
+        if cost + average > limits.max_cost_usd or cost >= limits.max_cost_usd:
+            return "costUsd", (
+                f"the budget allows ${limits.max_cost_usd:.4f} and ${cost:.4f} was spent "
+                f"(about ${average:.4f} a request)"
+            )
+    return None
+
+
+class BudgetedProvider:
+    """Wraps a provider for one agent step: the gate admits each request and records what it spent."""
+
+    def __init__(self, inner: Provider, gate: BudgetGate, owner: Attempt, step_key: str,
+                 child_key: str | None = None) -> None:  # fmt: skip
+        self.inner = inner
+        self.gate = gate
+        self.owner = owner
+        self.step_key = step_key
+        self.child_key = child_key
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
+        refusal = self.gate.admit(request, self.owner, self.step_key)
+        if refusal is not None:
+            # Not sent: the attempt (and any sibling child step) stops, and the run waits on its budget.
+            self.owner.cancel.set()
+            builder = MessageBuilder(self.inner.name, request.model)
+            yield from builder.start()
+            yield from builder.fail(f"Not sent: {refusal}.", aborted=True)
+            return
+        self.owner.writer.sync()  # the usage of earlier requests is durable before another one is sent
+        final: AssistantMessage | None = None
+        for event in self.inner.stream(request, cancel):
+            if isinstance(event, DoneEvent | ErrorEvent):
+                final = event.message
+            yield event
+        if final is not None:
+            self.gate.record(final, self.owner, self.step_key, self.child_key)
+
+
+SPENT_KEYS = ("requests", "tokens", "input", "output", "cacheRead", "cacheWrite", "cost", "agentSteps")
+"""The keys of ``RunState.spent`` (``unpricedRequests`` counts requests whose cost is unknown)."""
+
+__all__ = ["BUDGET_WAIT", "SPENT_KEYS", "WIRE_KEYS", "BudgetGate", "BudgetedProvider"]
