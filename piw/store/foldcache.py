@@ -47,6 +47,12 @@ _FOLD_CODE = 1
 _STATE_FIELDS = tuple(f.name for f in fields(RunState))
 FOLD_VERSION = f"{_FOLD_CODE}-" + hashlib.sha256(",".join(_STATE_FIELDS).encode()).hexdigest()[:12]
 """The fold's version and the shape of ``RunState``: a checkpoint written by another version is ignored."""
+_SEQUENCE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
+    f.name: frozenset if str(f.type).startswith("frozenset") else tuple
+    for f in fields(RunState)
+    if str(f.type).startswith(("frozenset", "tuple"))
+}
+"""State fields declared as tuples or frozensets (``RunState`` grows; the head decoder must not lag behind)."""
 _NAME = re.compile(r"seq-(\d{1,12})\.ckpt")
 _ZERO = bytes(32)
 _CHUNK = 1 << 20
@@ -242,8 +248,9 @@ def _decode_head(data: bytes, steps: StepList) -> RunState:
     if raw["current"] is not None:
         raw["current"] = msgspec.convert(raw["current"], CurrentAttempt)
     raw["node_stats"] = {node: (int(count), total) for node, (count, total) in raw["node_stats"].items()}
-    if raw["workflow_sources"] is not None:
-        raw["workflow_sources"] = tuple(raw["workflow_sources"])
+    for name, kind in _SEQUENCE_FIELDS.items():  # msgpack has arrays only: give back the declared container
+        if isinstance(raw[name], list):
+            raw[name] = kind(raw[name])
     raw["steps"] = steps
     return RunState(**raw)
 
