@@ -35,7 +35,7 @@ def fork(
     ] = None,
     input: Annotated[
         str | None,
-        typer.Option("--input", help="New run input: JSON text, or @file (default: the parent's)."),
+        typer.Option("--input", help="New run input: JSON, @FILE or - for stdin (default: the parent's)."),
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for the fork.")] = None,
     provider: ProviderOption = None,

@@ -84,8 +84,14 @@ def _foreground(
             replay_from=replay_from,
         ),
         launch=_launch(provider, model, script),
+        warn=_warn,
     )
     return options, display
+
+
+def _warn(message: str) -> None:
+    """A problem that does not stop the run: one ``Warning:`` line on stderr (never in ``--json`` stdout)."""
+    make_console(sys.stderr).print(safe_text(f"Warning: {single_line(message)}"), soft_wrap=True)
 
 
 ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
@@ -126,7 +132,12 @@ def _follow(
 @app.command()
 def run(
     workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
-    input: Annotated[str | None, typer.Option("--input", help="Run input: JSON text, or @file.")] = None,
+    input: Annotated[
+        str | None,
+        typer.Option(
+            "--input", help="Run input: a JSON object, @FILE holding one, or - to read it from stdin."
+        ),
+    ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
     provider: ProviderOption = None,
     model: ModelOption = None,
