@@ -58,7 +58,7 @@ def child(home: str, run_id: str) -> None:
             result["first_screen_s"] = time.perf_counter() - START
             result["cpu_first_s"] = time.process_time()
             result["rss_first_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            while not screen.reader.indexed.is_set():
+            while not screen.indexed_drawn:
                 await pilot.pause(0.05)
             await pilot.pause()
             result["indexed_s"] = time.perf_counter() - START

@@ -11,6 +11,7 @@ consumed in order, then assert on what it recorded: bodies, headers, offered too
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
@@ -390,6 +391,60 @@ def _completion(reply: StubReply, body: dict[str, Any]) -> dict[str, Any]:
         ]
     choice = {"index": 0, "message": message, "finish_reason": reply.finish_reason or "stop"}
     return {**_envelope(body, [choice], usage=_usage(reply)), "object": "chat.completion"}
+
+
+_STEP_IN_PROMPT = re.compile(r"step (\S+), attempt ([0-9a-f]{32})")
+
+
+def _active_step(body: dict[str, Any]) -> tuple[str, str] | None:
+    """``(step, attempt)`` of the newest step contract in a chat-completions request (``None`` without one)."""
+    for message in reversed(body.get("messages", [])):
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str):
+            found = _STEP_IN_PROMPT.findall(content)
+            if found:
+                return found[-1][0].rstrip(","), found[-1][1]
+    return None
+
+
+def replies_responder(script: Mapping[str, Sequence[Mapping[str, Any]]]) -> Responder:
+    """Serve a scripted-provider replies mapping (node id → replies) over HTTP, for ``stub.respond``.
+
+    The same ``NAME.replies.json`` that drives ``--provider scripted`` then drives the real adapter: each request
+    is matched to its step by the step contract in its prompt, and takes that node's next reply (``*`` serves
+    nodes the script does not name). ``{"submit": X}`` becomes a ``workflow`` submit call with the live step and
+    attempt ids, ``{"text": T}`` a text reply, ``{"tool": N, "arguments": A}`` a tool call. Usage is reported as
+    one token per 4 characters sent or returned, so token figures track prompt size.
+    """
+    lock = threading.Lock()
+    used: dict[str, int] = {}
+
+    def respond(body: dict[str, Any]) -> StubReply:
+        step = _active_step(body)
+        node = step[0] if step else "*"
+        key = node if node in script else "*"
+        with lock:
+            index = used.get(key, 0)
+            used[key] = index + 1
+        entries = script.get(key, ())
+        if index >= len(entries):
+            raise LookupError(f"no reply left for node {node} (request {index + 1} of that node)")
+        entry = entries[index]
+        sent = sum(len(str(message.get("content") or "")) for message in body.get("messages", []))
+        if "submit" in entry:
+            if step is None:
+                raise LookupError(f"a submit reply for {node} needs a step contract in the prompt")
+            arguments = {"action": "submit", "step": step[0], "attempt": step[1], "output": entry["submit"]}
+            usage = {"prompt_tokens": sent // 4, "completion_tokens": max(1, len(json.dumps(arguments)) // 4)}
+            return StubReply.tool("workflow", arguments, usage=usage)
+        if "tool" in entry:
+            arguments = dict(entry.get("arguments") or {})
+            usage = {"prompt_tokens": sent // 4, "completion_tokens": max(1, len(json.dumps(arguments)) // 4)}
+            return StubReply.tool(str(entry["tool"]), arguments, usage=usage)
+        text = str(entry.get("text", ""))
+        return StubReply.text(text, {"prompt_tokens": sent // 4, "completion_tokens": max(1, len(text) // 4)})
+
+    return respond
 
 
 @pytest.fixture

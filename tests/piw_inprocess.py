@@ -53,7 +53,8 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _process_state(cwd: Path | None) -> Iterator[None]:
-    """Put back the working directory, signal handlers, tool registry, sys.path and workflow-file modules."""
+    """Put back the working directory, signal handlers, tool registry, sys.path and workflow-file modules, and
+    close the database connections the command opened."""
     from piw.tools import registry
 
     old_cwd = os.getcwd()
@@ -82,6 +83,11 @@ def _process_state(cwd: Path | None) -> Iterator[None]:
             if origin and not _installed(origin) and not origin.startswith(_REPO):
                 sys.modules.pop(name, None)
         sys.argv = argv
+        # A process's database connections end with it: the next command opens piw.sqlite afresh (and meets a
+        # file that was replaced or damaged in between, as a new process would).
+        from piw.store.database import close_databases
+
+        close_databases()
 
 
 def _installed(origin: str) -> bool:

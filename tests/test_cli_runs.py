@@ -281,6 +281,7 @@ SUMMARY_KEYS = {
     "finishedAt",
     "currentNode",
     "damage",
+    "usage",
 }
 
 

@@ -12,7 +12,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from rich.console import Console
 from test_views_support import RUN_IDS, Runs, cut_bundle, render, shared_runs
 
 from piw.cli.watch import Follower, Watcher, newest_run
-from piw.store.bundle import Bundle
+from piw.store.bundle import Bundle, WriterLock
 from piw.store.replay import fold
 from piw.store.trace import decode_event, read_trace
 from piw.views.frame import FrameView
@@ -51,9 +51,10 @@ def _append(path: Path, data: bytes) -> None:
 
 
 @pytest.fixture
-def growing(runs: Runs, tmp_path: Path) -> tuple[Bundle, list[bytes], list[bytes]]:
+def growing(runs: Runs, tmp_path: Path) -> Iterator[tuple[Bundle, list[bytes], list[bytes]]]:
     """A copy of the completed run cut after crunch's first update, plus the trace and session lines still to
-    come."""
+    come. The test plays its writer, so it holds the bundle's writer lock as a writer does (a watcher stops
+    following a running run that nobody writes)."""
     home = tmp_path / "home"
     (home / "runs").mkdir(parents=True)
     cut = cut_bundle(runs.bundle("completed"), home, "update_published", "crunch")
@@ -62,7 +63,12 @@ def growing(runs: Runs, tmp_path: Path) -> tuple[Bundle, list[bytes], list[bytes
     session_rest = _lines(full / "session" / "entries.ndjson")[
         len(_lines(cut / "session" / "entries.ndjson")) :
     ]
-    return Bundle(cut.name, cut), trace_rest, session_rest
+    bundle = Bundle(cut.name, cut)
+    lock = WriterLock(bundle).acquire()
+    try:
+        yield bundle, trace_rest, session_rest
+    finally:
+        lock.release()
 
 
 # ---- the tail ----------------------------------------------------------------------------------------------
@@ -198,6 +204,21 @@ def test_watch_survives_a_torn_line_and_a_truncated_file(
     _append(bundle.trace_path, b"".join(original[3:]))
     thread.join(timeout=30)
     assert not thread.is_alive() and "✓ completed" in frames.last()[1]
+
+
+def test_watch_of_a_running_run_nobody_writes_says_so_and_exits(runs: Runs, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    cut = cut_bundle(runs.bundle("completed"), home, "update_published", "crunch")  # no writer holds it
+    out = io.StringIO()
+    watcher = Watcher(Bundle(cut.name, cut), Console(file=out, width=200, color_system=None))
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "a watcher of a dead run must not tick forever"
+    assert watcher.follower.state.status == "running"
+    assert f"Run {cut.name} is not being run by any process" in out.getvalue()
+    assert f"'piw resume {cut.name}'" in out.getvalue()
 
 
 def test_watch_stops_on_request(growing: tuple[Bundle, list[bytes], list[bytes]]) -> None:

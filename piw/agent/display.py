@@ -2,6 +2,11 @@
 
 On a terminal the assistant text streams as it arrives; otherwise each settled reply is printed as plain
 lines, so scripts and CI see the answer. Everything from the model goes through terminal sanitising first.
+
+What is printed is bounded: the display runs on the agent loop's thread, so printing a 10 MB reply (wrapping,
+sanitising, a slow terminal) would eat the step's deadline. Each reply shows at most :data:`SHOWN_CHARS`
+characters, then one elision marker naming how much was left out and where the full text is (the bundle keeps it
+all: the session entry and the step output). Tool-call lines are cut before they are sanitised.
 """
 
 from __future__ import annotations
@@ -33,6 +38,18 @@ class StreamSink(Protocol):
     def end_stream(self) -> None: ...
 
 
+SHOWN_CHARS = 10_000
+"""Characters of one reply (or thinking block, or prompt) printed in the terminal; the rest is elided."""
+_LINE_CHARS = 2_000
+"""A one-line summary (tool call, tool error) is cut to this many characters before it is sanitised."""
+
+
+def elision(hidden: int, run_id: str | None) -> str:
+    """The marker after a cut reply: how much is left out and the command that shows it whole."""
+    where = f"piw inspect {run_id} --view conversation" if run_id else "piw inspect RUN --view conversation"
+    return f"… [{hidden:,} more characters not shown; the full text is in the run: {where}]"
+
+
 class AgentDisplay:
     """A loop listener that renders agent activity to the origin session's console.
 
@@ -47,6 +64,15 @@ class AgentDisplay:
         self.streaming = console.is_terminal and sink is None
         self._open_line = False
         self._open_kind: str | None = None
+        self._streamed = 0
+        """Characters streamed (or handed to the sink) for the current message; past SHOWN_CHARS, deltas drop."""
+        self._run_id: str | None = None
+
+    def _take(self, text: str) -> str:
+        """The part of a delta still within the current message's display budget (sanitised)."""
+        room = SHOWN_CHARS - self._streamed
+        self._streamed += len(text)
+        return sanitize_terminal_text(text[: max(room, 0)]) if room > 0 else ""
 
     def _end_stream(self) -> None:
         if self._open_line:
@@ -58,48 +84,69 @@ class AgentDisplay:
     def __call__(self, event: Any) -> None:
         if isinstance(event, StepDelivered):
             self._end_stream()
-            self.console.print(
-                card_text(event.details, event.content, self.console.width, expanded=self.verbose)
-            )
+            contract = event.details.get("contract") if isinstance(event.details, dict) else None
+            self._run_id = contract.get("runId") if isinstance(contract, dict) else self._run_id
+            content = event.content
+            if self.verbose and len(content) > SHOWN_CHARS:
+                content = content[:SHOWN_CHARS] + "\n" + elision(len(content) - SHOWN_CHARS, self._run_id)
+            self.console.print(card_text(event.details, content, self.console.width, expanded=self.verbose))
         elif isinstance(event, MessageUpdate) and self.sink is not None:
             if event.delta == "text_delta":
-                self.sink.stream_text(sanitize_terminal_text(event.text))
+                piece = self._take(event.text)
+                if piece:
+                    self.sink.stream_text(piece)
         elif isinstance(event, MessageUpdate) and self.streaming:
             if event.delta == "text_delta" or (event.delta == "thinking_delta" and self.verbose):
                 if self._open_kind != event.delta:
                     self._end_stream()  # thinking and the answer never share a line
-                piece = sanitize_terminal_text(event.text)
-                if event.delta == "thinking_delta":
+                    self._streamed = 0
+                piece = self._take(event.text)
+                if piece and event.delta == "thinking_delta":
                     self.console.print(Text(piece, style="dim"), end="", soft_wrap=True)
-                else:
+                elif piece:
                     self.console.file.write(piece)
                     self.console.file.flush()
                 self._open_line, self._open_kind = True, event.delta
         elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+            streamed_kind = self._open_kind
             self._end_stream()
             message = event.message
             if self.sink is not None:
                 self.sink.end_stream()
-            if not self.streaming:
-                if self.verbose and message.thinking_text():
-                    self.console.print(Text(sanitize_terminal_text(message.thinking_text()), style="dim"))
-                text = message.visible_text()
+            text = message.visible_text()
+            if self.streaming:
+                if streamed_kind == "text_delta" and len(text) > SHOWN_CHARS:
+                    self._elided(len(text))
+            else:
+                thinking = message.thinking_text()
+                if self.verbose and thinking:
+                    self.console.print(Text(sanitize_terminal_text(thinking[:SHOWN_CHARS]), style="dim"))
+                    self._elided(len(thinking))
                 if text.strip():
-                    self.console.print(Text(sanitize_terminal_text(text)))
+                    self.console.print(Text(sanitize_terminal_text(text[:SHOWN_CHARS])))
+                    self._elided(len(text))
+            self._streamed = 0
             if message.stop_reason == "error" and not message.retried:
-                error = sanitize_terminal_text(message.error_message or "")
+                error = sanitize_terminal_text((message.error_message or "")[:_LINE_CHARS])
                 self.console.print(Text(f"  model error: {error}", style="red"))
         elif isinstance(event, ToolExecutionStart):
             self._end_stream()
-            args = json.dumps(event.args, ensure_ascii=False)
+            args = json.dumps(event.args, ensure_ascii=False)[:_LINE_CHARS]
             line = sanitize_terminal_text(f"  ⚙ {event.tool_name} {args}").replace("\n", " ")
             self.console.print(Text(clip_cells(line, self.console.width), style="dim"))
         elif isinstance(event, ToolExecutionEnd) and event.result.get("is_error"):
-            line = sanitize_terminal_text(f"    ✗ {event.result.get('content', '')}").replace("\n", " ")
+            content = str(event.result.get("content", ""))[:_LINE_CHARS]
+            line = sanitize_terminal_text(f"    ✗ {content}").replace("\n", " ")
             self.console.print(Text(clip_cells(line, self.console.width), style="yellow"))
         elif isinstance(event, AutoRetryStart):
             self._end_stream()
-            line = f"  ↻ retry {event.attempt}/{event.max_attempts} in {event.delay_s:g}s: {event.error}"
+            error = str(event.error)[:_LINE_CHARS]
+            line = f"  ↻ retry {event.attempt}/{event.max_attempts} in {event.delay_s:g}s: {error}"
             self.console.print(
                 Text(clip_cells(sanitize_terminal_text(line), self.console.width), style="yellow")
             )
+
+    def _elided(self, length: int) -> None:
+        """After a cut reply: one unwrapped marker line (its command stays copyable)."""
+        if length > SHOWN_CHARS:
+            self.console.print(Text(elision(length - SHOWN_CHARS, self._run_id), style="dim"), soft_wrap=True)

@@ -14,7 +14,7 @@ Opening a run must be quick whatever its length, so :func:`open_run` never reads
 
 Memory is bounded by the number of checkpoints, not the trace. A damaged line stops the index with a notice and
 the valid prefix stays viewable. Nothing here writes; the only probe is the writer-lock check of
-:func:`piw.store.bundle.run_is_live`.
+:func:`piw.store.liveness.writer_is_live` (the run's queue row, read-only).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import orjson
 
 from piw.errors import PiwError
 from piw.progress import parse_instant
-from piw.store.bundle import Bundle, open_bundle, run_is_live
+from piw.store.bundle import Bundle, open_bundle
 from piw.store.lineage import forks_of
+from piw.store.liveness import writer_is_live
 from piw.store.replay import RunState, fold_more, state_from_json
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
@@ -117,7 +118,7 @@ class RunReader:
 
     def live(self) -> bool | None:
         """For a running run: whether a process holds its writer lock (``None`` once it has ended)."""
-        return run_is_live(self.bundle) if self.state.status == "running" else None
+        return writer_is_live(self.bundle) if self.state.status == "running" else None
 
     # ---- the index pass --------------------------------------------------------------------------------
 

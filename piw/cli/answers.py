@@ -1,16 +1,18 @@
 """``piw answer`` and ``piw decide``: answer a waiting run, then follow its continuation in the foreground.
 
 Bad input (an answer that does not fit, a second different answer, blank required text) is one ``Error:`` line
-and exit 2 with nothing recorded. A valid answer is recorded first, then its continuation runs here like
-``piw resume`` (the live view, the same exit codes); an identical repeat adopts the recorded answer and
-continues (or reports) the same continuation.
+and exit 2 with nothing recorded. A valid answer is recorded first — the first valid answer wins, in one
+database transaction with the continuation's queue row — then its continuation runs here like ``piw resume``
+(the live view, the same exit codes), or, with ``--detach``, waits queued for a host. An identical repeat adopts
+the recorded answer and continues (or reports) the same continuation. Before recording, the run's decision is
+swept: a deadline that has passed wins, as the workflow declared.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,28 +20,16 @@ from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.runs import ModelOption, ProviderOption, RunJsonOption, ScriptOption, VerboseOption, _follow
 from piw.errors import PiwError, RunLocked, UsageError
-from piw.run.answers import (
-    AnswerClaim,
-    AnswerReceipt,
-    Wait,
-    claim_answer,
-    claim_decision,
-    now_text,
-    parse_answer_json,
-    parse_texts,
-    read_wait,
-    record_answer,
-)
-from piw.run.engine import check_source
-from piw.run.runner import continue_run, tools_known, workflow_path_of
-from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import piw_home
-from piw.store.queue import Claim, open_queue, runner_id
-from piw.store.replay import RunState
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, single_line
-from piw.workflow.definition import CheckpointNode
-from piw.workflow.loader import LoadedWorkflow, load_workflow
+
+if TYPE_CHECKING:
+    from piw.run.answers import AnswerClaim, AnswerReceipt, Wait
+    from piw.store.replay import RunState
+    from piw.workflow.loader import LoadedWorkflow
+
+# The engine and the loader are imported inside the commands, so ``piw --help`` never loads them.
 
 DetachOption = Annotated[
     bool,
@@ -49,6 +39,10 @@ DetachOption = Annotated[
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     """The run's workflow as it is now; an answer to a changed workflow is refused before it is recorded."""
+    from piw.run.engine import check_source
+    from piw.run.runner import tools_known, workflow_path_of
+    from piw.workflow.loader import load_workflow
+
     workflow = load_workflow(
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
@@ -56,13 +50,16 @@ def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     return workflow
 
 
-def _record(
-    home: Path, claim: AnswerClaim, state: RunState, detach: bool
-) -> tuple[AnswerReceipt, Claim | None]:
+def _record(home: Path, claim: AnswerClaim, state: RunState, detach: bool) -> AnswerReceipt:
     """Sweep this run's due decision first (a passed deadline wins, as declared), then record the answer."""
+    from piw.run.answers import record_answer
+    from piw.run.sweeper import sweep_timeouts
+    from piw.store.queue import open_queue
+
     queue = open_queue(home)
     sweep_timeouts(home, queue, run_id=state.run_id)
-    return record_answer(home, queue, claim, state, claim_for=None if detach else runner_id())
+    receipt, _ = record_answer(home, queue, claim, state, foreground=not detach)
+    return receipt
 
 
 def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
@@ -76,21 +73,15 @@ def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
         else "the answer"
     )
     verb = "Already answered with" if receipt.adopted else "Recorded"
-    console = make_console(sys.stderr if as_json else sys.stdout)
-    console.print(
+    make_console().print(
         f"{verb} {single_line(what)} for run {spec.parent_run_id} at {single_line(spec.node_id)}; "
         f"continuing as run {spec.run_id}."
     )
 
 
-def _continue(
-    home: Path,
-    recorded: tuple[AnswerReceipt, Claim | None],
-    as_json: bool,
-    flags: tuple[Any, ...],
-    detach: bool,
-) -> int:
-    receipt, held = recorded
+def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[Any, ...], detach: bool) -> int:
+    from piw.run.runner import continue_run
+
     spec = receipt.spec
     if detach:
         return _queued(receipt, as_json)
@@ -106,7 +97,7 @@ def _continue(
         "adopted": receipt.adopted,
     }
     try:
-        return _follow(lambda options: continue_run(spec, home, options, held), as_json, flags, extra)
+        return _follow(lambda options: continue_run(spec, home, options), as_json, flags, extra)
     except RunLocked:
         if receipt.adopted:  # the winner's process took the continuation an instant before us
             return _elsewhere(receipt, as_json)
@@ -158,6 +149,8 @@ def _queued(receipt: AnswerReceipt, as_json: bool) -> int:
 
 
 def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
+    from piw.workflow.definition import CheckpointNode
+
     gnode = workflow.graph.nodes.get(wait.node_id)
     node = gnode.node if gnode is not None else None
     return node.answer if isinstance(node, CheckpointNode) else None
@@ -181,6 +174,8 @@ def answer(
     as_json: RunJsonOption = False,
 ) -> int:
     """Answer a waiting checkpoint; its one continuation run follows the checkpoint's edge here."""
+    from piw.run.answers import claim_answer, now_text, parse_answer_json, read_wait
+
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
     text = answer_json
@@ -193,9 +188,8 @@ def answer(
     wait, state = read_wait(home, run_id)
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
-    return _continue(
-        home, _record(home, claim, state, detach), as_json, (verbose, provider, model, script), detach
-    )
+    receipt = _record(home, claim, state, detach)
+    return _continue(home, receipt, as_json, (verbose, provider, model, script), detach)
 
 
 @app.command()
@@ -218,12 +212,13 @@ def decide(
     as_json: RunJsonOption = False,
 ) -> int:
     """Decide a human_decision gate as a person; the continuation run follows the chosen edge here."""
+    from piw.run.answers import claim_decision, now_text, parse_texts, read_wait
+
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
     wait, state = read_wait(home, run_id)
     texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}
     claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
     _loaded(home, state)
-    return _continue(
-        home, _record(home, claim, state, detach), as_json, (verbose, provider, model, script), detach
-    )
+    receipt = _record(home, claim, state, detach)
+    return _continue(home, receipt, as_json, (verbose, provider, model, script), detach)

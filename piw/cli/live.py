@@ -172,7 +172,12 @@ class StepLog:
             if payload.get("resumeAt"):
                 parts.append((f" at {_node_label(str(payload['resumeAt']))}", ""))
             return parts
-        if kind.startswith("run_") and kind != "run_paused":
+        if kind == "run_paused":
+            return [
+                ("■ paused", "bold yellow"),
+                (f"; continue it with 'piw resume {single_line(event.run_id)}'", ""),
+            ]
+        if kind.startswith("run_"):
             status = state.status
             style = "green" if status in ("completed", "waiting") else "red"
             parts = [(f"■ {single_line(status)}", f"bold {style}")]

@@ -17,7 +17,7 @@ from piw.terminal import sanitize_terminal_text
 
 
 def _register() -> None:
-    from piw.cli import answers, fork, runs, show, viewer, views  # noqa: F401  (modules register their commands on import)
+    from piw.cli import answers, fork, lifecycle, runs, show, viewer, views  # noqa: F401  (modules register their commands on import)
 
     with contextlib.suppress(ImportError):  # the provider commands are optional until configured
         from piw.cli import providers  # noqa: F401

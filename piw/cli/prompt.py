@@ -21,7 +21,7 @@ from rich.console import Console
 from piw.errors import AnswerInvalid, DecisionResolved, PiwError
 from piw.run.answers import AnswerReceipt, Wait, claim_decision, now_text, read_wait, record_answer
 from piw.run.sweeper import sweep_timeouts
-from piw.store.queue import Claim, RunQueue, open_queue, runner_id
+from piw.store.queue import Claim, RunQueue, open_queue
 from piw.store.replay import RunState
 from piw.terminal import sanitize_terminal_text, single_line
 
@@ -140,13 +140,13 @@ def ask(home: Path, state: RunState, console: Console) -> Prompted:
                 claim = claim_decision(
                     wait, choice, texts, seen_sha256=wait.request_sha256, now_iso=now_text()
                 )
-                receipt, held = record_answer(home, queue, claim, parent, claim_for=runner_id())
+                receipt, _ = record_answer(home, queue, claim, parent, foreground=True)
             except AnswerInvalid as exc:
                 console.print(f"{exc} Try again.")
                 continue
             except DecisionResolved as exc:
                 return Prompted("elsewhere", message=str(exc))
-            return Prompted("answered", receipt, held, "")
+            return Prompted("answered", receipt, None, "")
     except _Stop as stop:
         return stop.prompted
 

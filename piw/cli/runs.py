@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,32 +15,18 @@ from rich.text import Text
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.live import LiveDisplay
-from piw.cli.outcome import print_outcome
-from piw.cli.runs_table import print_runs
 from piw.errors import PiwError, UsageError
-from piw.run.runner import (
-    ForegroundOptions,
-    continue_run,
-    resolved_outcome,
-    resume_run,
-    start_run,
-    tools_known,
-)
 from piw.store.bundle import piw_home
-from piw.store.history import run_summaries
 from piw.store.replay import RunState
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
-from piw.workflow.budget import parse_budget
-from piw.workflow.loader import (
-    discover,
-    import_definition,
-    load_workflow,
-    parse_input_option,
-    source_identity,
-)
+
+if TYPE_CHECKING:
+    from piw.cli.live import LiveDisplay
+    from piw.run.runner import ForegroundOptions
+
+# Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
@@ -46,6 +34,9 @@ EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "time
 def _finish(
     state: RunState, as_json: bool, extra: dict[str, Any] | None = None, verbose: bool = False
 ) -> int:
+    from piw.cli.outcome import print_outcome
+    from piw.run.runner import resolved_outcome
+
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
@@ -53,6 +44,15 @@ def _finish(
     else:
         print_outcome(make_console(), piw_home(), state, verbose=verbose)
     return EXIT_BY_STATUS.get(state.status, 1)
+
+
+def _launch(provider: str | None, model: str | None, script: str | None) -> dict[str, Any]:
+    """What a run records about how it was started (never keys): flags as given, the script made absolute."""
+    return {
+        "provider": provider,
+        "model": model,
+        "script": str(Path(script).resolve()) if script else None,
+    }
 
 
 def _foreground(
@@ -65,6 +65,8 @@ def _foreground(
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from piw.agent.setup import agent_executor_factory
+    from piw.cli.live import LiveDisplay
+    from piw.run.runner import ForegroundOptions
 
     console = make_console(sys.stderr if as_json else sys.stdout)
     home = piw_home()
@@ -87,8 +89,15 @@ def _foreground(
             + safe_text(single_line(row.content))
             + Text("  (delivered late)", style="dim")
         ),
+        launch=_launch(provider, model, script),
+        warn=_warn,
     )
     return options, display
+
+
+def _warn(message: str) -> None:
+    """A problem that does not stop the run: one ``Warning:`` line on stderr (never in ``--json`` stdout)."""
+    make_console(sys.stderr).print(safe_text(f"Warning: {single_line(message)}"), soft_wrap=True)
 
 
 ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
@@ -130,8 +139,10 @@ def _follow(
         return code
 
     def follow(receipt: Any, claim: Any) -> tuple[RunState, int]:
+        from piw.run.runner import continue_run
+
         spec = receipt.spec
-        return _followed(lambda options: continue_run(spec, piw_home(), options, claim), as_json, flags)
+        return _followed(lambda options: continue_run(spec, piw_home(), options), as_json, flags)
 
     return after_waiting(piw_home(), state, make_console(), follow) if state.status == "waiting" else code
 
@@ -155,7 +166,12 @@ def _followed(
 @app.command()
 def run(
     workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
-    input: Annotated[str | None, typer.Option("--input", help="Run input: JSON text, or @file.")] = None,
+    input: Annotated[
+        str | None,
+        typer.Option(
+            "--input", help="Run input: a JSON object, @FILE holding one, or - to read it from stdin."
+        ),
+    ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
     provider: ProviderOption = None,
     model: ModelOption = None,
@@ -163,11 +179,26 @@ def run(
     verbose: VerboseOption = False,
     budget: BudgetOption = None,
     as_json: RunJsonOption = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Queue the run for 'piw host' instead of running it here.")
+    ] = False,
+    no_origin: Annotated[
+        bool,
+        typer.Option("--no-origin", help="With --detach: record no origin session for assistant replies."),
+    ] = False,
 ) -> int:
-    """Start a run and follow it until it ends, waits, or is interrupted."""
+    """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
+    from piw.run.runner import start_run
+    from piw.workflow.budget import parse_budget
+    from piw.workflow.loader import parse_input_option
+
     raw_input = parse_input_option(input)
     limits = parse_budget(budget) if budget is not None else None
     home = piw_home()
+    if no_origin and not detach:
+        raise UsageError("--no-origin only applies to --detach runs.")
+    if detach:
+        return _detach(workflow, raw_input, title, provider, model, script, no_origin, as_json)
     return _follow(
         lambda options: start_run(workflow, home, raw_input, title, replace(options, budget=limits)),
         as_json,
@@ -175,7 +206,42 @@ def run(
     )
 
 
-@app.command()
+def _detach(
+    workflow: str,
+    raw_input: Any,
+    title: str | None,
+    provider: str | None,
+    model: str | None,
+    script: str | None,
+    no_origin: bool,
+    as_json: bool,
+) -> int:
+    """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
+    from piw.agent.setup import agent_executor_factory
+    from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
+
+    home = piw_home()
+    from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
+    # The provider the host will use must exist and be requestable now, not fail later in the host.
+    factory = agent_executor_factory(home, make_console(io.StringIO()), provider=provider, model=model,
+                                     script=script)  # fmt: skip
+    options = ForegroundOptions(
+        launch=_launch(provider, model, script),
+        origin_session=new_origin_session() if from_terminal and not no_origin else None,
+    )
+    state = queue_run(workflow, home, raw_input, title, options, check=factory)
+    if as_json:
+        payload = {"runId": state.run_id, "status": state.status, "finalOutput": None, "error": None}
+        sys.stdout.write(json_text(payload) + "\n")
+    else:
+        make_console().print(
+            f"Queued run {state.run_id}; 'piw host' executes it. Follow it with 'piw watch {state.run_id}'.",
+            soft_wrap=True,
+        )
+    return 0
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
 def resume(
     run_id: Annotated[
         str, typer.Argument(help="The run to continue (an id, a unique prefix, latest or -N).")
@@ -186,9 +252,18 @@ def resume(
     verbose: VerboseOption = False,
     as_json: RunJsonOption = False,
 ) -> int:
-    """Continue an interrupted run from its trace; completed steps are not run again."""
+    """Continue an interrupted, parked or paused run from its trace; completed steps are not run again.
+
+    The provider, model and script default to the ones the run was started with.
+    """
+    from piw.run.runner import recorded_launch, resume_run
+
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
+    recorded = recorded_launch(home, run_id)
+    provider = provider or recorded.get("provider")
+    model = model or recorded.get("model")
+    script = script or recorded.get("script")
     return _follow(
         lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
     )
@@ -201,6 +276,9 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List runs, newest first."""
+    from piw.cli.runs_table import print_runs
+    from piw.store.history import run_summaries
+
     statuses = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
     if status is not None and status not in statuses:
         raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(statuses)}.")
@@ -216,7 +294,15 @@ def runs(
         return 0
     print_runs(console, rows)
     if any(row.interrupted for row in rows):
-        console.print("Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID'.")
+        console.print(
+            "Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID' "
+            "or end it with 'piw cancel RUN_ID'."
+        )
+    if any(row.detail == "queued" for row in rows):
+        console.print("Queued runs wait for 'piw host' to execute them.")
+    for row in rows:
+        if row.damage is not None:  # in full: the table clips its notice column
+            console.print(f"⚠ {row.run_id} is damaged: {row.damage.notice} See 'piw inspect {row.run_id}'.")
     return 0
 
 
@@ -225,6 +311,8 @@ def list_workflows(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List built-in workflows and discovered workflow files."""
+    from piw.workflow.loader import discover, import_definition, source_identity
+
     home = piw_home()
     rows: list[dict[str, Any]] = []
     for label, path in discover(home):
@@ -245,11 +333,12 @@ def list_workflows(
         return 0
     console = make_console()
     table = Table(box=None, pad_edge=False)
-    for column in ("id", "kind", "revision", "description"):
+    for column in ("id", "kind", "revision", "contract", "description"):
         table.add_column(column, overflow="fold")
     for row in rows:
         revision = "" if row["revision"] is None else str(row["revision"])
-        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["description"] or "")))
+        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["contractId"] or "")),
+                      safe_text(single_line(row["description"] or "")))  # fmt: skip
     console.print(table)
     console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0
@@ -258,6 +347,9 @@ def list_workflows(
 @app.command()
 def validate(file: Annotated[str, typer.Argument(help="The workflow file to check.")]) -> int:
     """Check a workflow definition with both validation passes, without starting a run."""
+    from piw.run.runner import tools_known
+    from piw.workflow.loader import load_workflow
+
     home = piw_home()
     loaded = load_workflow(file, home, tools_known())
     make_console().print(

@@ -1,8 +1,10 @@
 """``piw watch``: a live, read-only view of one run that follows its ``trace.ndjson`` as it grows.
 
 Following the files (watchfiles with a polling fallback, the incremental tail, the fold of what was appended)
-is :mod:`piw.views.follow`, shared with the full-screen viewer. A running run whose writer is gone is shown as
-"possibly interrupted". Watching ends when the run reaches a terminal state, on ``q``, or on Ctrl-C.
+is :mod:`piw.views.follow`, shared with the full-screen viewer. Whether a running run is live comes from its queue
+row (``piw.store.liveness``, read-only). Watching ends when the run reaches a terminal state, when no process is
+writing it (interrupted, paused, parked: it says so and exits 0, instead of ticking forever), on ``q`` (exit 0), or
+on Ctrl-C (exit 130, as for every command interrupted).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import select
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,12 +25,20 @@ from rich.live import Live
 from piw.cli.live import StepLog
 from piw.errors import RunNotFound
 from piw.progress import parse_instant
-from piw.store.bundle import Bundle, list_bundles, run_is_live
+from piw.store.bundle import Bundle, list_bundles
+from piw.store.liveness import Liveness, liveness
 from piw.store.replay import RunState
 from piw.views.follow import Follower, file_changes
 from piw.views.frame import FrameView
 
-__all__ = ["Follower", "KeyReader", "Watcher", "file_changes", "newest_run", "watch_run"]
+__all__ = ["Follower", "KeyReader", "WatchInterrupted", "Watcher", "file_changes", "newest_run", "watch_run"]
+
+LIVENESS_S = 1.0
+"""How often a watcher asks the queue row whether anyone still writes the run."""
+
+
+class WatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C while watching: the CLI exits 130 (the run being watched is not affected)."""
 
 
 def newest_run(home: Path) -> str:
@@ -93,17 +104,46 @@ class Watcher:
         force_polling: bool = False,
         clock: Callable[[], datetime] = _now,
         on_frame: Callable[[FrameView], None] | None = None,
+        probe: Callable[[Bundle], Liveness] = liveness,
     ) -> None:
         self.follower = Follower(bundle)
+        self.probe = probe
+        self._liveness: Liveness | None = None
+        self._probed_at = 0.0
+        self.stopped_because: str | None = None
+        """Set when watching ended because nobody writes the run: the line that was printed."""
         self.console = console
         self.interactive = console.is_terminal if interactive is None else interactive
         self.force_polling = force_polling
         self.clock = clock
         self.on_frame = on_frame
 
+    def liveness(self, fresh: bool = False) -> Liveness | None:
+        """The queue row's answer for a running run (re-read at most every ``LIVENESS_S``)."""
+        if self.follower.state.status != "running":
+            return None
+        now = time.monotonic()
+        if fresh or self._liveness is None or now - self._probed_at >= LIVENESS_S:
+            self._liveness = self.probe(self.follower.bundle)
+            self._probed_at = now
+        return self._liveness
+
+    def _nobody_writes(self) -> bool:
+        """True (after noting why) when a running run has no writer and no host is about to start it."""
+        found = self.liveness()
+        if found is None or found.live or found.waiting_for_a_host:
+            return False
+        # The writer may have just finished: read the tail once more before saying the run is not live.
+        self.follower.poll()
+        if self.follower.state.status != "running":
+            return False
+        self.stopped_because = found.explain(self.follower.bundle.run_id)
+        return True
+
     def frame(self) -> FrameView:
         state = self.follower.state
-        live = run_is_live(self.follower.bundle) if state.status == "running" else None
+        found = self.liveness()
+        live = found.live if found is not None else None
         height = self.console.size.height if self.interactive else None
         now = self.clock()
         finished = parse_instant(state.finished_at) if state.is_terminal and state.finished_at else None
@@ -125,7 +165,9 @@ class Watcher:
             else:
                 self._plain(stop)
         except KeyboardInterrupt:
-            pass
+            raise WatchInterrupted from None
+        if self.stopped_because:
+            self.console.print(self.stopped_because, soft_wrap=True)
         return self.follower.state
 
     def _live(self, stop: threading.Event) -> None:
@@ -137,7 +179,7 @@ class Watcher:
                 for _changed in file_changes(self.follower.bundle, stop, force_polling=self.force_polling):
                     self.follower.poll()
                     live.update(self.frame(), refresh=True)
-                    if self.follower.state.is_terminal:
+                    if self.follower.state.is_terminal or self._nobody_writes():
                         break
         finally:
             keys.close()
@@ -153,7 +195,7 @@ class Watcher:
                     self.console.print("The trace was repaired; reading it again from the start.")
             if self.on_frame is not None:
                 self.frame()
-            if self.follower.state.is_terminal:
+            if self.follower.state.is_terminal or self._nobody_writes():
                 break
 
 

@@ -24,7 +24,7 @@ from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, RunN
 from piw.run.continuation import ContinuationSpec
 from piw.store.bundle import new_run_id, open_bundle
 from piw.store.decisions import AnswerRecord, NewDecision
-from piw.store.queue import Claim, NewRun, RunQueue
+from piw.store.queue import NewRun, RunQueue
 from piw.store.replay import RunState, fold
 from piw.wire import digest, format_time, parse_time
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
@@ -319,8 +319,18 @@ def new_decision(run_id: str, node_id: str, attempt_id: str, opened: dict[str, A
     )
 
 
-def continuation_row(home: Path, queue: RunQueue, parent: RunState, spec: ContinuationSpec) -> NewRun:
-    """The continuation's queue row: the parent's workflow, and the answer it continues with as its input."""
+FOREGROUND_HOLD_MS = 60_000
+"""How long hosts leave a continuation queued for the foreground process that answered to claim it."""
+
+
+def continuation_row(
+    home: Path, queue: RunQueue, parent: RunState, spec: ContinuationSpec, *, foreground: bool = False
+) -> NewRun:
+    """The continuation's queue row: the parent's workflow, and the answer it continues with as its input.
+
+    A foreground answer claims it by name right away; until then (and if that process dies, once the hold
+    passes) a host may take it.
+    """
     from piw.run.runner import workflow_path_of
 
     source = parent.workflow_source or {}
@@ -333,12 +343,13 @@ def continuation_row(home: Path, queue: RunQueue, parent: RunState, spec: Contin
         input={"continuation": spec.to_json()},
         options=dict(row.options) if row is not None else {},
         parent_run_id=parent.run_id,
+        available_at=queue.clock() + FOREGROUND_HOLD_MS if foreground else None,
     )
 
 
 def record_answer(
-    home: Path, queue: RunQueue, claim: AnswerClaim, parent: RunState, *, claim_for: str | None = None
-) -> tuple[AnswerReceipt, Claim | None]:
+    home: Path, queue: RunQueue, claim: AnswerClaim, parent: RunState, *, foreground: bool = False
+) -> tuple[AnswerReceipt, None]:
     """Record the first valid answer (one transaction); an identical repeat adopts the stored receipt.
 
     Raises ``DecisionResolved`` (a decision already won by another answer, or cancelled) or
@@ -357,16 +368,15 @@ def record_answer(
         key=claim.key,
         fingerprint=claim.fingerprint,
         receipt=receipt,
-        continuation=continuation_row(home, queue, parent, spec),
+        continuation=continuation_row(home, queue, parent, spec, foreground=foreground),
         decision=decision,
         response=spec.answer if claim.scope == "decision.answer" else None,
         provenance=claim.provenance,
         answered_by=claim.answered_by,
-        claim_for=claim_for,
     )
     result = queue.resolve_answer(record)
     if result.outcome == "won":
-        return AnswerReceipt(spec, adopted=False, provenance=claim.provenance), result.claim
+        return AnswerReceipt(spec, adopted=False, provenance=claim.provenance), None
     stored = (result.receipt or {}).get("continuation") or {}
     if result.outcome == "adopted":
         return AnswerReceipt(

@@ -21,6 +21,7 @@ from typing import Any
 
 from piw.errors import ArtifactDamaged, PiwError, ResumeRefused, RunFinished, SourceChanged, UsageError
 from piw.run.budget import BudgetGate
+from piw.run.claims import ClaimControl, Stop
 from piw.run.continuation import (
     ContinuationSpec,
     blocked_node,
@@ -48,6 +49,8 @@ from piw.store.bundle import (
     set_aside_incomplete,
 )
 from piw.store.damage import artifact_damage
+from piw.store.index import RunIndex
+from piw.store.lease import Lease
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
@@ -66,6 +69,15 @@ class RunInterrupted(PiwError):
     """The foreground run was interrupted (Ctrl-C or SIGTERM); it is parked and can be resumed."""
 
     exit_code = 130
+
+
+NO_ORIGIN_SESSION = "Assistant completion requires an origin session."
+"""The exact failure of an assistant node in a detached run that has no origin session (agent-steps §7)."""
+CANCELLED_ERROR = "Cancelled with 'piw cancel'."
+
+
+class _Parked(BaseException):
+    """Unwinds the loop when the holder shuts down: the active node is aborted without a terminal event."""
 
 
 def _utc_now() -> datetime:
@@ -91,6 +103,12 @@ class RunOptions:
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
     outbox: Outbox | None = None
     """Where notify nodes queue their notification for delivery (the run database); ``None``: the trace only."""
+    session_visible: bool = True
+    """Foreground (``True``): this process shows assistant output. A detached host (``False``) never runs an
+    assistant-completion node: it parks the run for its origin session, or fails the node without one."""
+    claimer: Callable[[str, dict[str, Any]], Lease] | None = None
+    """Inserts the queue row of a run being created (``run_id``, its ``run_started`` payload), claimed by this
+    process, before its bundle exists; the engine then writes under that claim (``piw.run.claims``)."""
 
 
 class _BudgetStopped(Exception):
@@ -115,6 +133,10 @@ class Engine:
         self.publisher: UpdatePublisher | None = None
         self.budget: BudgetGate | None = None
         self.active: Attempt | None = None
+        self.claim = ClaimControl(self._abort_active)
+        self.stopped: Stop | None = None
+        """Why the loop stopped short of a terminal event (a pause, a park reason, ...)."""
+        self._park_requested = False
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(self.options.outbox),
@@ -126,10 +148,27 @@ class Engine:
 
     # ---- public entry points ----------------------------------------------------------------------------
 
-    def start(self, raw_input: Any, title: str | None = None, run_id: str | None = None) -> RunState:
-        """Start a new run; input and definition are validated before any bundle exists."""
+    def start(
+        self,
+        raw_input: Any,
+        title: str | None = None,
+        run_id: str | None = None,
+        *,
+        lease: Lease | None = None,
+        begin: bool = True,
+    ) -> RunState:
+        """Start a new run; input and definition are validated before any bundle exists.
+
+        ``lease`` is a claim already held on the run's queue row (a host creating a queued run); otherwise
+        ``RunOptions.claimer`` makes one. ``begin=False`` (``piw run --detach``) stops after ``run_started``
+        and hands the row to the queue for a host.
+        """
         input_value = prepare_input(self.workflow.definition, raw_input)
+        self.claim.hold(lease)
         writer = self._create_run(input_value, title, {}, run_id)
+        if not begin:
+            self.stopped = "queued"
+            return self._guarded(lambda: None)
         return self._guarded(lambda: self._begin(writer))
 
     def fork(self, prefix: Prefix, raw_input: Any | None = None, title: str | None = None) -> RunState:
@@ -183,8 +222,11 @@ class Engine:
         }
         return self._create(run_id or new_run_id(definition.name), payload)
 
-    def start_continuation(self, spec: ContinuationSpec) -> RunState:
+    def start_continuation(self, spec: ContinuationSpec, *, lease: Lease | None = None) -> RunState:
         """Create the continuation of a waiting run and follow the answered checkpoint's edge (§8).
+
+        ``lease`` is a claim already held on the continuation's queue row (a host); otherwise the claimer
+        claims the row the answer inserted, by name.
 
         The caller has accepted the answer (and recorded it, where a database is wired); this creates the new
         bundle, whose ``run_started`` carries the parent's results with the checkpoint answered.
@@ -212,6 +254,7 @@ class Engine:
         resume_at = blocked_node(parent, state) if spec.node_id == BUDGET_WAIT else None
         if resume_at is not None:
             payload["continuedFrom"]["resumeAt"] = resume_at
+        self.claim.hold(lease)
         writer = self._create(spec.run_id, payload)
         if resume_at is not None:
             return self._guarded(lambda: self._after_top_up(writer, resume_at))
@@ -229,9 +272,15 @@ class Engine:
             started_at=now_iso(),
             forked_from=payload.get("forkedFrom"),
         )
-        set_aside_incomplete(self.home)  # bundles of runs killed before they started (none are retried)
-        bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
-        lock = WriterLock(bundle).acquire()
+        if self.claim.lease is None and self.options.claimer is not None:
+            self.claim.hold(self.options.claimer(run_id, payload))
+        try:
+            set_aside_incomplete(self.home)  # bundles of runs killed before they started (none are retried)
+            bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
+            lock = self.claim.acquire(bundle)
+        except BaseException as exc:
+            self.claim.settle(RunState(), None, exc)
+            raise
         writer = self._open_writer(bundle, lock, RunState(), manifest)
         try:
             writer.append(
@@ -244,7 +293,10 @@ class Engine:
             self.session.close()
             lock.release()
             discard_incomplete(bundle)
+            if self.claim.lease is not None:
+                self.claim.lease.release("failed", "the run never started")
             raise
+        self.claim.running()
         return writer
 
     def _limits(self) -> dict[str, Any] | None:
@@ -294,10 +346,20 @@ class Engine:
             self.options.on_start(writer.bundle)
         self._loop(self._apply(Decision(target=self.workflow.definition.start_at)))
 
-    def resume(self, run_id: str) -> RunState:
-        """Continue an interrupted run from its trace (``persistence.md`` §8)."""
+    def _begin_or_follow(self, writer: RunWriter, events: list[TraceEvent]) -> None:
+        """A run whose trace holds only ``run_started``: begin it (a continuation follows its answered edge)."""
+        continued = events[0].payload.get("continuedFrom")
+        if isinstance(continued, dict):
+            self._after_answer(writer, str(continued.get("nodeId")))
+        else:
+            self._begin(writer)
+
+    def resume(self, run_id: str, lease: Lease | None = None) -> RunState:
+        """Continue an interrupted run from its trace (``persistence.md`` §8), under ``lease`` when given."""
         bundle = open_bundle(self.home, run_id)
-        lock = WriterLock(bundle).acquire()
+        self.claim.hold(lease)
+        lock = self.claim.acquire(bundle)
+        state: RunState | None = None
         try:
             manifest = Manifest.model_validate(bundle.read_manifest())
             read = bundle.read_trace()
@@ -309,6 +371,7 @@ class Engine:
             if state.status in TERMINAL_STATUSES:
                 raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
             self._check_source(state, bundle)
+            lock.fence()
             damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there
             if damage is not None:
                 raise ArtifactDamaged(
@@ -317,13 +380,69 @@ class Engine:
                     damage.file,
                 )
             truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
-        except BaseException:
+        except BaseException as exc:
             lock.release()
+            self.claim.settle_refusal(exc, state)
             raise
+        if not self.options.session_visible:
+            # A host acts for the run's recorded origin session (or none): it never becomes one itself.
+            self.options.origin_session = state.origin_session
         writer = self._open_writer(bundle, lock, state, manifest)
+        self.claim.running()
         if not bundle.manifest_path.is_file():
+            lock.fence()
             bundle.write_manifest(manifest)  # it was lost and recovered from the trace: a cache, rebuilt
         return self._guarded(lambda: self._continue(writer, read.events, truncated))
+
+    # ---- claims, pause, cancel, park ----------------------------------------------------------------------
+
+    def request_park(self) -> None:
+        """Holder shutdown (a host stopping): abort the active node without a terminal event and park the run."""
+        self._park_requested = True
+        self._abort_active()
+
+    def _abort_active(self) -> None:
+        """Cancel requested or claim lost: abort the active node (its model request closed, its shell group
+        killed); the loop then records the cancellation, or writes nothing more after a lost claim."""
+        active = self.active
+        if active is not None:
+            active.cancel.set()
+
+    def _stop_at_boundary(self) -> bool:
+        """Between steps: a requested cancel ends the run; a requested pause writes ``run_paused`` and parks."""
+        writer = self.writer
+        assert writer is not None
+        if self._park_requested:
+            raise _Parked
+        if self.claim.cancel_requested:
+            self._write_cancelled()
+            return True
+        if self.claim.pause_requested:
+            writer.append("run", "run_paused", {}, sync=True)
+            self.stopped = "paused"
+            return True
+        return False
+
+    def _write_cancelled(self) -> None:
+        assert self.writer is not None
+        self.writer.append(
+            "run", "run_cancelled", {"status": "cancelled", "error": CANCELLED_ERROR}, sync=True
+        )
+
+    def _origin_id(self) -> str | None:
+        return (self.options.origin_session or {}).get("id")
+
+    def _is_assistant(self, node_id: str) -> bool:
+        gnode = self.graph.nodes.get(node_id)
+        return (
+            gnode is not None and isinstance(gnode.node, AgentNode) and gnode.node.completion == "assistant"
+        )
+
+    def _needs_origin_session(self, node_id: str) -> bool:
+        """A detached run reaching an assistant node that has an origin session to show the reply in."""
+        return (
+            not self.options.session_visible and self._is_assistant(node_id) and self._origin_id() is not None
+        )
 
     # ---- resume helpers ---------------------------------------------------------------------------------
 
@@ -337,6 +456,23 @@ class Engine:
 
     def _continue(self, writer: RunWriter, events: list[TraceEvent], truncated: int) -> None:
         state = writer.state
+        if not truncated and len(events) == 1 and events[0].type == "run_started" and not state.steps:
+            # Queued and never begun (``piw run --detach``): the host starts it; there is nothing to resume.
+            self._begin_or_follow(writer, events)
+            return
+        if state.paused and state.current is None:
+            writer.append("run", "run_resumed", {}, sync=True)  # after a pause: empty (§4)
+            decision = self._decision_after(events, state)
+            if decision.terminal is not None and not decision.exits:
+                writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)
+                return
+            next_node = self._apply(decision)
+            if next_node is not None:
+                self._loop(next_node)
+            return
+        if state.current is not None and self._needs_origin_session(state.current.node_id):
+            self.stopped = "needs-origin-session"  # the origin session's 'piw resume' recovers it visibly
+            return
         resumed: dict[str, Any] = {"replayedSteps": len(state.steps)}
         if truncated:
             resumed["truncatedBytes"] = truncated
@@ -400,10 +536,15 @@ class Engine:
     def _open_writer(
         self, bundle: Bundle, lock: WriterLock, state: RunState, manifest: Manifest
     ) -> RunWriter:
-        writer = RunWriter(bundle, lock, self.options.durability, state, manifest, self.options.files)
+        index = RunIndex(self.home) if self.claim.lease is not None else None
+        writer = RunWriter(
+            bundle, lock, self.options.durability, state, manifest, self.options.files, index=index
+        )
         writer.listeners.extend(self.options.listeners)
         self.writer = writer
-        self.session = SessionLog(bundle.session_path, self.options.durability, self.options.files)
+        self.session = SessionLog(
+            bundle.session_path, self.options.durability, self.options.files, fence=lock.fence
+        )
         self.publisher = UpdatePublisher(writer)
         self.budget = BudgetGate(writer)
         return writer
@@ -411,21 +552,31 @@ class Engine:
     def _guarded(self, body: Callable[[], None]) -> RunState:
         writer = self.writer
         assert writer is not None and self.session is not None
+        error: BaseException | None = None
         try:
             with self._interrupts_cancel_the_active_attempt():
                 body()
+        except _Parked:
+            self.stopped = "shutdown"
         except KeyboardInterrupt:
             if self.active is not None:
                 self.active.cancel.set()
                 self.active.active = False
+            self.stopped = "interrupted"
             raise RunInterrupted(
                 f"Run {writer.bundle.run_id} was interrupted and parked; continue it with "
                 f"'piw resume {writer.bundle.run_id}'."
             ) from None
+        except BaseException as exc:
+            if self.active is not None:
+                self.active.cancel.set()
+            error = exc
+            raise
         finally:
             writer.close()
             self.session.close()
             writer.lock.release()
+            self.claim.settle(writer.state, self.stopped, error)
         return writer.state
 
     @contextlib.contextmanager
@@ -464,6 +615,11 @@ class Engine:
         writer = self.writer
         assert writer is not None
         while node_id is not None:
+            if self._stop_at_boundary():
+                return
+            if self._needs_origin_session(node_id):
+                self.stopped = "needs-origin-session"  # parked before node_started: no attempt, no request
+                return
             state = writer.state
             if state.steps_taken >= state.max_steps:
                 message = (
@@ -481,6 +637,9 @@ class Engine:
                 writer.append("run", "run_waiting", payload, sync=True)
                 return
             reattach = None
+            if self.claim.cancel_requested:
+                self._write_cancelled()  # a cancelled node never routes on (a $result switch included)
+                return
             if isinstance(gnode.node, CheckpointNode) and outcome.outcome == "ok":
                 payload = {"status": "waiting", "waitingOn": node_id, "finalOutput": outcome.output}
                 writer.append("run", "run_waiting", payload, sync=True)
@@ -575,13 +734,17 @@ class Engine:
             session=self.session,
             timeout_s=timeout_s,
             cancel=ctx.cancelled if isinstance(ctx, ActionContext) else threading.Event(),
-            origin_session_id=(self.options.origin_session or {}).get("id"),
+            origin_session_id=self._origin_id(),
             reattached=reattach is not None,
             publisher=self.publisher,
             budget=self.budget,
         )
         attempt_holder.append(attempt)
         self.active = attempt
+        if self.claim.cancel_requested or self.claim.lost or self._park_requested:
+            attempt.cancel.set()  # requested just before the attempt became active
+        if not self.options.session_visible and self._is_assistant(node_id) and self._origin_id() is None:
+            timeout_error = NO_ORIGIN_SESSION  # fails before prompting: no request, routes like any failure
         try:
             if isinstance(node, ActionNode):
                 executor: Executor = self._shell if node.shell is not None else self._function
@@ -596,6 +759,8 @@ class Engine:
         finally:
             attempt.active = False
             self.active = None
+        if self._park_requested:
+            raise _Parked  # aborted for a park: no terminal event, the node reruns on resume (§8 step 5)
         if self.budget is not None and self.budget.stop is not None:
             # The refused request was never sent: the attempt stays without a terminal event, so a top-up's
             # continuation runs the node again from its start.

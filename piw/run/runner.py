@@ -1,4 +1,9 @@
-"""Starting and resuming runs in the foreground: the one library call behind ``piw run`` and ``piw resume``."""
+"""Starting and resuming runs in the foreground: the one library call behind ``piw run`` and ``piw resume``.
+
+Foreground runs go through the run queue like detached ones (``persistence.md`` §10.2): a row claimed by this
+process before the bundle exists, a lease renewed while it runs, and the claim released (final) or parked when
+it stops, so ``piw runs``, ``piw pause`` and ``piw cancel`` in another terminal see and reach it.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +16,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import PiwError, ResumeRefused, RunFinished, RunNotFound
+from piw.errors import LoadError, PiwError, ProviderError, ResumeRefused, RunFinished, RunLocked, RunNotFound
 from piw.run.answers import open_decision_book
+from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec
 from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
+from piw.store.lease import Lease
 from piw.store.outbox import NotificationRow
-from piw.store.queue import Claim, RunQueue, open_queue, runner_id
+from piw.store.queue import NewRun, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
@@ -43,13 +50,21 @@ class ForegroundOptions:
     """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
+    launch: dict[str, Any] = field(default_factory=dict)
+    """How the run was started (provider, model, script; never keys): recorded on its queue row so
+    ``piw resume`` and a host reuse them."""
+    origin_session: dict[str, Any] | None = None
+    """An explicit origin session (``piw run --detach`` from a terminal); default: a new one if recorded."""
+    session_visible: bool = True
     budget: Budget | None = None
     """``piw run --budget``: sets or tightens the workflow's budget for this run."""
     show_notification: Callable[[NotificationRow], None] | None = None
     """How the origin session shows a notification an earlier process of this run left undelivered."""
+    warn: Callable[[str], None] | None = None
+    """Where a problem that does not stop the run is reported (the CLI prints ``Warning: …`` on stderr)."""
 
 
-def _origin_session() -> dict[str, Any]:
+def new_origin_session() -> dict[str, Any]:
     return {"id": "ses_" + secrets.token_hex(16), "startedAt": now_iso()}
 
 
@@ -57,26 +72,64 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
     factory = options.agent_executor_factory
     clock: dict[str, Any] = {"clock": options.clock} if options.clock else {}
     queue = open_queue(ensure_private_dir(home))
+    # The agent executor first: a workflow that needs a provider reports a broken config.toml as its error;
+    # one that does not only hears about it as a warning (configured_durability) and runs.
+    agent_executor = factory(workflow) if factory else None
     return Engine(
         workflow,
         home,
         RunOptions(
-            durability=resolve_durability(options.durability or configured_durability(home)),
+            durability=resolve_durability(options.durability or configured_durability(home, options.warn)),
             files=options.files,
-            listeners=[
-                *options.listeners,
-                *([OriginDelivery(queue, home, options.show_notification)] if options.record_origin else []),
-            ],
-            agent_executor=factory(workflow) if factory else None,
-            origin_session=_origin_session() if options.record_origin else None,
+            listeners=[*options.listeners, *_origin_delivery(queue, home, options)],
+            agent_executor=agent_executor,
+            origin_session=options.origin_session
+            or (new_origin_session() if options.record_origin and options.session_visible else None),
             on_start=options.on_start,
             waiter=options.waiter,
+            session_visible=options.session_visible,
+            claimer=_claimer(home, workflow, options.launch),
             decisions=open_decision_book(queue),
             outbox=queue,
             budget=options.budget,
             **clock,
         ),
     )
+
+
+def _origin_delivery(queue: RunQueue, home: Path, options: ForegroundOptions) -> list[Listener]:
+    """The origin session delivers its run's notifications (a detached host has none to deliver to)."""
+    if not (options.record_origin and options.session_visible):
+        return []
+    return [OriginDelivery(queue, home, options.show_notification)]
+
+
+def _claimer(
+    home: Path, workflow: LoadedWorkflow, launch: dict[str, Any]
+) -> Callable[[str, dict[str, Any]], Lease]:
+    """Claims the queue row of a run being created: inserted already claimed, or (a continuation whose row the
+    answer inserted) claimed by name."""
+
+    def claim(run_id: str, payload: dict[str, Any]) -> Lease:
+        queue = open_queue(home)
+        if queue.get(run_id) is not None:
+            return Lease(queue, queue.claim_run(run_id, runner_id())).start()
+        continued = payload.get("continuedFrom")
+        record = NewRun(
+            run_id=run_id,
+            workflow_ref=str(workflow.path),
+            workflow_source=workflow.source,
+            definition_digest=workflow.digest,
+            input=payload.get("input"),
+            options={key: value for key, value in launch.items() if value is not None},
+            origin_session_id=(payload.get("originSession") or {}).get("id"),
+            parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
+        )
+        claimed = queue.enqueue(record, claim_for=runner_id())
+        assert claimed is not None
+        return Lease(queue, claimed).start()
+
+    return claim
 
 
 @contextlib.contextmanager
@@ -100,84 +153,141 @@ def start_run(
         return engine.start(raw_input, title)
 
 
+def queue_run(
+    reference: str,
+    home: Path,
+    raw_input: Any,
+    title: str | None,
+    options: ForegroundOptions,
+    check: Callable[[LoadedWorkflow], object] | None = None,
+) -> RunState:
+    """``piw run --detach``: validate, create the bundle with ``run_started``, and leave it queued for a host.
+
+    ``check`` (e.g. building the provider the host will use) runs after the input is validated and before
+    anything exists, so a bad input or an unusable provider leaves no row and no bundle behind.
+    """
+    workflow = load_workflow(reference, home, tools_known())
+    prepare_input(workflow.definition, raw_input)  # nothing exists until the input is valid
+    if check is not None:
+        check(workflow)
+    detached = ForegroundOptions(
+        durability=options.durability,
+        files=options.files,
+        record_origin=False,
+        launch=options.launch,
+        origin_session=options.origin_session,
+        session_visible=False,
+    )
+    with _closing(_engine(workflow, home, detached)) as engine:
+        return engine.start(raw_input, title, begin=False)
+
+
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
-    """Resume an unfinished run with the workflow it started from (a changed source is refused)."""
+    """Resume an unfinished run with the workflow it started from (a changed source is refused).
+
+    The run's queue row is claimed first (``RunLocked`` while another process holds it live; a dead holder on
+    this host is taken over at once), a pause request is cleared, and the claim is parked or released when the
+    run stops again.
+    """
     bundle = open_bundle(home, run_id)
     # From the trace, never state.json: a cache that says "completed" must not stop a resume (persistence §3).
     state = fold(bundle.read_trace().events)
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
     if not state.run_id:
         raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+    queue = open_queue(home)
     if state.is_terminal:
+        finish_row(queue, state)
         raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
-    workflow = load_workflow(
-        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+    ensure_row(queue, state, home)
+    row = queue.get(run_id)
+    if row is not None and row.is_final:
+        queue.reopen(run_id)  # the trace has no terminal event after all (a torn last line): it wins
+    claim = queue.claim_run(run_id, runner_id())
+    queue.clear_pause(run_id)
+    lease = Lease(queue, claim).start()
+    try:
+        workflow = load_workflow(
+            workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+        )
+        engine = _engine(workflow, home, options)
+    except LoadError as exc:
+        lease.park("source_changed", error=str(exc))
+        raise
+    except BaseException as exc:
+        lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
+        raise
+    with _closing(engine):
+        return engine.resume(run_id, lease)
+
+
+def ensure_row(queue: RunQueue, state: RunState, home: Path) -> None:
+    """A run started before the database existed (or after it was moved aside) gets a parked row."""
+    if queue.get(state.run_id) is not None:
+        return
+    source = state.workflow_source or {}
+    queue.ensure(
+        NewRun(
+            run_id=state.run_id,
+            workflow_ref=str(workflow_path_of(source, state.workflow_name, home)) if source else "",
+            workflow_source=source,
+            definition_digest=state.definition_digest,
+            input=None,
+            origin_session_id=(state.origin_session or {}).get("id"),
+        )
     )
-    with _closing(_engine(workflow, home, options)) as engine:
-        return engine.resume(run_id)
 
 
-def continue_run(
-    spec: ContinuationSpec, home: Path, options: ForegroundOptions, claim: Claim | None = None
-) -> RunState:
+def finish_row(queue: RunQueue, state: RunState) -> None:
+    """A run whose trace has a terminal event: set its queue row final if a crash left it open (§8 step 2)."""
+    row = queue.get(state.run_id)
+    if row is None or row.is_final:
+        return
+    with contextlib.suppress(PiwError):  # a live holder finalizes it itself
+        queue.finalize(state.run_id, FINAL_QUEUE_STATUS.get(state.status, "done"))
+
+
+def recorded_launch(home: Path, run_id: str) -> dict[str, Any]:
+    """The provider, model and script a run was started with (its queue row), for ``piw resume``."""
+    row = open_queue(home).get(run_id)
+    return dict(row.options) if row is not None else {}
+
+
+def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
     """Run an accepted answer's continuation in the foreground: create it, or resume it if it exists.
 
-    The answer is recorded first (``piw.run.answers``), with the continuation's queue row; ``claim`` is that
-    row's claim when the answer took it. Safe to repeat: an existing continuation is resumed (or just reported
-    when it already ended), never created twice.
+    The answer is recorded first (``piw.run.answers``), with the continuation's queue row, which the engine
+    claims by name before it creates the bundle. Safe to repeat: an existing continuation is resumed (or just
+    reported when it already ended), never created twice; ``RunLocked`` while another live process runs it.
     """
-    queue = open_queue(home)
     try:
         bundle: Bundle | None = open_bundle(home, spec.run_id)
     except RunNotFound:
         bundle = None
+    queue = open_queue(home)
     if bundle is not None:
         state = fold(bundle.read_trace().events)  # the trace decides, never a cached state.json
         if state.run_id and state.is_terminal:
-            _release(queue, claim, state)
+            finish_row(queue, state)
             return state
         if state.run_id:
-            if claim is not None:
-                queue.park(claim)  # resume takes its own claim
             try:
                 return resume_run(spec.run_id, home, options)
             except RunFinished:  # it ended an instant ago in the process that ran it: report that
                 return fold(bundle.read_trace().events)
-    if claim is None:
-        try:
-            claim = queue.claim_run(spec.run_id, runner_id())  # RunLocked while another process creates it
-        except RunFinished:  # another process created and finished it meanwhile: report it
-            return fold(open_bundle(home, spec.run_id).read_trace().events)
-    if bundle is not None:
+        row = queue.get(spec.run_id)
+        if row is not None and row.has_live_claim(queue.clock()):
+            raise RunLocked(f"Run {spec.run_id} is being created by another piw process ({row.runner_id}).")
         discard_incomplete(bundle)  # created, but run_started never committed (its creator died): again
+    parent = load_state(open_bundle(home, spec.parent_run_id))
+    workflow = load_workflow(
+        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
+    )
     try:
-        parent = load_state(open_bundle(home, spec.parent_run_id))
-        workflow = load_workflow(
-            workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
-        )
         with _closing(_engine(workflow, home, options)) as engine:
-            state = engine.start_continuation(spec)
-    except BaseException as exc:
-        with contextlib.suppress(PiwError):
-            queue.park(
-                claim, "interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__
-            )
-        raise
-    _release(queue, claim, state)
-    return state
-
-
-def _release(queue: RunQueue, claim: Claim | None, state: RunState) -> None:
-    """Give the continuation's row the final status of its run (``done`` for completed or waiting)."""
-    final = {"completed": "done", "waiting": "done", "failed": "failed", "timed_out": "failed"}
-    status = final.get(state.status, "cancelled" if state.status == "cancelled" else None)
-    if status is None:
-        return
-    with contextlib.suppress(PiwError):
-        if claim is not None:
-            queue.release(claim, status)  # type: ignore[arg-type]
-        else:
-            queue.finalize(state.run_id, status)  # type: ignore[arg-type]
+            return engine.start_continuation(spec)
+    except RunFinished:  # another process created and finished it meanwhile: report it
+        return fold(open_bundle(home, spec.run_id).read_trace().events)
 
 
 def fork_run(
@@ -215,11 +325,20 @@ def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:
     return resolve_reference(name, home)
 
 
-def configured_durability(home: Path) -> str | None:
-    """The ``durability`` key of ``config.toml`` (``PIW_DURABILITY`` still wins in ``resolve_durability``)."""
+def configured_durability(home: Path, warn: Callable[[str], None] | None = None) -> str | None:
+    """The ``durability`` key of ``config.toml`` (``PIW_DURABILITY`` still wins in ``resolve_durability``).
+
+    A config file that cannot be read does not stop a run that needs no provider: the problem goes to ``warn``
+    (one line) and the defaults apply. A run that needs a provider already failed on it when selecting one.
+    """
     from piw.providers.config import load_config
 
-    return load_config(home).durability
+    try:
+        return load_config(home).durability
+    except ProviderError as exc:
+        if warn is not None:
+            warn(f"{exc} It is ignored for this run, which needs no provider.")
+        return None
 
 
 def resolved_outcome(home: Path, state: RunState) -> tuple[Any, Any]:

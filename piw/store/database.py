@@ -81,6 +81,10 @@ TABLES: dict[str, TableSpec] = {
             "trace_seq": int,
             "current_node": str,
             "notice": str,  # set when the bundle could not be replayed (the row then comes from the manifest)
+            "cost": float,  # USD over the run's model requests, when every part is known
+            "damage_line": int,  # the trace's first damaged line; the row shows its readable prefix
+            "usage_json": str,  # the run's usage, or its spend when it has a budget
+            "trace_stamp": str,  # size:mtime_ns of trace.ndjson when the row was computed
         },
         pk="run_id",
         not_null=("workflow_name", "status"),
@@ -248,6 +252,14 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
     conn.execute("PRAGMA busy_timeout=5000")
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def _tighten(path: Path) -> None:
     """0600 on the database and its ``-wal``/``-shm`` files (SQLite copies the main file's mode; be sure)."""
     for suffix in ("", "-wal", "-shm"):
@@ -268,6 +280,8 @@ class Database:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._initialise()
+        self.identity = _identity(path)
+        """The file's (device, inode) when opened: a file moved aside or replaced is opened afresh."""
 
     # ---- connections ------------------------------------------------------------------------------------
 
@@ -379,11 +393,16 @@ def open_database(home: Path) -> Database:
 
     Raises ``StateSchemaMismatch`` (one line, exit 2) for a corrupt or foreign ``piw.sqlite``.
     """
+    from piw.store.bundle import ensure_private_dir
+
+    ensure_private_dir(home)
     path = database_path(home)
     with _OPEN_LOCK:
         db = _OPEN.get(path)
-        if db is not None and db._pid == os.getpid() and path.exists():
+        if db is not None and db._pid == os.getpid() and db.identity == _identity(path):
             return db
+        if db is not None:
+            db.close()
         db = Database(path)
         _OPEN[path] = db
         return db

@@ -204,14 +204,18 @@ def due_decisions(queue: SqliteQueue, now: int | None = None) -> list[DecisionRo
 
 def cancel_decisions(queue: SqliteQueue, run_id: str, answered_by: str = "") -> int:
     """Turn the run's open decisions into ``cancelled`` tombstones (cancelling a waiting run); how many."""
-    now = queue.clock()
     with queue.db.transaction() as conn:
-        cursor = conn.execute(
-            "UPDATE human_decisions SET status = 'cancelled', provenance = 'cancel', answered_by = ?, "
-            "resolved_at = ? WHERE run_id = ? AND status = 'open'",
-            (answered_by or None, now, run_id),
-        )
-        return cursor.rowcount
+        return tombstone(conn, run_id, queue.clock(), answered_by)
+
+
+def tombstone(conn: sqlite3.Connection, run_id: str, now: int, answered_by: str = "") -> int:
+    """Inside a caller's transaction (``cancel_waiting``): open decisions of the run become ``cancelled``."""
+    cursor = conn.execute(
+        "UPDATE human_decisions SET status = 'cancelled', provenance = 'cancel', answered_by = ?, "
+        "resolved_at = ? WHERE run_id = ? AND status = 'open'",
+        (answered_by or None, now, run_id),
+    )
+    return cursor.rowcount
 
 
 def _stored(conn: sqlite3.Connection, scope: str, key: str) -> tuple[str, dict[str, Any]] | None:

@@ -1,7 +1,9 @@
-"""Run listings: a summary row per bundle, newest first, from the replayed state.
+"""Run listings: a summary row per run, newest first, from the ``runs`` index and the run queue.
 
-The SQLite ``runs`` index (``persistence.md`` §10) will cache these rows; until then bundles are folded directly
-(``state.json`` accelerates it).
+The index (``piw.store.index``) caches each bundle's fold, so listing does not fold every bundle. Whether a
+``running`` run is live comes from its queue row (``persistence.md`` §10.2, spec README §5): held by a process
+with an unexpired lease is live; queued, paused or parked says so; anything else has no process writing it and
+is shown as interrupted. :func:`folded_summaries` is the old way (fold every bundle) kept for the benchmark.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.bundle import list_bundles, load_state, run_is_live
 from piw.store.damage import Damage, line_damage
+from piw.store.database import now_ms
+from piw.store.index import IndexRow, indexed_rows, usage_cost
+from piw.store.queue import QueueRow, SqliteQueue
 from piw.store.replay import fold
 from piw.store.trace import read_trace_prefix
 
@@ -32,8 +37,13 @@ class RunSummary:
     damage: Damage | None = None
     interrupted: bool = False
     """``running`` with no process writing it: it crashed or was interrupted, and ``piw resume`` continues it."""
+    detail: str | None = None
+    """What a ``running`` run is doing in queue terms: ``queued``, ``paused``, ``parked: <reason>``, ``interrupted``."""
     cost: float | None = None
     """USD summed over the run's model requests, when every part of it is known (``RunState.usage.cost``)."""
+    usage: dict[str, Any] | None = None
+    """The run's ``usage`` (``{requests, input, output, cacheRead, cacheWrite, cost?}``), or its ``spent`` when it
+    has a budget."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,12 +55,67 @@ class RunSummary:
             "finishedAt": self.finished_at,
             "currentNode": self.current_node,
             "damage": self.damage.to_json() if self.damage else None,
+            "usage": self.usage,
         }
+
+    @property
+    def display_status(self) -> str:
+        return f"{self.status} ({self.detail})" if self.detail else self.status
+
+
+def queue_detail(row: QueueRow | None, paused: bool, now: int) -> tuple[str | None, bool]:
+    """``(detail, interrupted)`` of a ``running`` run from its queue row (``None`` when it has none)."""
+    if row is None:
+        return ("paused" if paused else "interrupted"), not paused
+    if row.has_live_claim(now):
+        return ("pausing" if row.pause_requested else "cancelling" if row.cancel_requested else None), False
+    if row.pause_requested or paused:
+        return "paused", False
+    if row.status == "queued":
+        return "queued", False
+    if row.status == "parked" and row.park_reason and row.park_reason != "interrupted":
+        return f"parked: {row.park_reason.replace('_', ' ')}", False
+    if row.status == "parked" and row.park_reason is None and row.available_at > now:
+        return "queued", False
+    return "interrupted", True
 
 
 def run_summaries(home: Path, status: str | None = None, limit: int | None = None) -> Iterator[RunSummary]:
-    """Summaries of every run, newest first; a damaged trace gives its readable prefix with the damage."""
-    count = 0
+    """Summaries of every run, newest first, from the index (reconciled with the bundles on disk)."""
+    rows = [row for row in indexed_rows(home) if status is None or row.status == status]
+    if limit is not None:
+        rows = rows[:limit]
+    running = [row.run_id for row in rows if row.status == "running" and row.damage_line is None]
+    queue_rows = SqliteQueue.open(home).rows(running) if running else {}
+    now = now_ms()
+    for row in rows:
+        detail, interrupted = (None, False)
+        if row.run_id in running:
+            detail, interrupted = queue_detail(queue_rows.get(row.run_id), row.paused, now)
+        yield _summary(row, detail, interrupted)
+
+
+def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary:
+    return RunSummary(
+        run_id=row.run_id,
+        workflow_name=row.workflow_name,
+        run_title=row.run_title,
+        status=row.status,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        current_node=row.current_node,
+        notice=row.notice,
+        damage=line_damage("trace.ndjson", row.damage_line) if row.damage_line is not None else None,
+        interrupted=interrupted,
+        detail=detail,
+        cost=row.cost,
+        usage=row.usage,
+    )
+
+
+def folded_summaries(home: Path) -> list[RunSummary]:
+    """Every run folded from its bundle (the listing before the index existed; the benchmark's baseline)."""
+    out: list[RunSummary] = []
     for bundle in list_bundles(home):
         damage: Damage | None = None
         try:
@@ -63,27 +128,21 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
         except PiwError:
             continue
         if not state.run_id:
-            continue  # never started (killed before run_started): incomplete, readers skip it
-        if status is not None and state.status != status:
             continue
-        yield RunSummary(
-            run_id=state.run_id,
-            workflow_name=state.workflow_name,
-            run_title=state.run_title,
-            status=state.status,
-            started_at=state.started_at,
-            finished_at=state.finished_at,
-            current_node=state.current.node_id if state.current else None,
-            notice=damage.notice if damage else None,
-            damage=damage,
-            interrupted=damage is None and state.status == "running" and not run_is_live(bundle),
-            cost=_cost(state.usage),
+        out.append(
+            RunSummary(
+                run_id=state.run_id,
+                workflow_name=state.workflow_name,
+                run_title=state.run_title,
+                status=state.status,
+                started_at=state.started_at,
+                finished_at=state.finished_at,
+                current_node=state.current.node_id if state.current else None,
+                notice=damage.notice if damage else None,
+                damage=damage,
+                interrupted=damage is None and state.status == "running" and not run_is_live(bundle),
+                cost=usage_cost(state.usage),
+                usage=state.spent if state.budget else state.usage,
+            )
         )
-        count += 1
-        if limit is not None and count >= limit:
-            return
-
-
-def _cost(usage: dict[str, Any] | None) -> float | None:
-    cost = (usage or {}).get("cost")
-    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+    return out

@@ -169,6 +169,12 @@ class Lease:
             self.queue.park(self.claim, reason, delay_ms=delay_ms, error=error)
             self.lost = "released"
 
+    def requeue(self) -> None:
+        self.stop()
+        if self.lost is None:
+            self.queue.requeue(self.claim)
+            self.lost = "released"
+
     def release(self, status: FinalStatus, error: str | None = None) -> None:
         self.stop()
         if self.lost is None:

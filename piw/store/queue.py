@@ -116,6 +116,8 @@ class Claim:
     generation: int
     runner_id: str
     expires_at: int
+    taken_from: str | None = None
+    """The previous holder when this claim took over an expired or dead one (its shell groups may linger)."""
 
 
 @dataclass(frozen=True)
@@ -219,12 +221,27 @@ class RunQueue(Protocol):
         """Clear the claim and leave the row ``parked`` (claimable after ``delay_ms`` unless ``reason``)."""
         ...
 
+    def requeue(self, claim: Claim) -> None:
+        """Clear the claim and leave the row ``queued`` for a host (``piw run --detach`` after ``run_started``)."""
+        ...
+
     def release(self, claim: Claim, status: FinalStatus, error: str | None = None) -> None:
         """Clear the claim with a final status; ``input_json`` is cleared."""
         ...
 
     def finalize(self, run_id: str, status: FinalStatus, error: str | None = None) -> QueueRow | None:
         """Set an unclaimed (or dead-held) row final without claiming it, e.g. cancelling a waiting run."""
+        ...
+
+    def cancel_waiting(self, run_id: str) -> QueueRow:
+        """Cancel a run that ended ``waiting`` (row ``done``): the row becomes ``cancelled``; the bundle is final.
+
+        Part B turns the run's open human decision into a ``cancelled`` tombstone in the same transaction."""
+        ...
+
+    def reopen(self, run_id: str) -> None:
+        """A final row whose trace has no terminal event after all (its last line was torn, e.g. by power loss):
+        the trace is the truth, so the row goes back to ``parked`` for ``piw resume`` to claim."""
         ...
 
     def request_pause(self, run_id: str) -> QueueRow: ...
@@ -410,7 +427,15 @@ class SqliteQueue:
 
     # ---- claims -------------------------------------------------------------------------------------
 
-    def _take(self, conn: sqlite3.Connection, run_id: str, runner: str, generation: int, now: int) -> Claim:
+    def _take(
+        self,
+        conn: sqlite3.Connection,
+        run_id: str,
+        runner: str,
+        generation: int,
+        now: int,
+        taken_from: str | None = None,
+    ) -> Claim:
         token = secrets.token_hex(16)
         expires = now + LEASE_MS
         conn.execute(
@@ -418,7 +443,7 @@ class SqliteQueue:
             "claim_expires_at = ?, runner_id = ?, park_reason = NULL, updated_at = ? WHERE run_id = ?",
             (token, generation + 1, expires, runner, now, run_id),
         )
-        return Claim(run_id, token, generation + 1, runner, expires)
+        return Claim(run_id, token, generation + 1, runner, expires, taken_from)
 
     def claim_next(self, runner: str) -> Claim | None:
         now = self.clock()
@@ -434,7 +459,7 @@ class SqliteQueue:
             for run_id, status, generation, expires, holder in candidates:
                 if status in HELD_STATUSES and (expires or 0) > now and not holder_is_dead(holder):
                     continue  # a live lease
-                return self._take(conn, run_id, runner, int(generation or 0), now)
+                return self._take(conn, run_id, runner, int(generation or 0), now, holder)
         return None
 
     def claim_run(self, run_id: str, runner: str) -> Claim:
@@ -450,7 +475,7 @@ class SqliteQueue:
                     f"Run {run_id} is being run by another piw process ({row.runner_id}); wait for it, or stop "
                     f"it with 'piw cancel {run_id}'."
                 )
-            return self._take(conn, run_id, runner, row.claim_generation, now)
+            return self._take(conn, run_id, runner, row.claim_generation, now, row.runner_id)
 
     def renew(self, claim: Claim) -> Claim:
         now = self.clock()
@@ -463,7 +488,7 @@ class SqliteQueue:
             )
             if cursor.rowcount != 1:
                 raise ClaimLost(self._reason(self._get(conn, claim.run_id), claim, now))
-        return Claim(claim.run_id, claim.token, claim.generation, claim.runner_id, expires)
+        return Claim(claim.run_id, claim.token, claim.generation, claim.runner_id, expires, claim.taken_from)
 
     @staticmethod
     def _reason(row: QueueRow | None, claim: Claim, now: int) -> str:
@@ -518,6 +543,17 @@ class SqliteQueue:
                 (reason, now + delay_ms, error, now),
             )
 
+    def requeue(self, claim: Claim) -> None:
+        now = self.clock()
+        with self.db.transaction() as conn:
+            self._held(
+                conn,
+                claim,
+                "UPDATE run_queue SET status = 'queued', claim_token = NULL, claim_expires_at = NULL, "
+                "runner_id = NULL, park_reason = NULL, available_at = ?, updated_at = ?",
+                (now, now),
+            )
+
     def release(self, claim: Claim, status: FinalStatus, error: str | None = None) -> None:
         now = self.clock()
         with self.db.transaction() as conn:
@@ -543,6 +579,29 @@ class SqliteQueue:
                 (status, error, now, run_id),
             )
             return self._get(conn, run_id)
+
+    def cancel_waiting(self, run_id: str) -> QueueRow:
+        now = self.clock()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE run_queue SET status = 'cancelled', input_json = NULL, updated_at = ? "
+                "WHERE run_id = ? AND status = 'done'",
+                (now, run_id),
+            )
+            decisions.tombstone(conn, run_id, now)  # part B: its open decision, in this same transaction
+            row = self._get(conn, run_id)
+        if row is None:
+            raise RunNotFound(f"Run {run_id} is not in the run queue.")
+        return row
+
+    def reopen(self, run_id: str) -> None:
+        now = self.clock()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE run_queue SET status = 'parked', park_reason = 'interrupted', updated_at = ? "
+                "WHERE run_id = ? AND status IN ('done', 'failed', 'cancelled')",
+                (now, run_id),
+            )
 
     # ---- flags (set by anyone, read by the holder) --------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,15 @@ def current_branch(entries: list[SessionEntry]) -> list[SessionEntry]:
 class SessionLog:
     """Appends conversation entries for one run (the writer holds the run's lock)."""
 
-    def __init__(self, path: Path, durability: Durability, files: FileLayer | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        durability: Durability,
+        files: FileLayer | None = None,
+        fence: Callable[[], None] | None = None,
+    ) -> None:
+        self._fence = fence or (lambda: None)
+        """Checked before every write (the run's claim, ``persistence.md`` §7: appends are fenced)."""
         path.parent.mkdir(mode=0o700, exist_ok=True)
         try:
             data = path.read_bytes()
@@ -102,6 +110,7 @@ class SessionLog:
         self.entries, valid = _parse_prefix(data, str(path))
         if valid < len(data):
             # A torn tail (crash mid-append): remove it, or the next entry would be glued onto it.
+            self._fence()
             truncate_tail(path, valid, files)
         self._appender = LineAppender(path, durability, files)
 
@@ -113,6 +122,7 @@ class SessionLog:
         self, message: dict[str, Any], *, parent_id: str | object | None = NEWEST, sync: bool = True
     ) -> SessionEntry:
         """Append one settled message after ``parent_id`` (default: the newest entry; ``None`` starts a root)."""
+        self._fence()
         timestamp = now_iso()
         entry = SessionEntry(
             seq=len(self.entries) + 1,

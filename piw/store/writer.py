@@ -7,14 +7,15 @@ threads an action starts (updates, child agents) get one total order.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from piw.errors import PiwError
+from piw.errors import ClaimLost, PiwError, RunLocked
 from piw.store.artifacts import ArtifactStore, externalize_plain
 from piw.store.bundle import Bundle, WriterLock
 from piw.store.replay import RunState, fold_more
@@ -29,9 +30,13 @@ from piw.store.trace import (
     decode_event,
     iter_trace,
 )
-from piw.wire import Manifest, is_plain, now_iso
+from piw.wire import is_plain, now_iso
+
+if TYPE_CHECKING:
+    from piw.wire import Manifest
 
 Listener = Callable[[TraceEvent, RunState], None]
+log = logging.getLogger(__name__)
 STATE_CACHE_INTERVAL_S = 1.0
 STATE_CACHE_COST_FACTOR = 20
 """``state.json`` is rewritten whole, so its cost grows with the run: after a write that took ``d`` seconds the
@@ -69,8 +74,11 @@ class RunWriter:
         state: RunState,
         manifest: Manifest,
         files: FileLayer | None = None,
+        index: Callable[[RunState], None] | None = None,
     ) -> None:
         self.bundle = bundle
+        self.index = index
+        """Upserts the run's ``runs`` index row (write order step 5); a failure is logged, never fatal."""
         self.lock = lock
         self.durability = durability
         self.files = files or FileLayer()
@@ -191,7 +199,8 @@ class RunWriter:
         self._state_seq = self.state.trace_seq
 
     def _refresh_caches(self, force: bool) -> None:
-        if force or time.monotonic() >= self._state_due:
+        refreshed = force or time.monotonic() >= self._state_due
+        if refreshed:
             self._write_state()
         state = self.state
         manifest = self.manifest
@@ -208,14 +217,35 @@ class RunWriter:
                 }
             )
             self.bundle.write_manifest(self.manifest)
+            refreshed = True
+        if refreshed:
+            self.refresh_index()
+
+    def refresh_index(self) -> None:
+        """Upsert the ``runs`` index row from the current state; a cache, so a failure only logs."""
+        if self.index is None:
+            return
+        try:
+            self.index(self.state)
+        except Exception as exc:  # the index is a cache: never fail the run for it
+            log.warning("run %s: runs index not updated: %s", self.bundle.run_id, exc)
 
     def close(self) -> None:
-        """Flush caches and release the file; the caller releases the writer lock."""
+        """Flush caches and release the file; the caller releases the writer lock.
+
+        A writer that lost its claim writes nothing more, not even the state cache (the new holder owns it).
+        """
         with self._mutex:
             if self._closed:
+                return
+            self._closed = True
+            try:
+                self.lock.fence()
+            except (ClaimLost, RunLocked):
+                self.trace.close()
                 return
             self.trace.sync()
             if self.state.trace_seq != self._state_seq:
                 self._write_state()
             self.trace.close()
-            self._closed = True
+            self.refresh_index()

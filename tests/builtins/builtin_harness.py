@@ -113,7 +113,10 @@ class BuiltinRun:
         return [e["type"] for e in self.events]
 
     def prompts(self, node: str | None = None) -> list[str]:
-        return [e["payload"]["prompt"] for e in self.of_type("agent_prompt_sent", node)]
+        """The prompts of agent steps, each checked for requests of hidden reasoning on the way (B9)."""
+        found = [e["payload"]["prompt"] for e in self.of_type("agent_prompt_sent", node)]
+        assert_no_hidden_reasoning(found)
+        return found
 
     def started(self, node: str) -> list[dict[str, Any]]:
         return self.of_type("node_started", node)

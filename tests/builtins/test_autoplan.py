@@ -507,6 +507,11 @@ def test_snapshot_of_the_summary_node_and_catalog_revision(run_builtin: RunBuilt
     assert node["expectedOutput"] == {"kind": "assistant-message"}
     assert run.snapshot["revision"] == 2 and run.snapshot["contractId"] == "piw.autoplan.v1"
     assert run.snapshot["nodes"]["plan"]["timeoutMs"] == 1_800_000
+    # every prompt carries the earlier outputs it needs, so each step sends only its own entries
+    assert {
+        run.snapshot["nodes"][n].get("context") for n in ("frame", "propose", "ideal", "choose", "plan")
+    } == {"step"}
+    assert run.provider is not None and len(run.provider.requests[1].messages) == 1
     sources = run.state.workflow_sources  # type: ignore[union-attr]
     assert [s["source"] for s in sources or []] == [
         {"kind": "builtin", "id": "plain-summary", "revision": 1}
@@ -535,6 +540,7 @@ def test_snapshot_of_the_summary_node_and_catalog_revision(run_builtin: RunBuilt
         ("approvalPending", 1, "valid boolean"),
         ("surprise", 1, "Extra inputs are not permitted"),
     ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 40 else type(value).__name__,
 )
 def test_input_over_a_limit_is_rejected_before_a_run_exists(
     cli: Any, piw_home: Path, field: str, value: Any, limit: str

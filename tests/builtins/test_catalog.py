@@ -23,11 +23,11 @@ from piw.workflow.loader import LoadedWorkflow, import_definition, load_workflow
 
 PINS: dict[str, tuple[int, str]] = {
     "plain-summary": (1, "sha256:fa1c88436f9db6adf3f6d086323c5446e1736ee0159ac5d6669275be69f1e644"),
-    "autoplan": (2, "sha256:84faa141472cc713790b0c4e9099021cc75cd41448cfa6ad3090b2aa523edede"),
+    "autoplan": (2, "sha256:8f320f5ec36258e95edcb369fde7f697ef08caa399e426791c459731f043216b"),
     "orchestrate": (1, "sha256:3e39c96fab38caefd1ec41d762797b6c491047775762484154f4fbaf4edab9d6"),
-    "monitor": (1, "sha256:1386088906d9f15dc61101f7a45797284dd30d6c6723077ec80efc9e7a5c2876"),
+    "monitor": (1, "sha256:45a39db29c8343bb7f5d5b6a97e97632c90150098f07e9d24be0ac22c4c26eed"),
     "plan-approval": (1, "sha256:b731eceec0e685ec93269a61bbf1a2b6179246c11e85b5a00b054c4a35ab4c28"),
-    "plan-change": (1, "sha256:59bb7c292919b95b49028d8e7f9d05a077c18064573d499e51e29645915a81fb"),
+    "plan-change": (1, "sha256:25b2b86b69c6726015de61b338374bc30a9509389efb260332b97cad8ff11014"),
 }
 
 CATALOG = {
@@ -187,6 +187,9 @@ def test_piw_list_shows_each_builtin_with_revision_and_contract(cli: Any) -> Non
         assert row["source"] == {"kind": "builtin", "id": builtin_id, "revision": PINS[builtin_id][0]}
     listed = cli("list")
     assert "piw show WORKFLOW" in listed.stdout
+    for builtin_id, (contract, *_rest) in CATALOG.items():  # the table names id, kind, revision and contract
+        line = next(line for line in listed.stdout.splitlines() if line.startswith(builtin_id + " "))
+        assert line.split()[:4] == [builtin_id, "builtin", str(PINS[builtin_id][0]), contract]
 
 
 def test_includes_resolve_only_within_the_catalog(cli: Any, piw_home: Path) -> None:

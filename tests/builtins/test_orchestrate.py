@@ -20,6 +20,7 @@ from builtin_harness import (
     assert_no_hidden_reasoning,
     executor_for,
     no_runs,
+    resume_builtin,  # noqa: F401  (fixture)
     run_builtin,  # noqa: F401  (fixture)
 )
 
@@ -320,3 +321,35 @@ def test_the_shipped_example_runs_offline(run_builtin: RunBuiltin) -> None:
     run = run_builtin("orchestrate", example, replies)
     assert run.status == "completed" and [r["outcome"] for r in run.final["results"]] == ["ok"] * 3
     assert run.provider is not None and run.provider.pending() == 0
+
+
+def test_an_interrupted_fan_out_resumes_without_asking_finished_workers_again(
+    run_builtin: RunBuiltin, resume_builtin: Any, piw_home: Path
+) -> None:
+    import signal
+
+    from piw.run.engine import RunInterrupted
+
+    def interrupt(request: ChatRequest, index: int) -> AssistantMessage:
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C while task 2 is with the model: the run parks mid-fan-out
+        time.sleep(0.5)
+        return AssistantMessage(content=[TextBlock(text="interrupted")])
+
+    plan = [{"agent": "analyst", "task": f"Part {n}."} for n in range(1, 4)]
+    first = ScriptedProvider({"plan_submit": [{"submit": plan}], "fan_out/task-1": [{"submit": {"part": 1}}],
+                              "fan_out/task-2": [interrupt]})  # fmt: skip
+    with pytest.raises(RunInterrupted):
+        run_builtin("orchestrate", orchestrate_input(concurrency=1), first)
+    (run_id,) = [p.name for p in (piw_home / "runs").iterdir() if not p.name.startswith(".")]
+    again = ScriptedProvider(
+        {"fan_out/task-2": [{"submit": {"part": 2}}], "fan_out/task-3": [{"submit": {"part": 3}}]}
+    )
+    run = resume_builtin(run_id, again)
+    assert run.status == "completed", run.state and run.state.error
+    assert [r["output"] for r in run.final["results"]] == [{"part": 1}, {"part": 2}, {"part": 3}]
+    asked = [r.step.node_id for r in again.requests if r.step]
+    assert asked == [
+        "fan_out/task-2",
+        "fan_out/task-3",
+    ]  # task 1 came from the trace, without a model request
+    assert len(run.started("fan_out")) == 2 and len(run.started("plan_submit")) == 1

@@ -573,12 +573,20 @@ workflow = define_workflow(
     max_steps=9,
     input=AutoplanInput,
     start_at="frame",
+    # Each prompt carries every earlier output it needs as a material block, so a step sends only its own entries
+    # (context="step"), not the whole conversation of the run: 6 requests instead of a conversation that grows.
     nodes={
-        "frame": agent(prompt=frame_prompt, expected_output=Frame, validate=check_frame),
-        "propose": agent(prompt=propose_prompt, expected_output=Proposal, validate=check_proposal),
-        "ideal": agent(prompt=ideal_prompt, expected_output=Ideal, validate=check_ideal),
-        "choose": agent(prompt=choose_prompt, expected_output=Selection, validate=check_selection),
-        "plan": agent(prompt=plan_prompt, expected_output=Plan, validate=check_plan, timeout_s=1800),
+        "frame": agent(prompt=frame_prompt, expected_output=Frame, validate=check_frame, context="step"),
+        "propose": agent(
+            prompt=propose_prompt, expected_output=Proposal, validate=check_proposal, context="step"
+        ),
+        "ideal": agent(prompt=ideal_prompt, expected_output=Ideal, validate=check_ideal, context="step"),
+        "choose": agent(
+            prompt=choose_prompt, expected_output=Selection, validate=check_selection, context="step"
+        ),
+        "plan": agent(
+            prompt=plan_prompt, expected_output=Plan, validate=check_plan, timeout_s=1800, context="step"
+        ),
         "finalize_ready": compute(finalize_ready),
         "ready": compute(ready),
         "finalize_blocked": compute(finalize_blocked),

@@ -279,6 +279,7 @@ workflow = define_workflow(
             validate=check_observation,
             timeout_s=3600,
             tools=("read", "grep", "find", "ls"),
+            context="step",  # the prompt holds the previous report; the conversation must not grow per check
         ),
         "guard": compute(guard),
         "estimate": compute(estimate),

@@ -1,0 +1,97 @@
+"""Lifecycle commands safe from any terminal: ``pause``, ``cancel``, and ``host`` (executes detached runs)."""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Annotated
+
+import typer
+
+from piw.cli.app import app
+from piw.cli.console import make_console
+from piw.errors import UsageError
+from piw.store.bundle import piw_home
+from piw.store.runref import resolve_run_id
+from piw.terminal import json_text, safe_text
+
+RunRef = Annotated[str, typer.Argument(help="The run: an id, a unique prefix, 'latest' or -1, -2, ….")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print {runId,status,queueStatus,done,message}.")]
+
+
+def _report(result: object, as_json: bool) -> int:
+    from piw.run.lifecycle import LifecycleResult
+
+    assert isinstance(result, LifecycleResult)
+    if as_json:
+        sys.stdout.write(json_text(result.to_json()) + "\n")
+    else:
+        make_console().print(safe_text(result.message), soft_wrap=True)
+    return 0
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def pause(run: RunRef, as_json: JsonOption = False) -> int:
+    """Pause a run at its next step boundary (the current step is never interrupted); 'piw resume' continues."""
+    from piw.run.lifecycle import pause_run
+
+    home = piw_home()
+    return _report(pause_run(home, resolve_run_id(home, run)), as_json)
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def cancel(run: RunRef, as_json: JsonOption = False) -> int:
+    """Cancel a run: a live one aborts its current step and ends cancelled; a parked or waiting one too."""
+    from piw.run.lifecycle import cancel_run
+
+    home = piw_home()
+    return _report(cancel_run(home, resolve_run_id(home, run)), as_json)
+
+
+@app.command()
+def host(
+    once: Annotated[
+        bool, typer.Option("--once", help="Exit once no queued run is left (instead of waiting for more).")
+    ] = False,
+    max_runs: Annotated[int | None, typer.Option("--max-runs", help="Exit after claiming N runs.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Runs executed at the same time.")] = 1,
+) -> int:
+    """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
+    from piw.agent.setup import agent_executor_factory
+    from piw.run.host import HostOptions, serve
+    from piw.store.queue import QueueRow
+
+    if max_runs is not None and max_runs < 1:
+        raise UsageError("--max-runs must be at least 1.")
+    if concurrency < 1:
+        raise UsageError("--concurrency must be at least 1.")
+    home = piw_home()
+    console = make_console()
+    quiet = make_console(io.StringIO())  # a detached run's agent output is visible nowhere (agent-steps §7)
+
+    def executor_for(row: QueueRow):  # type: ignore[no-untyped-def]
+        options = row.options
+        return agent_executor_factory(
+            home,
+            quiet,
+            provider=options.get("provider"),
+            model=options.get("model"),
+            script=options.get("script"),
+        )
+
+    def report(line: str) -> None:
+        console.print(safe_text(line), soft_wrap=True)
+
+    console.print(f"piw host: claiming queued runs in {home} (Ctrl-C stops and parks what runs).")
+    result = serve(
+        home,
+        HostOptions(
+            once=once,
+            max_runs=max_runs,
+            concurrency=concurrency,
+            executor_factory=executor_for,
+            report=report,
+        ),
+    )
+    console.print(f"piw host: {result.claimed} run{'s' if result.claimed != 1 else ''} claimed; stopped.")
+    return 0

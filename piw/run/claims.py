@@ -1,0 +1,120 @@
+"""The engine's side of a run's claim: the fenced writer lock, the flags it polls, and settling the queue row.
+
+A run executes under a claim on its ``run_queue`` row (``persistence.md`` §10.2), held through a
+:class:`~piw.store.lease.Lease`. This module is what the engine does with it:
+
+- take the per-bundle writer lock fenced by the lease (a busy lock parks the row for ``RENEW_MS``);
+- expose the ``pause_requested``/``cancel_requested`` flags the lease polls, and abort the active node when a
+  cancel arrives or the claim is lost;
+- settle the row when the run stops: final status after a terminal event, ``parked`` for a pause, a park
+  reason or a holder shutdown, ``queued`` for a detached run that was only created, and nothing at all once
+  the claim is lost (the new holder owns the row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from piw.errors import ClaimLost, PiwError, RunFinished, RunLocked, SourceChanged, TraceCorrupt
+from piw.store.bundle import Bundle, WriterLock
+from piw.store.lease import Lease
+from piw.store.queue import RENEW_MS, FinalStatus, ParkReason
+from piw.store.replay import TERMINAL_STATUSES, RunState
+
+FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
+    "completed": "done",
+    "waiting": "done",
+    "failed": "failed",
+    "timed_out": "failed",
+    "cancelled": "cancelled",
+}
+
+Stop = Literal["paused", "queued", "shutdown"] | ParkReason
+"""Why a loop stopped short of a terminal event: a pause, a detached run handed to the queue, a holder
+shutdown, or a park reason."""
+
+
+class ClaimControl:
+    """Wraps the lease of one run (or nothing, for an engine used without the run queue)."""
+
+    def __init__(self, abort: Callable[[], None]) -> None:
+        self.lease: Lease | None = None
+        self._abort = abort
+
+    def hold(self, lease: Lease | None) -> None:
+        self.lease = lease
+        if lease is not None:
+            lease.on_lost = lambda reason: self._abort()
+            lease.on_cancel = self._abort
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.lease is not None and self.lease.cancel_requested
+
+    @property
+    def pause_requested(self) -> bool:
+        return self.lease is not None and self.lease.pause_requested
+
+    @property
+    def lost(self) -> bool:
+        return self.lease is not None and self.lease.lost is not None
+
+    def acquire(self, bundle: Bundle) -> WriterLock:
+        """The writer lock, fenced by the lease; a busy lock parks the row for ``RENEW_MS`` and re-raises."""
+        try:
+            return WriterLock(bundle, self.lease).acquire()
+        except RunLocked:
+            if self.lease is not None:
+                self.lease.park(delay_ms=RENEW_MS)
+            raise
+
+    def running(self) -> None:
+        if self.lease is not None:
+            self.lease.queue.mark_running(self.lease.claim)
+
+    def settle_refusal(self, exc: BaseException, state: RunState | None) -> None:
+        """A resume that refused before writing says why on the row (§8 steps 1–3)."""
+        lease = self.lease
+        if lease is None:
+            return
+        if isinstance(exc, ClaimLost):
+            lease.stop()
+        elif isinstance(exc, RunFinished) and state is not None:
+            lease.release(FINAL_QUEUE_STATUS.get(state.status, "done"))  # a crash after the terminal event
+        elif isinstance(exc, SourceChanged):
+            lease.park("source_changed", error=str(exc))
+        elif isinstance(exc, TraceCorrupt):
+            lease.park("trace_corrupt", error=str(exc))
+        elif isinstance(exc, RunLocked):
+            pass  # acquire() parked it already
+        else:
+            lease.park("interrupted", error=_describe(exc))
+
+    def settle(self, state: RunState, stopped: Stop | None, error: BaseException | None) -> None:
+        """Give the claim back when the loop stops (after the caches are refreshed and the lock released)."""
+        lease = self.lease
+        if lease is None:
+            return
+        if lease.lost is not None:
+            lease.stop()
+            return
+        try:
+            if state.status in TERMINAL_STATUSES:
+                lease.release(FINAL_QUEUE_STATUS[state.status])
+            elif stopped == "paused":
+                lease.park()  # pause_requested stays set: claimers skip the row until 'piw resume'
+            elif stopped == "queued":
+                lease.requeue()
+            elif stopped == "shutdown":
+                lease.park()  # holder shutdown: the next claimer may take it at once
+            elif stopped is not None:
+                lease.park(stopped)
+            else:
+                lease.park("interrupted", error=None if error is None else _describe(error))
+        except ClaimLost:
+            lease.stop()
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, PiwError) else type(exc).__name__

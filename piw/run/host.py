@@ -1,0 +1,276 @@
+"""``piw host``: claim queued runs and execute them, detached (``persistence.md`` §10.2, ``agent-steps.md`` §7).
+
+A host is a ``claim_next`` loop with up to ``concurrency`` runs in flight, each in its own thread with its own
+claim, lease and writer. Runs execute with ``session_visible=False``: an assistant-completion node is never run
+invisibly — the engine parks the run before ``node_started`` for its origin session (``needs-origin-session``),
+or fails the node before prompting when it has none. A run whose bundle never got its ``run_started`` (its
+enqueuer crashed) is moved to ``runs/.incomplete-<runId>-<ms>/`` and recreated from the queue row.
+
+Stopping the host (Ctrl-C, SIGTERM) parks every run in flight: their active nodes are aborted without a terminal
+event and the rows are available to the next claimer at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from piw.errors import PiwError
+from piw.run.answers import open_decision_book
+from piw.run.continuation import ContinuationSpec
+from piw.run.delivery import deliver_untargeted
+from piw.run.engine import Engine, RunOptions
+from piw.run.executors import Executor
+from piw.run.runner import configured_durability, tools_known, workflow_path_of
+from piw.run.sweeper import sweep_timeouts
+from piw.store.bundle import runs_dir
+from piw.store.database import now_ms
+from piw.store.index import from_ms
+from piw.store.lease import Lease
+from piw.store.queue import Claim, QueueRow, RunQueue, open_queue, runner_id
+from piw.store.replay import RunState
+from piw.store.trace import TraceEvent, read_trace, resolve_durability
+from piw.store.writer import Listener
+from piw.terminal import single_line
+from piw.workflow.loader import LoadedWorkflow, load_workflow
+
+log = logging.getLogger(__name__)
+
+ExecutorFactory = Callable[[QueueRow], Callable[[LoadedWorkflow], Executor | None] | None]
+Report = Callable[[str], None]
+
+
+@dataclass
+class HostOptions:
+    once: bool = False
+    """Stop once no run is claimable and none is in flight (instead of waiting for more)."""
+    max_runs: int | None = None
+    """Stop after claiming this many runs (and finishing them)."""
+    concurrency: int = 1
+    poll_s: float = 0.5
+    executor_factory: ExecutorFactory | None = None
+    """Builds the agent executor of one run from its queue row (provider, model and script it was queued with)."""
+    listeners: list[Listener] = field(default_factory=list)
+    report: Report = lambda line: None
+
+
+@dataclass
+class HostResult:
+    claimed: int = 0
+    outcomes: dict[str, str] = field(default_factory=dict)
+    """Run id → how it stopped here: a run status, ``parked (<reason>)``, or ``error: …``."""
+
+
+class Host:
+    """One host process: claims runs and executes them until told to stop (or the options say so)."""
+
+    def __init__(self, home: Path, options: HostOptions, queue: RunQueue | None = None) -> None:
+        self.home = home
+        self.options = options
+        self.queue = queue or open_queue(home)
+        self.runner = runner_id()
+        self.result = HostResult()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._engines: dict[str, Engine] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._delivered: set[str] = set()
+
+    def stop(self) -> None:
+        """Stop claiming and park every run in flight (their nodes rerun on the next claim)."""
+        self._stop.set()
+        with self._lock:
+            engines = list(self._engines.values())
+        for engine in engines:
+            engine.request_park()
+        self._wake.set()
+
+    def serve(self) -> HostResult:
+        options = self.options
+        try:
+            while not self._stop.is_set():
+                self._reap()
+                self._housekeeping()
+                limit_reached = options.max_runs is not None and self.result.claimed >= options.max_runs
+                claimed = False
+                if not limit_reached and len(self._threads) < max(1, options.concurrency):
+                    claim = self.queue.claim_next(self.runner)
+                    if claim is not None:
+                        self._launch(claim)
+                        claimed = True
+                if claimed:
+                    continue
+                if not self._threads and (limit_reached or options.once):
+                    break
+                self._wake.wait(options.poll_s)
+                self._wake.clear()
+        except KeyboardInterrupt:
+            self.stop()
+        finally:
+            self._join_all()
+        return self.result
+
+    def _housekeeping(self) -> None:
+        """Each pass: resolve due human decisions with their timeout choice (their continuations are queued and
+        claimed like any run), and deliver notifications that have no origin session (part B, ``decisions``)."""
+        report = self.options.report
+        try:
+            for receipt in sweep_timeouts(self.home, self.queue):
+                spec = receipt.spec
+                report(f"{spec.parent_run_id}  {spec.node_id} timed out: continuing as run {spec.run_id}")
+            deliver_untargeted(
+                self.queue, lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"), self._delivered
+            )
+        except PiwError as exc:  # housekeeping never stops the host
+            log.warning("host housekeeping: %s", exc)
+
+    def _join_all(self) -> None:
+        while True:
+            with self._lock:
+                threads = list(self._threads.values())
+            if not threads:
+                return
+            for thread in threads:
+                try:
+                    thread.join()
+                except KeyboardInterrupt:
+                    self.stop()
+            self._reap()
+
+    def _reap(self) -> None:
+        with self._lock:
+            for run_id, thread in list(self._threads.items()):
+                if not thread.is_alive():
+                    del self._threads[run_id]
+                    self._engines.pop(run_id, None)
+
+    def _launch(self, claim: Claim) -> None:
+        self.result.claimed += 1
+        lease = Lease(self.queue, claim).start()
+        thread = threading.Thread(
+            target=self._execute, args=(lease,), name=f"run-{claim.run_id}", daemon=True
+        )
+        with self._lock:
+            self._threads[claim.run_id] = thread
+        thread.start()
+
+    # ---- one run --------------------------------------------------------------------------------------
+
+    def _execute(self, lease: Lease) -> None:
+        run_id = lease.run_id
+        report = self.options.report
+        try:
+            state = self._run(lease)
+            outcome = self._describe(run_id, state)
+        except PiwError as exc:
+            outcome = f"error: {exc}"
+        except Exception as exc:  # a bug must not take the host down: the run is parked for a person
+            log.exception("run %s failed in the host", run_id)
+            outcome = f"error: {type(exc).__name__}: {exc}"
+            if lease.lost is None:
+                with contextlib.suppress(PiwError):
+                    lease.park("interrupted", error=outcome)
+        finally:
+            if lease.lost is None:
+                lease.stop()
+            self._wake.set()
+        self.result.outcomes[run_id] = outcome
+        report(f"{run_id}  {outcome}")
+
+    def _describe(self, run_id: str, state: RunState) -> str:
+        if state.is_terminal:
+            return state.status
+        row = self.queue.get(run_id)
+        if row is not None and row.status == "parked":
+            reason = row.park_reason or ("paused" if row.pause_requested else "parked")
+            if reason == "needs-origin-session":
+                return f"parked (needs-origin-session): continue it in a terminal with 'piw resume {run_id}'"
+            return f"parked ({reason})"
+        return state.status
+
+    def _run(self, lease: Lease) -> RunState:
+        run_id = lease.run_id
+        row = self.queue.get(run_id)
+        assert row is not None
+        self.options.report(f"{run_id}  claimed (generation {lease.claim.generation})")
+        bundle_path = self.home / "runs" / run_id
+        started = bundle_path.is_dir() and _has_run_started(bundle_path)
+        if started:
+            from piw.store.bundle import load_state, open_bundle
+
+            state = load_state(open_bundle(self.home, run_id))
+            reference = str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
+        else:
+            reference = row.workflow_ref or ""
+        try:
+            workflow = load_workflow(reference, self.home, tools_known())
+        except PiwError as exc:
+            lease.park("source_changed", error=str(exc))
+            raise
+        engine = self._engine(workflow, row)
+        with self._lock:
+            self._engines[run_id] = engine
+        if self._stop.is_set():
+            engine.request_park()
+        if started:
+            return engine.resume(run_id, lease)
+        if row.workflow_source != workflow.source or row.definition_digest != workflow.digest:
+            lease.park("source_changed", error="the workflow changed since the run was queued")
+            raise PiwError(f"Workflow source changed since run {run_id} was queued; cancel it with "
+                           f"'piw cancel {run_id}'.")  # fmt: skip
+        if bundle_path.exists():
+            lease.fence()
+            bundle_path.rename(runs_dir(self.home) / f".incomplete-{run_id}-{now_ms()}")
+        if row.origin_session_id:
+            engine.options.origin_session = {
+                "id": row.origin_session_id,
+                "startedAt": from_ms(row.created_at),
+            }
+        continued = (
+            (row.input or {}).get("continuation")
+            if row.parent_run_id and isinstance(row.input, dict)
+            else None
+        )
+        if isinstance(continued, dict):  # an answered checkpoint's continuation (decisions: piw.run.answers)
+            return engine.start_continuation(ContinuationSpec.from_json(continued), lease=lease)
+        title = row.options.get("title")
+        return engine.start(row.input, title if isinstance(title, str) else None, run_id=run_id, lease=lease)
+
+    def _engine(self, workflow: LoadedWorkflow, row: QueueRow) -> Engine:
+        factory = self.options.executor_factory(row) if self.options.executor_factory else None
+        return Engine(
+            workflow,
+            self.home,
+            RunOptions(
+                durability=resolve_durability(configured_durability(self.home)),
+                listeners=list(self.options.listeners),
+                agent_executor=factory(workflow) if factory else None,
+                origin_session=None,  # the engine takes the run's recorded origin session on resume
+                session_visible=False,
+                decisions=open_decision_book(self.queue),
+                outbox=self.queue,
+            ),
+        )
+
+
+def _has_run_started(bundle_path: Path) -> bool:
+    try:
+        events: list[TraceEvent] = read_trace(bundle_path / "trace.ndjson").events
+    except PiwError:
+        return True  # damaged: the resume path parks it as trace_corrupt
+    return bool(events) and events[0].type == "run_started"
+
+
+def serve(home: Path, options: HostOptions) -> HostResult:
+    """Run a host until it stops; Ctrl-C or SIGTERM (as ``KeyboardInterrupt``) parks what is in flight."""
+    host = Host(home, options)
+    started = time.monotonic()
+    result = host.serve()
+    log.info("host served %d runs in %.1fs", result.claimed, time.monotonic() - started)
+    return result

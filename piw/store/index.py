@@ -1,0 +1,235 @@
+"""The runs index: one summary row per run in the ``runs`` table of ``piw.sqlite`` (``persistence.md`` §10.1).
+
+It is a cache of what each bundle's fold says, so ``piw runs`` lists a thousand runs without folding a thousand
+traces. The run writer upserts a run's row (write order step 5: a failure is logged, never fails the run);
+:func:`rebuild_run_index` folds every bundle, and runs when the table is empty or the database was just created.
+:func:`indexed_summaries` also reconciles the table with the ``runs/`` directory on every listing — a bundle
+with no row (written while the database was unusable, or copied in) is folded and indexed, a row whose bundle is
+gone is dropped, a row whose trace changed since (its size and mtime, one ``stat`` per bundle) is refolded — so
+the index never hides, invents or misreports a run. It is never used for recovery decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from piw.errors import PiwError, TraceCorrupt
+from piw.store.bundle import Bundle, list_bundles, load_state
+from piw.store.damage import Damage, line_damage
+from piw.store.database import Database, open_database
+from piw.store.replay import RunState, fold
+from piw.store.trace import read_trace_prefix
+from piw.wire import format_time, parse_time
+
+log = logging.getLogger(__name__)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_ms(text: str | None) -> int | None:
+    """A persisted timestamp as integer epoch milliseconds (exact: timestamps carry milliseconds)."""
+    if not text:
+        return None
+    delta = parse_time(text) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def from_ms(value: int | None) -> str | None:
+    return None if value is None else format_time(_EPOCH + timedelta(milliseconds=value))
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    """One ``runs`` row, with times back in the persisted timestamp format."""
+
+    run_id: str
+    workflow_name: str
+    run_title: str | None
+    status: str
+    paused: bool
+    parent_run_id: str | None
+    started_at: str | None
+    updated_at: str | None
+    finished_at: str | None
+    trace_seq: int
+    current_node: str | None
+    notice: str | None = None
+    cost: float | None = None
+    damage_line: int | None = None
+    """The first damaged line of the trace (the row shows its readable prefix), else ``None``."""
+    usage: dict[str, Any] | None = None
+    """The run's ``usage``, or its ``spent`` when it has a budget (``piw runs --json``)."""
+
+
+_COLUMNS = (
+    "run_id, workflow_name, run_title, status, paused, parent_run_id, started_at, updated_at, finished_at, "
+    "trace_seq, current_node, notice, cost, damage_line, usage_json, trace_stamp"
+)
+_MARKS = ", ".join("?" * 16)
+_STAMP = 15
+"""Position of ``trace_stamp`` in a row: the trace's size and mtime when the row was computed."""
+
+
+def trace_stamp(trace: Path) -> str | None:
+    """``size:mtime_ns`` of a trace file: a row whose stamp differs from the file's is refolded."""
+    try:
+        info = trace.stat()
+    except OSError:
+        return None
+    return f"{info.st_size}:{info.st_mtime_ns}"
+
+
+def usage_cost(usage: dict[str, Any] | None) -> float | None:
+    """The run's summed USD cost, when every part of it is known."""
+    cost = (usage or {}).get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+
+
+def row_of_state(state: RunState, damage: Damage | None = None, stamp: str | None = None) -> tuple[Any, ...]:
+    return (
+        state.run_id,
+        state.workflow_name,
+        state.run_title,
+        state.status,
+        1 if state.paused else 0,
+        state.parent_run_id,
+        to_ms(state.started_at),
+        to_ms(state.updated_at),
+        to_ms(state.finished_at),
+        state.trace_seq,
+        state.current.node_id if state.current else None,
+        damage.notice if damage else None,
+        usage_cost(state.usage),
+        damage.line if damage else None,
+        _usage_json(state),
+        stamp,
+    )
+
+
+def _usage_json(state: RunState) -> str | None:
+    usage = state.spent if state.budget else state.usage
+    return json.dumps(usage, sort_keys=True, separators=(",", ":")) if usage else None
+
+
+def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
+    """A bundle's row from its fold; a damaged trace gives its readable prefix with the damage."""
+    damage: Damage | None = None
+    stamp = trace_stamp(
+        bundle.trace_path
+    )  # before reading: a line appended meanwhile makes it differ next time
+    try:
+        state = load_state(bundle)
+    except TraceCorrupt:
+        read, corrupt = read_trace_prefix(bundle.trace_path)
+        state = fold(read.events)
+        if corrupt is not None:
+            damage = line_damage(bundle.trace_path.name, corrupt.line)
+    except PiwError:
+        return None
+    if not state.run_id:
+        return None  # incomplete: run_started never committed
+    return row_of_state(state, damage, stamp)
+
+
+def _decode(values: tuple[Any, ...]) -> IndexRow:
+    (
+        run_id,
+        name,
+        title,
+        status,
+        paused,
+        parent,
+        started,
+        updated,
+        finished,
+        seq,
+        node,
+        notice,
+        cost,
+        line,
+        usage,
+        _stamp,
+    ) = values
+    return IndexRow(
+        run_id=run_id,
+        workflow_name=name,
+        run_title=title,
+        status=status,
+        paused=bool(paused),
+        parent_run_id=parent,
+        started_at=from_ms(started),
+        updated_at=from_ms(updated),
+        finished_at=from_ms(finished),
+        trace_seq=int(seq or 0),
+        current_node=node,
+        notice=notice,
+        cost=cost,
+        damage_line=line,
+        usage=json.loads(usage) if usage else None,
+    )
+
+
+def _upsert(db: Database, rows: Iterable[tuple[Any, ...]]) -> None:
+    with db.transaction() as conn:
+        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", list(rows))
+
+
+class RunIndex:
+    """Upserts rows for the runs one writer records (``RunWriter.index``)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def __call__(self, state: RunState) -> None:
+        if state.run_id:
+            stamp = trace_stamp(self.home / "runs" / state.run_id / "trace.ndjson")
+            _upsert(open_database(self.home), [row_of_state(state, stamp=stamp)])
+
+
+def rebuild_run_index(home: Path) -> int:
+    """Fold every bundle and replace the ``runs`` table with what they say; returns the rows written."""
+    db = open_database(home)
+    rows = [row for row in (_fold_row(bundle) for bundle in list_bundles(home)) if row is not None]
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM runs")
+        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", rows)
+    return len(rows)
+
+
+def indexed_rows(home: Path) -> list[IndexRow]:
+    """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module)."""
+    db = open_database(home)
+    conn = db.connection()
+    if getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:
+        rebuild_run_index(home)
+        db.created = False
+    bundles = {bundle.run_id: bundle for bundle in list_bundles(home)}
+    rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
+    missing = [bundles[run_id] for run_id in bundles.keys() - rows.keys()]
+    gone = [run_id for run_id in rows.keys() - bundles.keys()]
+    # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
+    # row lags its trace by up to a second (the writer coalesces upserts), a crashed writer never caught up,
+    # and a trace damaged or repaired behind the index's back must not be listed from the old row.
+    changed = [
+        bundles[run_id]
+        for run_id, values in rows.items()
+        if run_id in bundles and values[_STAMP] != trace_stamp(bundles[run_id].trace_path)
+    ]
+    fresh = [row for row in (_fold_row(bundle) for bundle in [*missing, *changed]) if row is not None]
+    fresh = [row for row in fresh if rows.get(row[0]) != row]
+    if fresh or gone:
+        try:
+            with db.transaction() as write:
+                write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
+                write.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", fresh)
+        except Exception as exc:  # a cache: list what we know even if it cannot be written
+            log.warning("runs index not reconciled: %s", exc)
+        for run_id in gone:
+            rows.pop(run_id, None)
+        rows.update((row[0], row) for row in fresh)
+    return [_decode(rows[run_id]) for run_id in sorted(rows, reverse=True)]

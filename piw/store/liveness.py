@@ -1,0 +1,91 @@
+"""Is anyone writing this run? A read-only answer from its queue row, for viewers (spec README §5).
+
+A ``running`` run is live when its ``run_queue`` row holds a claim with an unexpired lease whose holder is not
+known to be dead. Viewers must never write, so this opens ``piw.sqlite`` read-only (``mode=ro``) and never
+creates it; without a database or a row (a run from before the database existed) it falls back to probing the
+bundle's writer lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from piw.store.bundle import Bundle, run_is_live
+from piw.store.database import DATABASE_NAME, now_ms
+from piw.store.queue import HELD_STATUSES, holder_is_dead
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What a viewer can say about who runs a ``running`` run."""
+
+    live: bool
+    """Some process holds a live claim (or, without a queue row, the writer lock)."""
+    state: str
+    """``live``, ``queued`` (a host will start it), ``paused``, ``parked: <reason>`` or ``interrupted``."""
+
+    @property
+    def waiting_for_a_host(self) -> bool:
+        return self.state == "queued"
+
+    def explain(self, run_id: str) -> str:
+        """One line for a viewer that found nobody writing the run."""
+        resume = f"'piw resume {run_id}'"
+        if self.state == "paused":
+            return f"Run {run_id} is paused; continue it with {resume}."
+        if self.state == "queued":
+            return f"Run {run_id} is queued; 'piw host' starts it."
+        if self.state.startswith("parked: "):
+            reason = self.state.removeprefix("parked: ")
+            return f"Run {run_id} is parked ({reason}); continue it with {resume} or end it with 'piw cancel {run_id}'."
+        return (
+            f"Run {run_id} is not being run by any process (it was interrupted or crashed); continue it with "
+            f"{resume} or end it with 'piw cancel {run_id}'."
+        )
+
+
+def _row(home: Path, run_id: str) -> tuple[object, ...] | None:
+    path = home / DATABASE_NAME
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return None
+    try:
+        found = conn.execute(
+            "SELECT status, claim_expires_at, runner_id, pause_requested, park_reason "
+            "FROM run_queue WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        return tuple(found) if found is not None else None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def liveness(bundle: Bundle) -> Liveness:
+    """Who runs ``bundle``'s run, from its queue row (read-only)."""
+    home = bundle.path.parent.parent
+    row = _row(home, bundle.run_id)
+    if row is None:
+        live = run_is_live(bundle)
+        return Liveness(live, "live" if live else "interrupted")
+    status, expires, holder, pause, park_reason = row
+    held = status in HELD_STATUSES and isinstance(expires, int) and expires > now_ms()
+    if held and not holder_is_dead(holder if isinstance(holder, str) else None):
+        return Liveness(True, "live")
+    if pause:
+        return Liveness(False, "paused")
+    if status == "queued" or (status == "parked" and park_reason is None):
+        return Liveness(False, "queued")
+    if status == "parked" and park_reason not in (None, "interrupted"):
+        return Liveness(False, f"parked: {str(park_reason).replace('_', ' ')}")
+    return Liveness(False, "interrupted")
+
+
+def writer_is_live(bundle: Bundle) -> bool:
+    return liveness(bundle).live
