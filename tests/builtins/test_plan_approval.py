@@ -222,13 +222,14 @@ def test_cancel_while_waiting_cancels_the_row_and_leaves_the_bundle_final(cli: A
     assert inspect(cli, run_id)["status"] == "waiting"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="owed by `decisions` (issue 8 part B): cancelling a waiting run makes its decision a cancelled tombstone",
-)
 def test_a_cancelled_waiting_decision_starts_no_continuation(cli: Any, piw_home: Path) -> None:
     run_id = start(cli)["runId"]
     assert cli("cancel", run_id).returncode == 0
     refused = cli("decide", run_id, "continue")
     assert refused.returncode == 2
+    assert refused.stderr.endswith("was cancelled while waiting at approve_auto; it will not continue.\n")
     assert run_ids(piw_home) == [run_id]
+    from piw.store.queue import open_queue
+
+    (decision,) = open_queue(piw_home).decisions_of(run_id)
+    assert (decision.status, decision.provenance) == ("cancelled", "cancel")
