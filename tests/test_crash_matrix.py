@@ -27,6 +27,7 @@ from conftest import PIW_COMMAND, WORKFLOW_FIXTURES
 
 from piw.errors import PiwError
 from piw.store.bundle import Bundle, load_state
+from piw.store.queue import SqliteQueue
 from piw.store.replay import fold, state_to_json
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 
@@ -201,6 +202,10 @@ def check(result: dict[str, Any], reference: dict[str, Any]) -> None:
 
     queued = [e for e in events if e.type == "notification_queued"]
     assert len(queued) == 1  # no duplicate notification
+    (row,) = SqliteQueue.open(case.home).notifications_of(case.run_id)  # one outbox row, the one queued
+    assert row.notification_id == queued[0].payload["notificationId"] and row.content == "told ran"
+    if result["resumed"] == 0:
+        assert row.delivered_at is not None  # delivered by the process that finished the run, if not before
     session = (case.bundle / "session" / "entries.ndjson").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["entry"]["message"]["content"] for line in session] == ["told ran"]
     assert len(final.updates) == 1
