@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TextIO, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -180,13 +180,20 @@ MAX_INPUT_DEPTH = 64
 of every JSON encoder and walker between here and the trace."""
 
 
-def parse_input_option(text: str | None) -> Any:
-    """``--input JSON`` or ``--input @file``; omitted means ``{}``. Anything that could not be stored in the
-    trace exactly (non-UTF-8 bytes, lone surrogates, non-finite numbers, absurd nesting) is refused here."""
+def parse_input_option(text: str | None, stdin: TextIO | None = None) -> Any:
+    """``--input JSON``, ``--input @file`` or ``--input -`` (standard input); omitted means ``{}``. Anything
+    that could not be stored in the trace exactly (non-UTF-8 bytes, lone surrogates, non-finite numbers, absurd
+    nesting) is refused here."""
     if text is None:
         return {}
     raw = text
-    if text.startswith("@"):
+    if text == "-":
+        raw = (stdin or sys.stdin).read()
+        if not raw.strip():
+            raise InputInvalid(
+                "--input - read nothing from standard input; pipe the JSON in, e.g. echo '{}' | piw …"
+            )
+    elif text.startswith("@"):
         try:
             data = Path(text[1:]).read_bytes()
         except OSError as exc:
@@ -244,6 +251,26 @@ def _check_text(text: str) -> None:
         ) from None
 
 
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "null" if value is None else type(value).__name__
+
+
+def _preview(value: Any, limit: int = 40) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
@@ -261,7 +288,14 @@ def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
     """Validate the run input with the workflow's model or normaliser; errors name the field."""
     model = definition.input
     if model is None:
-        return _json_input(definition, {} if raw is None else raw)
+        value = {} if raw is None else raw
+        if not isinstance(value, dict):
+            raise InputInvalid(
+                f"Invalid input for {definition.name}: without an input model the input must be a JSON object "
+                f'({{...}}), not {_json_kind(value)}; wrap it, e.g. {{"items": {_preview(value)}}}, or declare '
+                "input= in define_workflow."
+            )
+        return _json_input(definition, value)
     if isinstance(model, type) and issubclass(model, BaseModel):
         try:
             validated = call_user(model.model_validate, {} if raw is None else raw).model_dump(
