@@ -7,6 +7,7 @@ reporting a stale cache (``persistence.md`` §5).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +47,30 @@ def line_damage(file: str, line: int) -> Damage:
     )
 
 
+def _may_refer_to_artifacts(trace: Path) -> bool:
+    """Whether the trace's bytes hold ``"$artifact"`` at all (a ref is always written as that key).
+
+    A byte search costs a fraction of building the whole state as JSON to walk it, which on a long run is most
+    of what ``inspect`` would otherwise cost; when the key is there, the refs are walked and checked.
+    """
+    import mmap
+
+    try:
+        with trace.open("rb") as handle:
+            if os.fstat(handle.fileno()).st_size == 0:
+                return False
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return data.find(b'"$artifact"') >= 0
+    except (OSError, ValueError):
+        return True
+
+
 def artifact_damage(bundle_dir: Path, state: RunState) -> Damage | None:
     """The first damaged artifact (missing, or bytes that no longer match its sha256) the state refers to."""
     from piw.store.state import state_to_json
+
+    if not _may_refer_to_artifacts(bundle_dir / "trace.ndjson"):
+        return None  # every value of a state comes from the trace: no ref there, none in the state
 
     store = ArtifactStore(bundle_dir)
     seen: set[str] = set()

@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from piw.errors import ClaimLost, PiwError, RunLocked
 from piw.store.artifacts import ArtifactStore, externalize_plain
@@ -30,7 +30,10 @@ from piw.store.trace import (
     decode_event,
     iter_trace,
 )
-from piw.wire import Manifest, is_plain, now_iso
+from piw.wire import is_plain, now_iso
+
+if TYPE_CHECKING:
+    from piw.wire import Manifest
 
 Listener = Callable[[TraceEvent, RunState], None]
 log = logging.getLogger(__name__)
