@@ -21,7 +21,16 @@ from rich.text import Text
 from piw.progress import parse_instant
 from piw.terminal import sanitize_terminal_text, single_line
 
-OUTCOME_MARKS = {"ok": "✓", "failed": "✗", "timed_out": "⏱", "cancelled": "■", "running": "▶", "waiting": "⏸"}
+OUTCOME_MARKS = {
+    "ok": "✓",
+    "failed": "✗",
+    "timed_out": "⏱",
+    "cancelled": "■",
+    "running": "▶",
+    "waiting": "⏸",
+    "not taken": "–",
+    "not run": "–",
+}
 STATUS_STYLES = {
     "ok": "green",
     "completed": "green",
@@ -31,6 +40,8 @@ STATUS_STYLES = {
     "running": "cyan",
     "waiting": "magenta",
     "pending": "dim",
+    "not taken": "dim",
+    "not run": "dim",
 }
 
 
