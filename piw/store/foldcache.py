@@ -478,7 +478,7 @@ def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:
             rest = data[cut:]
             if data.find(marker, 0, cut) < 0:
                 continue
-            for line in data[:cut].splitlines(keepends=True):
+            for line in data[:cut].split(b"\n"):
                 if marker in line:
                     try:
                         event = _ENVELOPE.decode(line)
