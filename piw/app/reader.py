@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from piw.errors import PiwError
@@ -362,6 +363,24 @@ def last_seq(bundle: Bundle) -> int | None:
     return seqs[-1] if seqs else None
 
 
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def read_cached_state(data: bytes) -> RunState:
+    """``state.json`` into ``RunState`` without holding every step's parsed JSON at once.
+
+    The top-level values are decoded one by one and ``steps`` lazily, one step at a time, into the same
+    :func:`piw.store.state.state_from_json`: a run of 500,000 steps needs its records, not also a dict tree of
+    them (which more than doubled the peak).
+    """
+    top = _TOP.decode(data)
+    doc: dict[str, Any] = {key: msgspec.json.decode(raw) for key, raw in top.items() if key != "steps"}
+    steps = _RAWS.decode(top["steps"]) if "steps" in top else []
+    doc["steps"] = (msgspec.json.decode(raw) for raw in steps)
+    return state_from_json(doc)
+
+
 def fast_state(bundle: Bundle) -> RunState | None:
     """``state.json`` plus the events after it, when the end of the trace agrees with it; else ``None``.
 
@@ -369,7 +388,7 @@ def fast_state(bundle: Bundle) -> RunState | None:
     ignored as the reader rule says. The index pass later replays the whole trace and replaces this state.
     """
     try:
-        cached = state_from_json(orjson.loads(bundle.state_path.read_bytes()))
+        cached = read_cached_state(bundle.state_path.read_bytes())
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if cached.run_id != bundle.run_id:
