@@ -113,5 +113,7 @@ def test_the_views_fast_compact_text_is_what_json_gives(value: Any) -> None:
     from piw.terminal import single_line
     from piw.views.base import compact
 
-    expected = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    expected = (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    )
     assert compact(value) == single_line(expected)
