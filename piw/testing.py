@@ -1,6 +1,8 @@
 """A loopback OpenAI-compatible server for tests: the real adapter talks real HTTP to it, nothing is mocked.
 
-Use the ``openai_stub`` fixture (``pytest_plugins = ["piw.testing"]``) or ``with OpenAIStub() as stub:``.
+Use the ``openai_stub`` fixture (``pytest_plugins = ["piw.testing"]``) or ``with OpenAIStub() as stub:``. The
+stub needs only the standard library, so it works after a plain ``pip install piw`` (the docs' offline adapter
+example); the fixture is defined only when pytest is installed.
 Tell it what to answer with ``stub.respond``, either a function of the request body or a list of replies
 consumed in order, then assert on what it recorded: bodies, headers, offered tool names, request count.
 
@@ -28,7 +30,10 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
 
-import pytest
+try:
+    import pytest
+except ImportError:  # the stub itself needs no test dependency; only the fixture does
+    pytest = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from piw.providers.openai_compat import OpenAICompatProvider
@@ -514,8 +519,10 @@ def replies_responder(script: Mapping[str, Sequence[Mapping[str, Any]]]) -> Resp
     return respond
 
 
-@pytest.fixture
-def openai_stub() -> Iterator[OpenAIStub]:
-    """A running stub, shut down after the test."""
-    with OpenAIStub() as stub:
-        yield stub
+if pytest is not None:
+
+    @pytest.fixture
+    def openai_stub() -> Iterator[OpenAIStub]:
+        """A running stub, shut down after the test."""
+        with OpenAIStub() as stub:
+            yield stub
