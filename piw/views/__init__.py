@@ -53,9 +53,9 @@ def view_for(
     if name == "steps":
         return steps_view(state, run.now, node=node, verbose=verbose)
     if name == "updates":
-        return updates_view(state, run.events())
+        return updates_view(state, run.update_events())
     if name == "progress":
-        return progress_view(run.events(), run.now)
+        return progress_view(run.update_events(), run.now)
     if name == "trace":
         return trace_view(run.events(), node, attempt)
     if name == "conversation":
