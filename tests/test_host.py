@@ -306,3 +306,70 @@ def test_cancel_during_a_model_request_closes_it(
     assert [line["type"] for line in lines[-2:]] == ["node_failed", "run_cancelled"]
     assert lines[-2]["payload"]["outcome"] == "cancelled" and openai_stub.request_count == 1
     assert queue_row(piw_home, run_id)["status"] == "cancelled"
+
+
+GATED_AGENT = """
+from pathlib import Path
+from pydantic import BaseModel
+from piw import action, agent, define_workflow, edge
+
+class Plan(BaseModel):
+    topic: str
+
+def wait(ctx):
+    Path({gate!r} + ".started").write_text("x")
+    while not Path({gate!r}).exists():
+        ctx.sleep(0.05)
+    return {{"ok": True}}
+
+workflow = define_workflow(
+    name="later",
+    start_at="wait",
+    nodes={{"wait": action(wait), "plan": agent(prompt="Pick a topic.", expected_output=Plan)}},
+    edges=[edge("wait", "plan")],
+)
+"""
+
+
+def test_resume_reuses_the_provider_the_run_was_started_with(
+    cli: Cli, piw_home: Path, make_workflow: WorkflowMaker, openai_stub: OpenAIStub, tmp_path: Path
+) -> None:
+    (piw_home / "config.toml").write_text(
+        textwrap.dedent(
+            f"""
+            default = "elsewhere/m"
+            [providers.elsewhere]
+            api = "openai-completions"
+            base_url = "http://127.0.0.1:9/v1"
+            api_key = "$PIW_TEST_NEVER_SET"
+            models = ["m"]
+            [providers.stub]
+            api = "openai-completions"
+            base_url = "{openai_stub.base_url}"
+            models = ["m"]
+            """
+        ),
+        encoding="utf-8",
+    )
+    submit_then_reply(openai_stub, "unused")
+    gate = tmp_path / "gate"
+    flow = make_workflow("later", GATED_AGENT.format(gate=str(gate)))
+    runner = subprocess.Popen(
+        [*PIW_COMMAND, "run", str(flow), "--provider", "stub"], env=host_env(piw_home), cwd=cli.cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not Path(str(gate) + ".started").exists():
+        assert time.monotonic() < deadline and runner.poll() is None, runner.stderr
+        time.sleep(0.05)
+    runner.send_signal(2)  # Ctrl-C: parked
+    runner.communicate(timeout=60)
+    assert runner.returncode == 130
+    run_id = next(p.name for p in (piw_home / "runs").iterdir() if not p.name.startswith("."))
+    options = json.loads(queue_row(piw_home, run_id)["options_json"])
+    assert options == {"provider": "stub"}  # how it was started; never a key
+    gate.write_text("open")
+    resumed = cli.process("resume", run_id)  # no --provider: the recorded one, not the configured default
+    assert resumed.returncode == 0, resumed.stderr
+    assert openai_stub.request_count == 1
+    assert trace_lines(piw_home, run_id)[-1]["type"] == "run_completed"
