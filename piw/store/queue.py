@@ -258,6 +258,9 @@ class RunQueue(Protocol):
 
     def set_options(self, run_id: str, options: dict[str, Any]) -> None: ...
 
+    # ==== part B (owner: `decisions`): the outbox, human decisions and idempotency records are declared here,
+    # each implemented below in SqliteQueue's part B section as one BEGIN IMMEDIATE transaction. ==========
+
 
 # ---- SQLite -------------------------------------------------------------------------------------------
 
