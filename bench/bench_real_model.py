@@ -10,7 +10,8 @@ Each run goes through ``piw.run.runner.start_run`` with the ``config.toml`` path
 ``PIW_HOME``), then the figures are read back from the run's bundle, as a user would read them.
 
 Workloads: ``one-line`` (a single structured classification step, the issue-9 target), the shipped ``triage`` and
-``review`` examples, and the ``plain-summary`` built-in. Per step it prints: first-try valid (the first response
+``review`` examples, ``triage-step`` (triage with its reply step on ``context="step"``) and the ``plain-summary``
+built-in. Per step it prints: first-try valid (the first response
 was an accepted submission, or for an assistant step a valid reply), requests, prompt tokens of the first request,
 total prompt and output tokens, rejections, runaways (responses stopped at the output cap) and wall time, then
 how many runs completed. Not a test; the figures go into the closing notes.
@@ -64,6 +65,7 @@ WORKLOADS: dict[str, tuple[str, Any]] = {
         str(REPO / "workflows/examples/triage.workflow.py"),
         lambda i: {"text": REPORTS[i % len(REPORTS)]},
     ),
+    "triage-step": ("triage-step", lambda i: {"text": REPORTS[i % len(REPORTS)]}),
     "review": (str(REPO / "workflows/examples/review.workflow.py"), lambda i: None),
     "plain-summary": (
         "plain-summary",
@@ -178,6 +180,16 @@ def run_workload(
     if reference == "one-line":
         path = workdir / "one-line.workflow.py"
         path.write_text(ONE_LINE, encoding="utf-8")
+        reference = str(path)
+    elif reference == "triage-step":
+        # the triage example with its reply step on context="step", to compare what each request costs
+        source = (REPO / "workflows/examples/triage.workflow.py").read_text(encoding="utf-8")
+        path = workdir / "triage.workflow.py"
+        path.write_text(
+            source.replace(
+                'status_detail="Drafting a reply",', 'status_detail="Drafting a reply", context="step",'
+            )
+        )
         reference = str(path)
     figures: dict[str, StepFigures] = {}
     completed = 0

@@ -2,12 +2,21 @@
 
 This module is the public API that workflow files import (pinned by a test). Progress helpers live in
 ``piw.progress`` and plan parsing in ``piw.plan``.
+
+Importing ``piw`` is cheap: the names below are loaded on first use (``from piw import compute`` works as
+before), so ``piw --help`` and the read-only commands never load pydantic models they do not need.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 # ``piw.agent`` is both the sub-package of agent steps (``piw.agent.contract``, ``piw.agent.loop``, as the spec
-# names them) and the public ``agent()`` helper. Loading the package first lets the helper bind the attribute
-# below; later ``import piw.agent.x`` statements find the package in ``sys.modules`` and leave it alone.
-import piw.agent as _agent_package  # noqa: F401  (must precede the helper import)
+# names them) and the public ``agent()`` helper. Loading the (import-free) package first and then dropping the
+# attribute its import set lets ``__getattr__`` hand out the helper; later ``import piw.agent.x`` statements
+# find the package in ``sys.modules`` and leave the attribute alone.
+import piw.agent as _agent_package  # noqa: F401  (must precede the helper)
 from piw.errors import (
     AttemptInactive,
     Cancelled,
@@ -25,41 +34,103 @@ from piw.errors import (
     TraceCorrupt,
     UpdateRejected,
 )
-from piw.updates.envelope import UpdateInput
-from piw.updates.shell_lines import ShellLine
-from piw.workflow.budget import Budget
-from piw.workflow.context import ActionContext, NodeContext
-from piw.workflow.definition import (
-    AssistantMessage,
-    ShellCommand,
-    ShellUpdates,
-    WorkflowDefinition,
-    action,
-    agent,
-    assistant_message,
-    checkpoint,
-    compute,
-    decision,
-    define_workflow,
-    edge,
-    human_decision,
-    include,
-    notify,
-    shell,
-    switch,
-)
-from piw.workflow.gates import (
-    Choice,
-    DecisionRequest,
-    FieldsBlock,
-    PreformattedBlock,
-    SectionBlock,
-    TextInput,
-    TimeoutPolicy,
-    choice,
-    text_input,
-    timeout_after,
-)
+
+del globals()["agent"]
+
+if TYPE_CHECKING:
+    from piw.updates.envelope import (
+        UpdateInput,
+    )
+    from piw.updates.shell_lines import (
+        ShellLine,
+    )
+    from piw.workflow.budget import (
+        Budget,
+    )
+    from piw.workflow.context import (
+        ActionContext,
+        NodeContext,
+    )
+    from piw.workflow.definition import (
+        AssistantMessage,
+        ShellCommand,
+        ShellUpdates,
+        WorkflowDefinition,
+        action,
+        agent,
+        assistant_message,
+        checkpoint,
+        compute,
+        decision,
+        define_workflow,
+        edge,
+        human_decision,
+        include,
+        notify,
+        shell,
+        switch,
+    )
+    from piw.workflow.gates import (
+        Choice,
+        DecisionRequest,
+        FieldsBlock,
+        PreformattedBlock,
+        SectionBlock,
+        TextInput,
+        TimeoutPolicy,
+        choice,
+        text_input,
+        timeout_after,
+    )
+
+_LAZY = {
+    "UpdateInput": "piw.updates.envelope",
+    "ShellLine": "piw.updates.shell_lines",
+    "Budget": "piw.workflow.budget",
+    "ActionContext": "piw.workflow.context",
+    "NodeContext": "piw.workflow.context",
+    "AssistantMessage": "piw.workflow.definition",
+    "ShellCommand": "piw.workflow.definition",
+    "ShellUpdates": "piw.workflow.definition",
+    "WorkflowDefinition": "piw.workflow.definition",
+    "action": "piw.workflow.definition",
+    "agent": "piw.workflow.definition",
+    "assistant_message": "piw.workflow.definition",
+    "checkpoint": "piw.workflow.definition",
+    "compute": "piw.workflow.definition",
+    "decision": "piw.workflow.definition",
+    "define_workflow": "piw.workflow.definition",
+    "edge": "piw.workflow.definition",
+    "human_decision": "piw.workflow.definition",
+    "include": "piw.workflow.definition",
+    "notify": "piw.workflow.definition",
+    "shell": "piw.workflow.definition",
+    "switch": "piw.workflow.definition",
+    "Choice": "piw.workflow.gates",
+    "DecisionRequest": "piw.workflow.gates",
+    "FieldsBlock": "piw.workflow.gates",
+    "PreformattedBlock": "piw.workflow.gates",
+    "SectionBlock": "piw.workflow.gates",
+    "TextInput": "piw.workflow.gates",
+    "TimeoutPolicy": "piw.workflow.gates",
+    "choice": "piw.workflow.gates",
+    "text_input": "piw.workflow.gates",
+    "timeout_after": "piw.workflow.gates",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'piw' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,7 @@ phase() {
   start=$(_now_ms)
   "$@" || status=$?
   elapsed=$(($(_now_ms) - start))
-  line=$(printf '%-12s %5d.%d s' "$name" $((elapsed / 1000)) $((elapsed % 1000 / 100)))
+  line=$(printf '%-20s %6d.%d s' "$name" $((elapsed / 1000)) $((elapsed % 1000 / 100)))
   [ "$status" = 0 ] || line="$line  (failed, exit $status)"
   PHASES+=("$line")
   if [ -n "${PIW_PHASE_LOG:-}" ]; then echo "$line" >>"$PIW_PHASE_LOG"; fi

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from piw_inprocess import run_piw
 
 pytest.register_assert_rewrite("piw.testing")
@@ -36,6 +37,12 @@ except Exception:  # pragma: no cover - the provider layer is written by a colle
     _providers = None  # type: ignore[assignment]
 if _providers is not None:
     _providers.ALLOW_MODEL_REQUESTS = False
+
+# Hypothesis: the default profile keeps the gate fast (100 examples a property, no per-example deadline on this
+# shared 2-core machine); PIW_HYPOTHESIS_PROFILE=heavy runs 20 times as many (tests/test_properties.py).
+settings.register_profile("piw", max_examples=100, deadline=None)
+settings.register_profile("heavy", max_examples=2_000, deadline=None)
+settings.load_profile(os.environ.get("PIW_HYPOTHESIS_PROFILE", "piw"))
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -269,7 +269,7 @@ def test_follows_a_live_run_that_another_thread_appends_to(runs: Runs, tmp_path:
         await settle(pilot, lambda: "seq 23/23" in text(pilot) and "✓ completed" in text(pilot), "the end")
         assert screen.pane("steps").cursor == 1, "the cursor is kept"
         assert "announce" in screen.pane("steps").visible_text()
-        assert any("Done:" in note.message for note in pilot.app._notifications), "a toast per notification"
+        assert [note for note in screen.notified if "Done:" in note], "a toast per notification"
 
     try:
         run_app(viewer(home, COMPLETED, force_polling=True), steps)

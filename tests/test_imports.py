@@ -151,3 +151,10 @@ def test_the_shipped_check_catches_private_imports(tmp_path: Path) -> None:
 
 def test_there_are_shipped_workflows() -> None:
     assert any(p.name == "hello.workflow.py" for p in SHIPPED)
+
+
+def test_the_cli_knows_every_view_without_importing_them() -> None:
+    from piw.cli.views import VIEW_NAMES as CLI_VIEW_NAMES
+    from piw.views import VIEW_NAMES
+
+    assert CLI_VIEW_NAMES == VIEW_NAMES

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import WorkflowMaker
+from conftest import Cli, WorkflowMaker
 
 import piw.workflow.loader
 from piw import DefinitionError, LoadError
@@ -183,3 +184,25 @@ def test_prepare_input_and_title(make_workflow: WorkflowMaker) -> None:
         prepare_input(definition, {"count": 2})
     with pytest.raises(InputInvalid, match="title function failed"):
         resolve_title(definition, {})
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda p: p.write_bytes(b'{"q": "\xff\xfe"}'), "is not UTF-8 (byte 0xff at offset 7)"),
+        (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "nested too deeply"),
+        (lambda p: p.write_text("[" * 65 + "]" * 65), "nested too deeply (at most 64 levels)"),
+        (lambda p: p.write_text('{"big": 1e999}'), "out of range"),
+        (lambda p: p.write_text('"\\udc80"'), "lone surrogate U+DC80"),
+    ],
+)
+def test_input_that_cannot_be_stored_is_one_error_line(
+    make: Any, needle: str, cli: Cli, tmp_path: Path
+) -> None:
+    source = tmp_path / "input.json"
+    make(source)
+    done = cli("run", "hello", "--input", f"@{source}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("Error: ") and needle in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not (cli.home / "runs").exists() or not any((cli.home / "runs").iterdir())
+    assert cli("run", "hello", "--input", '{"n":' * 64 + "1" + "}" * 64).returncode == 0  # 64 levels are fine

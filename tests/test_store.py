@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import Cli, RunWorkflow, WorkflowMaker
 
-from piw.errors import RunLocked, RunNotFound, UsageError
+from piw.errors import RunLocked, RunNotFound, TraceCorrupt, UsageError
 from piw.store.bundle import (
     Bundle,
     WriterLock,
@@ -160,3 +160,41 @@ def test_list_bundles_skips_incomplete_and_foreign_entries(cli: Cli, piw_home: P
     listed = [bundle.run_id for bundle in list_bundles(piw_home)]
     assert len(listed) == 1
     assert len(cli.json("runs")) == 1
+
+
+def test_a_current_state_json_is_read_without_replaying_the_trace(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path
+) -> None:
+    """``piw runs`` reads many bundles: a cache whose traceSeq is the trace's last seq is taken as it is."""
+    import json
+
+    from piw.store.bundle import load_state, open_bundle
+    from piw.store.replay import fold
+
+    source = (
+        "from piw import compute, define_workflow\nworkflow = define_workflow(name='cached', start_at='a', "
+    )
+    source += "nodes={'a': compute({'x': 1})})\n"
+    state = run_workflow(make_workflow("cached", source))
+    bundle = open_bundle(piw_home, state.run_id)
+    cache = json.loads(bundle.state_path.read_text())
+    cache["runTitle"] = "from the cache"
+    bundle.state_path.write_text(json.dumps(cache))
+    assert load_state(bundle).run_title == "from the cache"  # traceSeq matches the trace's last line
+    torn = bundle.trace_path.read_bytes() + b'{"seq": 99, "torn'
+    bundle.trace_path.write_bytes(torn + b"\n")
+    bundle.state_path.write_text(json.dumps(cache))  # the cache is newer than the trace again
+    assert load_state(bundle).run_title == "from the cache"  # a torn last line is not a line
+    lines = bundle.trace_path.read_bytes().split(b"\n")
+    lines[1] = b"{damaged"
+    bundle.trace_path.write_bytes(b"\n".join(lines))  # edited after the cache was written: parsed again
+    with pytest.raises(TraceCorrupt):
+        load_state(bundle)
+    bundle.trace_path.write_bytes(torn + b"\n")
+    cache["traceSeq"] -= 1
+    bundle.state_path.write_text(json.dumps(cache))
+    refolded = load_state(bundle)  # behind the trace: the tail is folded onto the cache
+    assert refolded.trace_seq == state.trace_seq and refolded.run_title == "from the cache"
+    cache["traceSeq"] += 5
+    bundle.state_path.write_text(json.dumps(cache))
+    assert load_state(bundle) == fold(bundle.read_trace().events)  # ahead of the trace: not trusted

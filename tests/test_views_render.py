@@ -98,3 +98,11 @@ def test_expanded_conversation_shows_prompt_and_thinking(runs: Runs) -> None:
 def test_run_ids_are_normalised(runs: Runs) -> None:
     for kind, run_id in RUN_IDS.items():
         assert runs.load(kind).state.run_id == run_id
+
+
+@pytest.mark.parametrize("width", (80, 40, 17, 3))
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_plain_steps_table_is_the_rich_one_without_styles(runs: Runs, kind: str, width: int) -> None:
+    """Off a terminal ``inspect --view steps`` writes plain lines straight out; they are what rich would print."""
+    view = view_for("steps", runs.load(kind))
+    assert "\n".join(view.plain_lines(width)) + "\n" == render(view, width)  # type: ignore[attr-defined]

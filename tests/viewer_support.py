@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -135,9 +136,11 @@ def run_app(
     asyncio.run(main())
 
 
-async def settle(pilot: Any, condition: Callable[[], bool], what: str, rounds: int = 400) -> None:
-    """Let the app process messages until ``condition`` holds (bounded; no sleeps of fixed length)."""
-    for _ in range(rounds):
+async def settle(pilot: Any, condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Let the app process messages until ``condition`` holds (bounded by ``timeout``; a busy machine only
+    makes it take longer)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if condition():
             return
         await pilot.pause(0.02)
@@ -151,12 +154,14 @@ async def ready(pilot: Any) -> None:
     from piw.app.runs_screen import RunsScreen
 
     app = pilot.app
-    for _ in range(1000):
+    deadline = time.monotonic() + 60
+    while True:
         await pilot.pause()
         lists = [s for s in app.screen_stack if isinstance(s, RunsScreen)]
         runs = [s for s in app.screen_stack if isinstance(s, RunScreen)]
-        if all(s.loaded for s in lists) and all(s.reader.indexed.is_set() for s in runs):
+        if all(s.loaded for s in lists) and all(s.indexed_drawn for s in runs):
             break
+        assert time.monotonic() < deadline, "the viewer did not read its runs within 60 s"
         await pilot.pause(0.01)
     await pilot.pause()
 

@@ -144,6 +144,10 @@ class RunScreen(Screen[None]):
         self._now = reader.now_at(None, clock)
         self._steps: StepsSource | None = None
         self.seen_notifications: set[str] = set()
+        self.notified: list[str] = []
+        """The notifications shown as toasts, in order (a toast goes away; this does not)."""
+        self.indexed_drawn = False
+        """Set once the screen has been redrawn with the whole trace read (tests and the bench wait for it)."""
         self.replaying: int | None = None
         """The seq a worker is replaying to, while it does."""
 
@@ -197,6 +201,7 @@ class RunScreen(Screen[None]):
 
     def _indexed(self) -> None:
         self.redraw()
+        self.indexed_drawn = True
         if self.follow and self.reader.state.status == "running":
             self.run_worker(self._follow, thread=True, group="follow", exit_on_error=False)
 
@@ -216,6 +221,7 @@ class RunScreen(Screen[None]):
             if ident and ident not in self.seen_notifications:
                 self.seen_notifications.add(ident)
                 text = safe(str(entry.message.get("content", ""))).plain
+                self.notified.append(text)
                 self.app.notify(text[:300], title="notification", markup=False)
         moved = live != self.live_writer
         self.live_writer = live

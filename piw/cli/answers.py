@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,29 +18,24 @@ from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.runs import ModelOption, ProviderOption, RunJsonOption, ScriptOption, VerboseOption, _follow
 from piw.errors import UsageError
-from piw.run.answers import (
-    AnswerClaim,
-    AnswerReceipt,
-    Wait,
-    claim_answer,
-    claim_decision,
-    now_text,
-    parse_answer_json,
-    parse_texts,
-    read_wait,
-)
-from piw.run.engine import check_source
-from piw.run.runner import continue_run, tools_known, workflow_path_of
 from piw.store.bundle import piw_home
-from piw.store.replay import RunState
 from piw.store.runref import resolve_run_id
 from piw.terminal import single_line
-from piw.workflow.definition import CheckpointNode
-from piw.workflow.loader import LoadedWorkflow, load_workflow
+
+if TYPE_CHECKING:
+    from piw.run.answers import AnswerClaim, AnswerReceipt, Wait
+    from piw.store.replay import RunState
+    from piw.workflow.loader import LoadedWorkflow
+
+# The engine and the loader are imported inside the commands, so ``piw --help`` never loads them.
 
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     """The run's workflow as it is now; an answer to a changed workflow is refused before it is recorded."""
+    from piw.run.engine import check_source
+    from piw.run.runner import tools_known, workflow_path_of
+    from piw.workflow.loader import load_workflow
+
     workflow = load_workflow(
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
@@ -78,6 +73,8 @@ def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
 
 
 def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[Any, ...]) -> int:
+    from piw.run.runner import continue_run
+
     _announce(receipt, as_json)
     spec = receipt.spec
     extra = {
@@ -92,6 +89,8 @@ def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[An
 
 
 def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
+    from piw.workflow.definition import CheckpointNode
+
     gnode = workflow.graph.nodes.get(wait.node_id)
     node = gnode.node if gnode is not None else None
     return node.answer if isinstance(node, CheckpointNode) else None
@@ -114,6 +113,8 @@ def answer(
     as_json: RunJsonOption = False,
 ) -> int:
     """Answer a waiting checkpoint; its one continuation run follows the checkpoint's edge here."""
+    from piw.run.answers import claim_answer, now_text, parse_answer_json, read_wait
+
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
     text = answer_json
@@ -148,6 +149,8 @@ def decide(
     as_json: RunJsonOption = False,
 ) -> int:
     """Decide a human_decision gate as a person; the continuation run follows the chosen edge here."""
+    from piw.run.answers import claim_decision, now_text, parse_texts, read_wait
+
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
     wait, state = read_wait(home, run_id)

@@ -17,12 +17,10 @@ from piw.cli.runs import (
     VerboseOption,
     _follow,
 )
-from piw.run.fork import ForkPoint
-from piw.run.runner import fork_run
 from piw.store.bundle import piw_home
 from piw.store.runref import resolve_run_id
-from piw.workflow.budget import parse_budget
-from piw.workflow.loader import parse_input_option
+
+# The engine loads inside the command, so `piw --help` does not load it.
 
 
 @app.command()
@@ -37,7 +35,7 @@ def fork(
     ] = None,
     input: Annotated[
         str | None,
-        typer.Option("--input", help="New run input: JSON text, or @file (default: the parent's)."),
+        typer.Option("--input", help="New run input: JSON, @FILE or - for stdin (default: the parent's)."),
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for the fork.")] = None,
     provider: ProviderOption = None,
@@ -53,6 +51,11 @@ def fork(
     again and none makes a model request. With --provider replay, later agent steps are answered from the
     parent's recorded replies while their prompts match.
     """
+    from piw.run.fork import ForkPoint
+    from piw.run.runner import fork_run
+    from piw.workflow.budget import parse_budget
+    from piw.workflow.loader import parse_input_option
+
     point = ForkPoint(node=from_node, seq=at)
     home = piw_home()
     parent = resolve_run_id(home, run_id)

@@ -6,12 +6,9 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.providers.config import config_path, load_config
-from piw.providers.selection import describe_providers
 from piw.store.bundle import piw_home
 from piw.terminal import json_text, safe_text
 
@@ -19,6 +16,11 @@ from piw.terminal import json_text, safe_text
 @app.command()
 def providers(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False) -> int:
     """Show configured providers and models (keys appear only as $NAME references)."""
+    from rich.table import Table  # loaded by this command only, not by piw --help
+
+    from piw.providers.config import config_path, load_config
+    from piw.providers.selection import describe_providers
+
     home = piw_home()
     summaries = describe_providers(load_config(home))
     if as_json:

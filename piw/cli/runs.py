@@ -7,32 +7,25 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.live import LiveDisplay
-from piw.cli.outcome import print_outcome
-from piw.cli.runs_table import print_runs
 from piw.errors import PiwError, UsageError
-from piw.run.runner import ForegroundOptions, resolved_outcome, resume_run, start_run, tools_known
 from piw.store.bundle import piw_home
-from piw.store.history import run_summaries
 from piw.store.replay import RunState
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 from piw.wire import sha256_hex
-from piw.workflow.budget import parse_budget
-from piw.workflow.loader import (
-    discover,
-    import_definition,
-    load_workflow,
-    parse_input_option,
-    source_identity,
-)
+
+if TYPE_CHECKING:
+    from piw.cli.live import LiveDisplay
+    from piw.run.runner import ForegroundOptions
+
+# Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
@@ -40,6 +33,9 @@ EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "time
 def _finish(
     state: RunState, as_json: bool, extra: dict[str, Any] | None = None, verbose: bool = False
 ) -> int:
+    from piw.cli.outcome import print_outcome
+    from piw.run.runner import resolved_outcome
+
     if as_json:
         final_output, error = resolved_outcome(piw_home(), state)
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
@@ -68,6 +64,8 @@ def _foreground(
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from piw.agent.setup import agent_executor_factory
+    from piw.cli.live import LiveDisplay
+    from piw.run.runner import ForegroundOptions
 
     console = make_console(sys.stderr if as_json else sys.stdout)
     home = piw_home()
@@ -86,8 +84,14 @@ def _foreground(
             replay_from=replay_from,
         ),
         launch=_launch(provider, model, script),
+        warn=_warn,
     )
     return options, display
+
+
+def _warn(message: str) -> None:
+    """A problem that does not stop the run: one ``Warning:`` line on stderr (never in ``--json`` stdout)."""
+    make_console(sys.stderr).print(safe_text(f"Warning: {single_line(message)}"), soft_wrap=True)
 
 
 ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
@@ -128,7 +132,12 @@ def _follow(
 @app.command()
 def run(
     workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
-    input: Annotated[str | None, typer.Option("--input", help="Run input: JSON text, or @file.")] = None,
+    input: Annotated[
+        str | None,
+        typer.Option(
+            "--input", help="Run input: a JSON object, @FILE holding one, or - to read it from stdin."
+        ),
+    ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
     provider: ProviderOption = None,
     model: ModelOption = None,
@@ -145,6 +154,10 @@ def run(
     ] = False,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
+    from piw.run.runner import start_run
+    from piw.workflow.budget import parse_budget
+    from piw.workflow.loader import parse_input_option
+
     raw_input = parse_input_option(input)
     limits = parse_budget(budget) if budget is not None else None
     home = piw_home()
@@ -171,7 +184,7 @@ def _detach(
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
     from piw.agent.setup import agent_executor_factory
-    from piw.run.runner import new_origin_session, queue_run
+    from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
 
     home = piw_home()
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
@@ -209,7 +222,7 @@ def resume(
 
     The provider, model and script default to the ones the run was started with.
     """
-    from piw.run.runner import recorded_launch
+    from piw.run.runner import recorded_launch, resume_run
 
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
@@ -229,6 +242,9 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List runs, newest first."""
+    from piw.cli.runs_table import print_runs
+    from piw.store.history import run_summaries
+
     statuses = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
     if status is not None and status not in statuses:
         raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(statuses)}.")
@@ -261,6 +277,8 @@ def list_workflows(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List built-in workflows and discovered workflow files."""
+    from piw.workflow.loader import discover, import_definition, source_identity
+
     home = piw_home()
     rows: list[dict[str, Any]] = []
     for label, path in discover(home):
@@ -295,6 +313,9 @@ def list_workflows(
 @app.command()
 def validate(file: Annotated[str, typer.Argument(help="The workflow file to check.")]) -> int:
     """Check a workflow definition with both validation passes, without starting a run."""
+    from piw.run.runner import tools_known
+    from piw.workflow.loader import load_workflow
+
     home = piw_home()
     loaded = load_workflow(file, home, tools_known())
     make_console().print(

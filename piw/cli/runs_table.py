@@ -2,7 +2,8 @@
 
 People copy run ids from this table (or type a prefix of one), so the id column is as wide as the longest id and
 never folds. The other columns shrink, with an ellipsis, and then disappear, in this order: current node,
-started, title. The status column stays; only an id and its status are printed when nothing else fits.
+started, title. The status column stays; only an id and its status are printed when nothing else fits. A damaged
+run's title is marked ``⚠`` and its notice follows the table on a line of its own, never clipped.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _started(at: str | None) -> str:
 def _rows(summaries: Sequence[RunSummary]) -> list[_Row]:
     rows = []
     for row in summaries:
-        title = single_line(row.run_title or row.workflow_name) + (f"  ⚠ {row.notice}" if row.notice else "")
+        title = single_line(row.run_title or row.workflow_name) + ("  ⚠" if row.notice else "")
         rows.append(
             _Row(
                 run_id=row.run_id,
@@ -98,3 +99,8 @@ def print_runs(console: Console, summaries: Sequence[RunSummary]) -> None:
     table = runs_table(summaries, console.width)
     least = sum(column.min_width or 0 for column in table.columns[:2]) + GAP
     console.print(table, width=max(console.width, least), crop=False)
+    for (
+        row
+    ) in summaries:  # a damage notice is never clipped with the title: it says what the row is built from
+        if row.notice:
+            console.print(safe_text(f"⚠ {row.run_id}: {single_line(row.notice)}"), soft_wrap=True)

@@ -6,27 +6,71 @@ Each parses its arguments, makes one library call and prints one view; none of t
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.watch import Watcher, newest_run
 from piw.errors import UsageError
 from piw.store.bundle import open_bundle, piw_home
-from piw.store.replay import state_to_json
 from piw.store.runref import resolve_run_id
-from piw.terminal import json_text
-from piw.views import VIEW_NAMES, View, load_run, view_for
-from piw.views.source import with_artifact_check
+from piw.store.state import iter_state_json
+from piw.terminal import json_text, safe_json_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from piw.views import View
+
+VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation", "output")
+"""``piw.views.VIEW_NAMES``, repeated so that ``piw --help`` does not import every view (a test keeps them equal)."""
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
 
 
+def write_json_stream(pieces: Iterable[bytes]) -> None:
+    """Write JSON pieces to stdout as they come, terminal-safe, so a long run's state is never one string."""
+    sys.stdout.flush()
+    binary = getattr(sys.stdout, "buffer", None)  # a captured stdout (tests, in-process use) is text only
+    buffered: list[bytes] = []
+    size = 0
+
+    def emit(data: bytes) -> None:
+        if binary is not None:
+            binary.write(data)
+        else:
+            sys.stdout.write(data.decode("utf-8"))
+
+    for piece in pieces:
+        buffered.append(safe_json_bytes(piece))
+        size += len(piece)
+        if size >= 1 << 20:
+            emit(b"".join(buffered))
+            buffered, size = [], 0
+    buffered.append(b"\n")
+    emit(b"".join(buffered))
+    (binary or sys.stdout).flush()
+
+
 def print_view(console: Console, view: View) -> None:
     """Print a view page by page, so a long trace never sits in memory as one renderable."""
+    plain_lines = getattr(view, "plain_lines", None)
+    plain = plain_lines(console.width) if plain_lines is not None and not console.is_terminal else None
+    if plain is not None:
+        # no styles to render: write the text itself (rich would build a Text per line and throw it away)
+        out = console.file
+        batch: list[str] = []
+        for line in plain:
+            batch.append(line)
+            if len(batch) >= 1000:
+                out.write("\n".join(batch) + "\n")
+                batch = []
+        if batch:
+            out.write("\n".join(batch) + "\n")
+        out.flush()
+        return
     for page in view.pages(console, console.width):
         console.print(page)
 
@@ -60,15 +104,16 @@ def inspect(
         raise UsageError("--node filters the trace and steps views; add '--view steps' or '--view trace'.")
     if attempt is not None and view != "trace":
         raise UsageError("--attempt filters the trace view; add '--view trace'.")
+    from piw.views import load_run, view_for
+    from piw.views.source import with_artifact_check
+
     home = piw_home()
     run = load_run(home, resolve_run_id(home, run_id), at)
     if as_json or view == "state":
         run = with_artifact_check(run)
     if as_json:
-        data = state_to_json(run.state)
-        if run.damage is not None:
-            data["damage"] = run.damage.to_json()
-        sys.stdout.write(json_text(data) + "\n")
+        extra = {"damage": run.damage.to_json()} if run.damage is not None else None
+        write_json_stream(iter_state_json(run.state, extra))
         return 0
     if run.notice:  # in full on stderr: the state view clips its notice line to the width
         make_console(sys.stderr).print(f"Warning: {run.notice}", soft_wrap=True)
@@ -86,7 +131,7 @@ def watch(
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
 ) -> int:
     """Follow a run live until it ends or nobody is running it (q stops watching; Ctrl-C exits 130)."""
-    from piw.cli.watch import WatchInterrupted
+    from piw.cli.watch import Watcher, WatchInterrupted, newest_run
 
     home = piw_home()
     bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else newest_run(home))

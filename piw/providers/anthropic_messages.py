@@ -19,6 +19,7 @@ from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
+    connection_message,
     is_transient_status,
     parse_retry_after,
     status_message,
@@ -126,7 +127,8 @@ class AnthropicProvider:
                 retry_after_s=parse_retry_after(dict(error.response.headers)),
             )
         if isinstance(error, sdk.APIConnectionError | OSError):
-            return builder.fail(f"Connection error: {error}", usage, transient=True)
+            cause = str(error.__cause__ or error).strip() or type(error).__name__
+            return builder.fail(connection_message(self.name, self.base_url, cause), usage, transient=True)
         if isinstance(error, sdk.APIError | ValueError):
             return builder.fail(f"Provider error: {error}", usage)
         raise error

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit, urlunsplit
 
 
 def is_transient_status(status: int) -> bool:
@@ -58,3 +59,21 @@ def status_message(status: int, detail: str | None) -> str:
     if len(detail) > 500:
         detail = detail[:500] + "…"
     return f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
+
+
+def shown_url(url: str) -> str:
+    """A base URL fit for an error line: credentials in it become ``***`` (the host and path stay)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = f"{parts.hostname or ''}:{parts.port}" if parts.port else parts.hostname or ""
+    return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
+
+
+def connection_message(provider: str, base_url: str, cause: str) -> str:
+    """A refused or dropped connection, with the provider, its URL and what to check (not just ``Errno 111``)."""
+    return (
+        f"Connection error: cannot reach provider {provider!r} at {shown_url(base_url)} ({cause}). "
+        "Check that the server is running and reachable there, and the provider's base_url in config.toml "
+        "(see 'piw providers')."
+    )

@@ -24,6 +24,7 @@ from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
+    connection_message,
     is_transient_status,
     parse_retry_after,
     status_message,
@@ -89,7 +90,7 @@ class OpenAICompatProvider:
         if pump.cancelled or cancel.is_set():
             yield from builder.abort(chunks.usage())
         elif pump.error is not None:
-            yield from _failure(builder, pump.error, chunks.usage())
+            yield from _failure(builder, pump.error, chunks.usage(), self.base_url)
         elif chunks.finish_reason == "content_filter":
             yield from builder.fail("The provider's content filter stopped the response.", chunks.usage())
         elif (stop := _STOP_REASONS.get(chunks.finish_reason or "")) is None:
@@ -172,6 +173,11 @@ class _HttpCall:
             )
             with response:
                 self._adopt(response.response.extensions.get("network_stream"))
+                kind = response.response.headers.get("content-type", "")
+                if "text/event-stream" not in kind.lower():
+                    # An HTML page from a proxy, a JSON body from a server ignoring stream=true: the SDK would
+                    # find no events in it and the stream would look merely cut. Say what came instead.
+                    raise NotAStream(kind)
                 for chunk in response:
                     emit(chunk)
         finally:
@@ -263,8 +269,22 @@ class _Chunks:
         return usage.model_copy(update={"cost": cost.price(usage) if cost else None})
 
 
-def _failure(builder: MessageBuilder, error: BaseException, usage: Usage) -> list[ProviderEvent]:
+class NotAStream(Exception):
+    """A 2xx answer to a streamed request whose ``Content-Type`` is not ``text/event-stream``."""
+
+    def __init__(self, content_type: str) -> None:
+        shown = " ".join(content_type.split())[:80] or "none"
+        super().__init__(
+            f"The provider answered with Content-Type {shown!r}, not an event stream (a proxy or gateway page?)."
+        )
+
+
+def _failure(
+    builder: MessageBuilder, error: BaseException, usage: Usage, base_url: str
+) -> list[ProviderEvent]:
     """HTTP and network failures become an error result; anything else is a bug and is raised."""
+    if isinstance(error, NotAStream):
+        return builder.fail(str(error), usage, transient=True)  # nothing was shown; a gateway may recover
     if isinstance(error, openai.APIStatusError):
         return builder.fail(
             status_message(error.status_code, _detail(error)),
@@ -276,7 +296,9 @@ def _failure(builder: MessageBuilder, error: BaseException, usage: Usage) -> lis
         return builder.fail("Request timed out.", usage, transient=True)
     if isinstance(error, openai.APIConnectionError | httpx2.TransportError | OSError):
         cause = error.__cause__ if isinstance(error, openai.APIConnectionError) and error.__cause__ else error
-        return builder.fail(f"Connection error: {_describe(cause)}", usage, transient=True)
+        return builder.fail(
+            connection_message(builder.provider, base_url, _describe(cause)), usage, transient=True
+        )
     if isinstance(error, openai.APIError | httpx2.HTTPError | ValueError):
         return builder.fail(f"Provider error: {_describe(error)}", usage)
     raise error

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import LoadError, PiwError, ResumeRefused, RunFinished, RunNotFound
+from piw.errors import LoadError, PiwError, ProviderError, ResumeRefused, RunFinished, RunNotFound
 from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec
 from piw.run.engine import Engine, RunOptions
@@ -55,6 +55,8 @@ class ForegroundOptions:
     session_visible: bool = True
     budget: Budget | None = None
     """``piw run --budget``: sets or tightens the workflow's budget for this run."""
+    warn: Callable[[str], None] | None = None
+    """Where a problem that does not stop the run is reported (the CLI prints ``Warning: …`` on stderr)."""
 
 
 def new_origin_session() -> dict[str, Any]:
@@ -64,14 +66,17 @@ def new_origin_session() -> dict[str, Any]:
 def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) -> Engine:
     factory = options.agent_executor_factory
     clock: dict[str, Any] = {"clock": options.clock} if options.clock else {}
+    # The agent executor first: a workflow that needs a provider reports a broken config.toml as its error;
+    # one that does not only hears about it as a warning (configured_durability) and runs.
+    agent_executor = factory(workflow) if factory else None
     return Engine(
         workflow,
         home,
         RunOptions(
-            durability=resolve_durability(options.durability or configured_durability(home)),
+            durability=resolve_durability(options.durability or configured_durability(home, options.warn)),
             files=options.files,
             listeners=list(options.listeners),
-            agent_executor=factory(workflow) if factory else None,
+            agent_executor=agent_executor,
             origin_session=options.origin_session
             or (new_origin_session() if options.record_origin and options.session_visible else None),
             on_start=options.on_start,
@@ -294,11 +299,20 @@ def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:
     return resolve_reference(name, home)
 
 
-def configured_durability(home: Path) -> str | None:
-    """The ``durability`` key of ``config.toml`` (``PIW_DURABILITY`` still wins in ``resolve_durability``)."""
+def configured_durability(home: Path, warn: Callable[[str], None] | None = None) -> str | None:
+    """The ``durability`` key of ``config.toml`` (``PIW_DURABILITY`` still wins in ``resolve_durability``).
+
+    A config file that cannot be read does not stop a run that needs no provider: the problem goes to ``warn``
+    (one line) and the defaults apply. A run that needs a provider already failed on it when selecting one.
+    """
     from piw.providers.config import load_config
 
-    return load_config(home).durability
+    try:
+        return load_config(home).durability
+    except ProviderError as exc:
+        if warn is not None:
+            warn(f"{exc} It is ignored for this run, which needs no provider.")
+        return None
 
 
 def resolved_outcome(home: Path, state: RunState) -> tuple[Any, Any]:

@@ -19,28 +19,60 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
+import msgspec
 
-from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
+from piw.errors import HomeUnavailable, RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store.state import iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
-from piw.wire import RUN_BUNDLE_SCHEMA, Manifest, dumps_line
+from piw.store.trace import last_seq as trace_last_seq
+from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
+
+if TYPE_CHECKING:
+    from piw.wire import Manifest
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 def piw_home() -> Path:
-    """``$PIW_HOME`` when set and non-empty, else ``~/.local/share/piw``; created 0700 and tightened."""
+    """``$PIW_HOME`` when set and non-empty, else ``~/.local/share/piw``; created 0700 and tightened.
+
+    Tightening only removes group and other bits: a home its owner made read-only (or one on a read-only
+    filesystem) stays as it is, so the read-only commands keep working there. A home that cannot be created is
+    one clear error.
+    """
+    home = home_path()
+    if not home.is_dir():
+        try:
+            home.mkdir(mode=0o700, parents=True)
+        except OSError as exc:
+            raise HomeUnavailable(
+                f"PIW_HOME {home} cannot be created ({exc.strerror or exc}); set PIW_HOME to a folder you can "
+                "write, or create it."
+            ) from None
+    tighten(home)
+    tighten(home / "runs")
+    return home
+
+
+def home_path() -> Path:
+    """Where ``PIW_HOME`` is, resolved, without creating or touching it."""
     configured = os.environ.get("PIW_HOME")
     home = Path(configured).expanduser() if configured else Path.home() / ".local" / "share" / "piw"
-    home = home.resolve()
-    ensure_private_dir(home)
-    if (home / "runs").is_dir():
-        os.chmod(home / "runs", 0o700)
-    return home
+    return home.resolve()
+
+
+def tighten(path: Path) -> None:
+    """Remove group and other permission bits (never add any); a path that cannot be changed is left alone."""
+    try:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            os.chmod(path, mode & 0o700)
+    except OSError:
+        pass  # missing, not ours, or on a read-only filesystem: nothing to tighten from here
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -96,14 +128,14 @@ def json_bytes(value: Any) -> bytes:
 
 
 def encode_state(state: RunState) -> bytes:
-    """``state.json``'s bytes: one compact line, written by orjson (ten times faster than ``json`` on a long run).
+    """``state.json``'s bytes: one compact line, the steps encoded straight from their records.
 
-    Every value in a state was folded from decoded trace lines, so it is plain JSON data (string keys, finite
-    numbers); a float of magnitude under 1e-4 or from 1e16 up may be spelled differently from ``json``
-    (``0.00001`` for ``1e-05``): the same number, and this file is only a cache.
+    Ten times faster than ``json`` on a long run. Every value in a state was folded from decoded trace lines,
+    so it is plain JSON data; a float of magnitude under 1e-4 or from 1e16 up may be spelled differently from
+    ``json`` (``0.00001`` for ``1e-05``): the same number, and this file is only a cache.
     """
     try:
-        return orjson.dumps(state_to_json(state), option=orjson.OPT_APPEND_NEWLINE)
+        return b"".join(iter_state_json(state)) + b"\n"
     except TypeError:
         return json_bytes(state_to_json(state))
 
@@ -154,6 +186,8 @@ class Bundle:
 
     def recover_manifest(self) -> dict[str, Any]:
         """The manifest a run's first trace line implies (status from the fold is the reader's business)."""
+        from piw.wire import Manifest  # pydantic, loaded only when a manifest must be rebuilt
+
         first = first_event(self.trace_path)
         if first is None or first.type != "run_started":
             raise StoreError(
@@ -311,9 +345,34 @@ def first_event(trace_path: Path) -> TraceEvent | None:
         return None
 
 
+def _cache_is_current(bundle: Bundle) -> bool:
+    """``state.json`` was written after the trace last changed (a trace edited since, even in place, is not)."""
+    try:
+        return bundle.trace_path.stat().st_mtime_ns <= bundle.state_path.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
 def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunState:
-    """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold."""
+    """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold.
+
+    Without ``events``, a ``state.json`` written after the trace last changed whose ``traceSeq`` is the seq of
+    the trace's last line is returned without parsing the trace at all (only its last lines are read), which is
+    what makes ``piw runs`` cheap on many or long finished runs. A trace changed after its cache (appended to,
+    or damaged in place) is parsed as before, so damage is still reported.
+    """
     if events is None:
+        if _cache_is_current(bundle):
+            try:
+                cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
+            except (OSError, ValueError, KeyError, TypeError):
+                cached = None
+            if (
+                cached is not None
+                and cached.run_id == bundle.run_id
+                and cached.trace_seq == trace_last_seq(bundle.trace_path)
+            ):
+                return cached
         events = bundle.read_trace().events
     last_seq = events[-1].seq if events else 0
     try:

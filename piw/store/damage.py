@@ -46,9 +46,31 @@ def line_damage(file: str, line: int) -> Damage:
     )
 
 
+def _may_refer_to_artifacts(trace: Path) -> bool:
+    """Whether the trace's bytes hold ``"$artifact"`` at all (a ref is always written as that key).
+
+    A byte search costs a fraction of building the whole state as JSON to walk it, which on a long run is most
+    of what ``inspect`` would otherwise cost; when the key is there, the refs are walked and checked.
+    """
+    marker = b'"$artifact"'
+    try:
+        with trace.open("rb") as handle:
+            tail = b""
+            while chunk := handle.read(1 << 20):  # pieces, not a mapping: touched pages would count as memory
+                if marker in tail + chunk[: len(marker)] or marker in chunk:
+                    return True
+                tail = chunk[-len(marker) :]
+    except OSError:
+        return True
+    return False
+
+
 def artifact_damage(bundle_dir: Path, state: RunState) -> Damage | None:
     """The first damaged artifact (missing, or bytes that no longer match its sha256) the state refers to."""
     from piw.store.state import state_to_json
+
+    if not _may_refer_to_artifacts(bundle_dir / "trace.ndjson"):
+        return None  # every value of a state comes from the trace: no ref there, none in the state
 
     store = ArtifactStore(bundle_dir)
     seen: set[str] = set()

@@ -7,7 +7,7 @@ converts it to and from the cached ``state.json`` (``persistence.md`` §4).
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, overload
 
@@ -47,6 +47,41 @@ class StepRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="ca
     """A failure's frames in the workflow files, outermost first (``node_failed.traceback``)."""
 
 
+class _SharedSteps:
+    """The list successive ``StepList`` views share, optionally with a prefix that is loaded on first use.
+
+    A state restored from a fold checkpoint knows how many steps came before it but decodes them only when
+    something reads a step (``len`` never does), so a view that shows counts never pays for a long run's steps.
+    """
+
+    __slots__ = ("_list", "_load", "lazy")
+
+    def __init__(self, items: list[StepRecord], load: Callable[[], list[StepRecord]] | None = None,
+                 lazy: int = 0) -> None:  # fmt: skip
+        self._list = items
+        self._load = load
+        self.lazy = lazy
+        """How many steps ``load`` will put in front of ``_list``."""
+
+    @property
+    def total(self) -> int:
+        return self.lazy + len(self._list)
+
+    @property
+    def items(self) -> list[StepRecord]:
+        if self._load is not None:
+            load, self._load = self._load, None
+            loaded = load()
+            if len(loaded) != self.lazy:
+                raise ValueError(f"expected {self.lazy} steps from the fold checkpoint, got {len(loaded)}")
+            self._list[:0] = loaded
+            self.lazy = 0
+        return self._list
+
+    def extend(self, steps: list[StepRecord]) -> None:
+        self._list.extend(steps)  # after the lazy prefix, which stays unloaded
+
+
 class StepList(Sequence[StepRecord]):
     """The steps of a ``RunState``: an immutable view of the first ``size`` records of a list successive states share.
 
@@ -55,27 +90,33 @@ class StepList(Sequence[StepRecord]):
     every earlier step; an older state that is folded again sees a shorter view and copies its prefix first.
     """
 
-    __slots__ = ("_items", "_size")
+    __slots__ = ("_shared", "_size")
 
     def __init__(self, items: Iterable[StepRecord] = ()) -> None:
-        self._items: list[StepRecord] = list(items)
-        self._size = len(self._items)
+        self._shared = _SharedSteps(list(items))
+        self._size = self._shared.total
 
     @classmethod
-    def _view(cls, items: list[StepRecord], size: int) -> StepList:
+    def _view(cls, shared: _SharedSteps, size: int) -> StepList:
         view = cls.__new__(cls)
-        view._items, view._size = items, size
+        view._shared, view._size = shared, size
         return view
+
+    @classmethod
+    def lazy(cls, count: int, load: Callable[[], list[StepRecord]]) -> StepList:
+        """``count`` steps that ``load`` returns when one of them is first read (fold checkpoints)."""
+        return cls._view(_SharedSteps([], load, count), count)
 
     def extended(self, steps: list[StepRecord]) -> StepList:
         """A new view with ``steps`` at the end; this view is unchanged."""
         if not steps:
             return self
-        if len(self._items) == self._size:
-            self._items.extend(steps)
-            return StepList._view(self._items, self._size + len(steps))
-        items = [*self._items[: self._size], *steps]
-        return StepList._view(items, len(items))
+        shared = self._shared
+        if shared.total == self._size:
+            shared.extend(steps)
+            return StepList._view(shared, self._size + len(steps))
+        items = [*shared.items[: self._size], *steps]
+        return StepList._view(_SharedSteps(items), len(items))
 
     def __len__(self) -> int:
         return self._size
@@ -85,17 +126,31 @@ class StepList(Sequence[StepRecord]):
     @overload
     def __getitem__(self, index: slice) -> tuple[StepRecord, ...]: ...
     def __getitem__(self, index: int | slice) -> StepRecord | tuple[StepRecord, ...]:
+        items = self._shared.items
         if isinstance(index, slice):
-            return tuple(self._items[i] for i in range(*index.indices(self._size)))
+            return tuple(items[i] for i in range(*index.indices(self._size)))
         if index < 0:
             index += self._size
         if not 0 <= index < self._size:
             raise IndexError("step index out of range")
-        return self._items[index]
+        return items[index]
 
     def __iter__(self) -> Iterator[StepRecord]:
-        items = self._items
+        items = self._shared.items
         return (items[i] for i in range(self._size))
+
+    def after(self, start: int) -> list[StepRecord]:
+        """The steps from index ``start`` on, without loading a lazy prefix that ends at or before ``start``."""
+        shared = self._shared
+        if start >= shared.lazy:
+            return shared._list[start - shared.lazy : self._size - shared.lazy]
+        return shared.items[start : self._size]
+
+    def batches(self, size: int = 4096) -> Iterator[list[StepRecord]]:
+        """The steps in lists of at most ``size`` (slices of the shared list, for encoders)."""
+        items = self._shared.items
+        for start in range(0, self._size, size):
+            yield items[start : min(start + size, self._size)]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
@@ -295,8 +350,9 @@ def update_to_json(record: UpdateRecord) -> dict[str, Any]:
     }
 
 
-def state_to_json(state: RunState) -> dict[str, Any]:
-    """The ``state.json`` object (also ``piw inspect --json``)."""
+def state_to_json(state: RunState, *, steps: bool = True) -> dict[str, Any]:
+    """The ``state.json`` object (also ``piw inspect --json``); ``steps=False`` leaves ``steps`` empty for a
+    streaming encoder that writes them itself (:func:`iter_state_json`)."""
     current = state.current
     data: dict[str, Any] = {
         "schema": RUN_STATE_SCHEMA,
@@ -320,7 +376,7 @@ def state_to_json(state: RunState) -> dict[str, Any]:
         "originSession": state.origin_session,
         "outputs": dict(state.outputs),
         "results": {node: result_to_json(step) for node, step in state.results.items()},
-        "steps": [step_to_json(step) for step in state.steps],
+        "steps": [step_to_json(step) for step in state.steps] if steps else [],
         "usage": state.usage,
         "budget": state.budget,
         "spent": state.spent,
@@ -443,3 +499,30 @@ def state_from_json(data: dict[str, Any]) -> RunState:
         final_output=data.get("finalOutput"),
         error=data.get("error"),
     )
+
+
+_STEP_BATCH = 2048
+_STEPS_ENCODER = msgspec.json.Encoder()
+
+
+def iter_state_json(state: RunState, extra: Mapping[str, Any] | None = None) -> Iterator[bytes]:
+    """``state_to_json(state)`` (plus ``extra`` keys at the end) as compact JSON, in pieces: the steps are encoded
+    by msgspec straight from the records, a batch at a time, so a long run's state is never built as one big
+    object or one big string."""
+    import orjson
+
+    head = {**state_to_json(state, steps=False), **(extra or {})}
+    yield b"{"
+    first = True
+    for key, value in head.items():
+        yield (b"" if first else b",") + orjson.dumps(key) + b":"
+        first = False
+        if key != "steps":
+            yield orjson.dumps(value)
+            continue
+        yield b"["
+        for index, batch in enumerate(state.steps.batches(_STEP_BATCH)):
+            encoded = _STEPS_ENCODER.encode(batch)
+            yield (b"," if index else b"") + encoded[1:-1]
+        yield b"]"
+    yield b"}"

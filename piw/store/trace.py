@@ -188,6 +188,32 @@ def read_trace(path: Path) -> TraceRead:
     return parse_trace(data, str(path))
 
 
+def last_seq(path: Path, window: int = 1 << 16) -> int | None:
+    """The ``seq`` of the last valid line, read from the end of the file (``None`` when that cannot tell).
+
+    The last terminated line is taken, or the one before it when it is torn (``persistence.md`` §5); its own
+    ``seq`` is trusted as the count of the lines before it, which holds for any trace the writer produced.
+    """
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            start = max(0, size - window)
+            handle.seek(start)
+            data = handle.read()
+    except OSError:
+        return None
+    lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
+    if start > 0:
+        lines = lines[1:]  # the first may be cut
+    for line in reversed(lines[-2:]):
+        try:
+            event = _DECODER.decode(line)
+        except ValueError:
+            continue
+        return event.seq
+    return 0 if size == 0 else None
+
+
 def iter_trace(path: Path) -> Iterator[TraceEvent]:
     """Stream the valid prefix of a trace file line by line, so folding a long trace never holds all of it."""
     try:

@@ -5,7 +5,8 @@ the CLI. File events come from ``watchfiles`` (coalesced over ~50 ms, with a onc
 tick), and a plain stat-polling loop takes over when file notifications are unavailable. Reading is incremental:
 the :class:`~piw.views.source.Tail` keeps its byte offset, buffers a partial last line and starts again from byte
 0 when the file shrank (a torn tail repaired on resume), in which case the model is rebuilt from scratch;
-otherwise only the new events are folded (``fold_more``). Nothing here writes.
+otherwise only the new events are folded (``fold_more``). The first read starts from the newest fold checkpoint
+(:func:`piw.store.foldcache.replay`, which may leave new ones: the only thing written, a cache).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.store.bundle import Bundle
+from piw.store.foldcache import events_of_type, replay
 from piw.store.replay import RunState
 from piw.views.frame import FrameModel
 from piw.views.source import session_tail, trace_tail
@@ -46,24 +48,59 @@ class Follower:
     def notice(self) -> str | None:
         return self.trace.corruption or self.session.corruption
 
+    def _start(self) -> None:
+        """The first read: the state from the newest fold checkpoint plus the tail, not a fold of every line.
+
+        The progress tracks still see every progress update of the run (found by a byte search of the folded
+        prefix); the trace tail then continues from where the fold stopped, so nothing is read twice.
+        """
+        replayed = replay(self.bundle.path, self.bundle.run_id)
+        self.model.reset(replayed.state)
+        self.model.tracks.feed(events_of_type(self.bundle.trace_path, "update_published", replayed.offset))
+        self.trace.offset, self.trace.next_seq = replayed.offset, replayed.next_seq
+
     def poll(self, on_event: Callable[[Any, RunState], None] | None = None) -> bool:
-        """Read what was appended since the last call; True when anything changed."""
-        read = self.trace.read()
-        entries = self.session.read()
-        if read.restarted or entries.restarted:
+        """Read what was appended since the last call; True when anything changed.
+
+        Both files are taken a chunk at a time (a first read of a long run never holds all its records), and
+        a repaired file (shorter than what was read) starts everything again.
+        """
+        started = self.trace.offset == 0 and on_event is None
+        if started:
+            self._start()
+        changed = self._read(on_event)
+        if changed is None:  # repaired
             self.restarts += 1
             self.trace.reset()
             self.session.reset()
             self.model.reset()
-            read, entries = self.trace.read(), self.session.read()
-        self.model.add_entries(entries.records)
-        if on_event is None:
-            self.model.add_events(read.records)
-        else:
-            for event in read.records:
-                self.model.add_events([event])
-                on_event(event, self.model.state)
-        return bool(read.records or entries.records or read.restarted or entries.restarted)
+            if on_event is None:
+                self._start()
+            self._read(on_event)
+            return True
+        return started or changed
+
+    def _read(self, on_event: Callable[[Any, RunState], None] | None) -> bool | None:
+        changed = False
+        # The trace's size is taken first: every entry an event up to there names is then in the session
+        # read below (a session line is durable before the event naming it).
+        trace_size = self.trace.size()
+        for entries, restarted in self.session.stream():
+            if restarted:
+                return None
+            self.model.add_entries(entries)
+            changed = changed or bool(entries)
+        for events, restarted in self.trace.stream(trace_size):
+            if restarted:
+                return None
+            if on_event is None:
+                self.model.add_events(events)
+            else:
+                for event in events:
+                    self.model.add_events([event])
+                    on_event(event, self.model.state)
+            changed = changed or bool(events)
+        return changed
 
 
 def _is_followed(path: str, bundle: Bundle) -> bool:

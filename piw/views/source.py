@@ -4,15 +4,16 @@ Views never hold a whole trace: :class:`RecordStream` re-reads the file in chunk
 :class:`Tail` keeps only a byte offset and an unterminated remainder between reads. Both follow the torn-tail
 rule of ``persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored, while a bad
 line with more lines after it ends the stream with a corruption notice instead of an exception, so the valid
-prefix still shows. Nothing here writes; the only probe of a run is :func:`piw.store.liveness.writer_is_live`, which
-reads its queue row read-only (or, without one, takes and releases a shared lock on the bundle).
+prefix still shows. Nothing here writes run data (only the fold checkpoints :func:`load_run` leaves as a cache);
+the only probe of a run is :func:`piw.store.liveness.writer_is_live`, which reads its queue row read-only (or,
+without one, takes and releases a shared lock on the bundle).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,9 +23,10 @@ from piw.errors import StoreError
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle
 from piw.store.damage import Damage, artifact_damage, line_damage
+from piw.store.foldcache import events_of_type, replay
 from piw.store.lineage import forks_of
 from piw.store.liveness import writer_is_live
-from piw.store.replay import RunState, fold
+from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
 
@@ -127,23 +129,49 @@ class Tail(Generic[T]):
         self.offset, self.partial, self.next_seq, self.damaged, self.corruption = 0, b"", 1, None, None
 
     def read(self) -> TailRead[T]:
+        """Every record appended since the last read (see :meth:`stream` to take them chunk by chunk)."""
+        records: list[T] = []
+        restarted = False
+        for chunk, restart in self.stream():
+            records.extend(chunk)
+            restarted = restarted or restart
+        return TailRead(records, restarted)
+
+    def size(self) -> int:
         try:
-            size = os.stat(self.path).st_size
+            return os.stat(self.path).st_size
         except FileNotFoundError:
-            size = 0
+            return 0
+
+    def stream(self, upto: int | None = None) -> Iterator[tuple[list[T], bool]]:
+        """The new records in chunks of at most ~1 MiB of lines, with whether the file was repaired.
+
+        A first read of a long file never holds its bytes at once, and a caller that folds each chunk as it
+        comes (``watch``) never holds all of its records either. ``upto`` stops at a size taken earlier.
+        """
+        size = self.size() if upto is None else upto
         restarted = size < self.offset
         if restarted:
             self.reset()
         if size == self.offset or self.corruption:
-            return TailRead([], restarted)
+            if restarted:
+                yield [], True
+            return
         with self.path.open("rb") as handle:
             handle.seek(self.offset)
-            data = handle.read(size - self.offset)
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        return TailRead(self._decode_all(lines), restarted)
+            remaining = size - self.offset
+            while remaining > 0:
+                data = handle.read(min(remaining, CHUNK))
+                if not data:
+                    break
+                remaining -= len(data)
+                self.offset += len(data)
+                lines = (self.partial + data).split(b"\n")
+                self.partial = lines.pop()
+                yield self._decode_all(lines), restarted
+                restarted = False
+                if self.corruption:
+                    return
 
     def _decode_all(self, lines: list[bytes]) -> list[T]:
         records: list[T] = []
@@ -188,6 +216,14 @@ class RunData:
     forks: tuple[str, ...] = ()
     """Runs forked from this one (``piw fork``); read by :func:`load_run` only, not on every watch frame."""
 
+    folded_bytes: int | None = None
+    """Bytes of the trace the replay folded (all valid lines up to ``at``): set by :func:`load_run`."""
+
+    def update_events(self) -> Iterable[TraceEvent]:
+        """The ``update_published`` events up to ``at``: found by a byte search of the folded prefix when the replay
+        validated it (a long run's other lines are never decoded), else filtered from :meth:`events`."""
+        return _UpdateEvents(self.bundle.trace_path, self.folded_bytes, self.events())
+
     def events(self) -> RecordStream[TraceEvent]:
         """A fresh stream of the trace events up to ``at``."""
         return RecordStream(self.bundle.trace_path, decode_event, self.at)
@@ -224,27 +260,24 @@ class EntryStream:
 def load_run(
     home: Path, run_id: str, at: int | None = None, clock: Callable[[], datetime] | None = None
 ) -> RunData:
-    """Open a bundle and fold its trace (streamed) up to ``at``; ``RunNotFound`` for an unknown id."""
+    """Open a bundle and fold its trace up to ``at``; ``RunNotFound`` for an unknown id.
+
+    The fold starts from the newest trustworthy fold checkpoint at or before ``at`` and leaves new ones as it
+    goes (:mod:`piw.store.foldcache`), so a long run is replayed in full once and then read in milliseconds.
+    """
     bundle = open_bundle(home, run_id)
-    stream = RecordStream(bundle.trace_path, decode_event)
-    following: list[str] = []
-
-    def prefix() -> Iterator[TraceEvent]:
-        for event in stream:
-            if at is not None and event.seq > at:
-                following.append(event.at)  # the next event's time bounds the session entries shown
-                return
-            yield event
-
-    state = fold(prefix())
-    if not state.run_id and stream.damage is None:
+    replayed = replay(bundle.path, bundle.run_id, at)
+    state = replayed.state
+    if not state.run_id and replayed.damage is None:
         raise StoreError(
             f"Run {run_id} never started: it was stopped before its first trace event, so there is nothing to "
             "show. The next 'piw run' sets it aside in runs/.incomplete-*."
         )
-    data = run_data(bundle, state, at=at, notice=stream.corruption, clock=clock)
+    data = run_data(bundle, state, at=at, notice=replayed.notice, clock=clock)
     forks = tuple(forks_of(home, run_id))
-    return replace(data, next_at=following[0] if following else None, damage=stream.damage, forks=forks)
+    return replace(
+        data, next_at=replayed.next_at, damage=replayed.damage, forks=forks, folded_bytes=replayed.offset
+    )
 
 
 def with_artifact_check(run: RunData) -> RunData:
@@ -256,6 +289,19 @@ def with_artifact_check(run: RunData) -> RunData:
         return run
     damage = artifact_damage(run.bundle.path, run.state)
     return replace(run, damage=damage, notice=damage.notice) if damage else run
+
+
+class _UpdateEvents:
+    """Re-iterable update events: :func:`piw.store.foldcache.events_of_type` of the folded prefix, or (with no
+    folded prefix known) the full stream filtered."""
+
+    def __init__(self, path: Path, end: int | None, stream: RecordStream[TraceEvent]) -> None:
+        self.path, self.end, self.stream = path, end, stream
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        if self.end is None:
+            return (event for event in self.stream if event.type == "update_published")
+        return events_of_type(self.path, "update_published", self.end)
 
 
 def run_data(

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from piw.store.replay import RunState, StepRecord
+from piw.terminal import single_line
 from piw.views.base import (
     OUTCOME_MARKS,
     STATUS_STYLES,
@@ -27,7 +28,7 @@ from piw.views.base import (
     short_id,
 )
 from piw.views.failure import traceback_lines, where
-from piw.views.table import Column, table_lines
+from piw.views.table import Column, table_lines, table_plain
 
 COLUMNS = (
     Column("#", 3, 5, priority=1, right=True),
@@ -88,6 +89,40 @@ class StepsView(View):
                 yield line
             else:  # a traceback line: wrapped, because showing it whole is why it is there
                 yield from line.wrap(console, width, overflow="fold")
+
+    def plain_lines(self, width: int) -> Iterator[str] | None:
+        """The same lines as :meth:`lines`, as plain text (no styles) for a console that is not a terminal.
+
+        Only the plain table (no ``node``, not ``verbose``) has this fast path (``None`` otherwise): the
+        detailed one wraps tracebacks.
+        """
+        if self.node is not None or self.verbose:
+            return None
+        return self._plain_lines(width)
+
+    def _plain_lines(self, width: int) -> Iterator[str]:
+        state = self.state
+        if not state.steps and state.current is None:
+            yield "No steps yet."
+            return
+        yield from table_plain(COLUMNS, self._plain_rows(), width)
+
+    def _plain_rows(self) -> Iterator[list[str]]:
+        for number, step in enumerate(self.state.steps, start=1):
+            outcome = step.outcome
+            if outcome == "ok":
+                detail = single_line(compact(step.output, 400))
+            else:
+                location = where(step.traceback)
+                detail = single_line(step.error or "") + (f"  at {location}" if location else "")
+            mark = OUTCOME_MARKS.get(outcome, "·")
+            yield [str(number), node_label(step.node_id), f"{mark} {outcome}", fmt_duration(step.duration_ms),
+                   short_id(step.attempt_id), detail]  # fmt: skip
+        current = self.state.current
+        if current is not None:
+            elapsed = fmt_duration(ms_between(current.started_at, self.now))
+            yield [str(len(self.state.steps) + 1), node_label(current.node_id), f"{OUTCOME_MARKS['running']} running",
+                   elapsed, short_id(current.attempt_id), single_line(current.status_detail or "")]  # fmt: skip
 
     def _has_node(self) -> bool:
         current = self.state.current

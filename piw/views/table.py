@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from piw.views.base import fit
@@ -88,3 +89,38 @@ def table_lines(
 def _strip(line: Text) -> Text:
     line.rstrip()
     return line
+
+
+_CELLS: dict[str, int] = {}
+
+
+def _cells(value: str) -> int:
+    """``cell_len``, remembered for the short cells that repeat on every row (``✓ ok``, ``—``)."""
+    if len(value) > 24:
+        return cell_len(value)
+    width = _CELLS.get(value)
+    if width is None:
+        width = _CELLS[value] = cell_len(value)
+    return width
+
+
+def _plain_cell(value: str, size: int, right: bool) -> str:
+    """:func:`_cell` for plain text: the same clipping (``…``) and padding, no ``Text`` built."""
+    if "\n" in value:
+        value = value.replace("\n", " ")
+    width = len(value) if value.isascii() else _cells(value)
+    if width > size:
+        value = set_cell_size(value, size - 1) + "…" if size > 0 else ""
+        width = cell_len(value)
+    pad = " " * (size - width)
+    return pad + value if right else value + pad
+
+
+def table_plain(columns: Sequence[Column], rows: Iterable[Sequence[str]], width: int) -> Iterator[str]:
+    """:func:`table_lines` as plain strings, for output that is not a terminal: the same text, a fraction of
+    the cost (``inspect --view steps`` of a long run prints hundreds of thousands of rows)."""
+    plan = layout(columns, width)
+    gap = " " * GAP
+    yield gap.join(_plain_cell(columns[i].name, size, columns[i].right) for i, size in plan).rstrip()
+    for row in rows:
+        yield gap.join(_plain_cell(row[i], size, columns[i].right) for i, size in plan).rstrip()

@@ -10,12 +10,13 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import math
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TextIO, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -174,24 +175,100 @@ def _sorted_mounts(graph: FlatGraph) -> list[Mount]:
     return [graph.mounts[key] for key in sorted(graph.mounts)]
 
 
-def parse_input_option(text: str | None) -> Any:
-    """``--input JSON`` or ``--input @file``; omitted means ``{}``."""
+MAX_INPUT_DEPTH = 64
+"""Nesting levels ``--input`` may have: deeper input cannot be a real request and would exhaust the recursion
+of every JSON encoder and walker between here and the trace."""
+
+
+def parse_input_option(text: str | None, stdin: TextIO | None = None) -> Any:
+    """``--input JSON``, ``--input @file`` or ``--input -`` (standard input); omitted means ``{}``. Anything
+    that could not be stored in the trace exactly (non-UTF-8 bytes, lone surrogates, non-finite numbers, absurd
+    nesting) is refused here."""
     if text is None:
         return {}
     raw = text
-    if text.startswith("@"):
+    if text == "-":
+        raw = (stdin or sys.stdin).read()
+        if not raw.strip():
+            raise InputInvalid(
+                "--input - read nothing from standard input; pipe the JSON in, e.g. echo '{}' | piw …"
+            )
+    elif text.startswith("@"):
         try:
-            raw = Path(text[1:]).read_text(encoding="utf-8")
+            data = Path(text[1:]).read_bytes()
         except OSError as exc:
             raise InputInvalid(f"Cannot read --input file {text[1:]}: {exc.strerror}.") from None
+        try:
+            raw = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputInvalid(
+                f"--input file {text[1:]} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})."
+            ) from None
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise InputInvalid(
             f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})."
         ) from None
+    except RecursionError:
+        raise InputInvalid(f"--input is nested too deeply (at most {MAX_INPUT_DEPTH} levels).") from None
     except ValueError as exc:
         raise InputInvalid(f"--input is not valid JSON ({exc}).") from None
+    _check_input(value)
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
+def _check_input(value: Any) -> None:
+    """Refuse input nested deeper than MAX_INPUT_DEPTH or holding text that is not valid Unicode."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict | list):
+            if depth > MAX_INPUT_DEPTH:
+                raise InputInvalid(f"--input is nested too deeply (at most {MAX_INPUT_DEPTH} levels).")
+            if isinstance(item, dict):
+                for key in item:
+                    _check_text(key)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputInvalid(
+            f"--input holds text that is not valid Unicode (a lone surrogate U+{ord(text[exc.start]):04X}); "
+            "pass UTF-8."
+        ) from None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "null" if value is None else type(value).__name__
+
+
+def _preview(value: Any, limit: int = 40) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _reject_constant(name: str) -> Any:
@@ -211,7 +288,14 @@ def prepare_input(definition: WorkflowDefinition, raw: Any) -> Any:
     """Validate the run input with the workflow's model or normaliser; errors name the field."""
     model = definition.input
     if model is None:
-        return _json_input(definition, {} if raw is None else raw)
+        value = {} if raw is None else raw
+        if not isinstance(value, dict):
+            raise InputInvalid(
+                f"Invalid input for {definition.name}: without an input model the input must be a JSON object "
+                f'({{...}}), not {_json_kind(value)}; wrap it, e.g. {{"items": {_preview(value)}}}, or declare '
+                "input= in define_workflow."
+            )
+        return _json_input(definition, value)
     if isinstance(model, type) and issubclass(model, BaseModel):
         try:
             validated = call_user(model.model_validate, {} if raw is None else raw).model_dump(

@@ -356,3 +356,39 @@ def test_the_shipped_example_runs_offline(run_builtin: RunBuiltin) -> None:
     run = run_builtin("monitor", example, replies, clock=clock)
     assert run.status == "completed" and run.final["reason"] == "stop" and clock.waits == [60.0]
     assert isinstance(run, BuiltinRun) and len(run.notifications()) == 2
+
+
+def test_piw_cancel_from_another_terminal_ends_the_wait_at_once(
+    cli: Any, piw_home: Path, tmp_path: Path
+) -> None:
+    # A real `piw run` waits 30 minutes between checks; `piw cancel` from another terminal ends it right away.
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps({"observe": [observation(report="First look.")]}), encoding="utf-8")
+    process = cli.popen("run", "monitor", "--input", json.dumps({"task": TASK}), "--provider", "scripted",
+                        "--script", str(replies))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        run_id = None
+        while time.monotonic() < deadline and run_id is None:
+            for bundle in (piw_home / "runs").glob("*"):
+                trace = bundle / "trace.ndjson"
+                if trace.exists() and '"nodeId":"sleep"' in trace.read_text(encoding="utf-8"):
+                    run_id = bundle.name
+            assert process.poll() is None
+            time.sleep(0.05)
+        assert run_id is not None, "the run never reached its wait"
+        done = cli("cancel", run_id)
+        assert done.returncode == 0, done.stderr
+        process.wait(30)  # far less than the 30-minute wait it was in
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1
+    events = [
+        json.loads(line) for line in (piw_home / "runs" / run_id / "trace.ndjson").read_text().splitlines()
+    ]
+    assert events[-1]["type"] == "run_cancelled"
+    sleeps = [e for e in events if e["type"] == "node_failed" and e.get("nodeId") == "sleep"]
+    assert [e["payload"]["outcome"] for e in sleeps] == ["cancelled"]
+    assert sum(1 for e in events if e["type"] == "node_started" and e.get("nodeId") == "observe") == 1
+    assert sum(1 for e in events if e["type"] == "notification_queued") == 1

@@ -111,3 +111,48 @@ def test_orchestrate_over_http_runs_workers_at_once_within_the_bound(cli: Any, p
     assert [r["index"] for r in results] == [1, 2, 3, 4, 5, 6]
     assert all(r["outcome"] == "ok" and r["output"] == {"checked": True} for r in results)
     assert usage_of(cli, result["runId"])["requests"] == 7
+
+
+def test_piw_cancel_during_the_fan_out_aborts_workers_in_flight_and_starts_none(
+    cli: Any, piw_home: Path
+) -> None:
+    from piw.testing import StubReply as Reply
+
+    example = json.loads((BUILTINS / "orchestrate.input.json").read_text(encoding="utf-8"))
+    example["concurrency"] = 2
+    plan = [{"agent": "tester", "task": f"Check part {n}."} for n in range(1, 5)]
+    serve = replies_responder({"plan_submit": [{"submit": plan}]})
+
+    def respond(body: dict[str, Any]) -> StubReply:
+        if "fan_out/" in json.dumps(body["messages"][-1].get("content")):
+            return Reply.hold()  # a worker the model never answers
+        return serve(body)
+
+    with OpenAIStub() as stub:
+        configure(piw_home, stub)
+        stub.respond = respond
+        process = cli.popen("run", "orchestrate", "--input", json.dumps(example))
+        try:
+            deadline = time.monotonic() + 60
+            while stub.request_count < 3 and time.monotonic() < deadline:
+                assert process.poll() is None
+                time.sleep(0.05)
+            assert stub.request_count == 3  # the planner, then two workers in flight
+            (run_id,) = [p.name for p in (piw_home / "runs").iterdir() if not p.name.startswith(".")]
+            done = cli("cancel", run_id)
+            assert done.returncode == 0, done.stderr
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        deadline = time.monotonic() + 10
+        while stub.disconnects < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stub.disconnects == 2 and stub.request_count == 3  # both aborted, no third worker started
+    lines = (piw_home / "runs" / run_id / "trace.ndjson").read_text(encoding="utf-8").splitlines()
+    events = [json.loads(line) for line in lines]
+    assert events[-1]["type"] == "run_cancelled"
+    assert [
+        e["payload"]["outcome"] for e in events if e.get("nodeId") == "fan_out" and e["type"] == "node_failed"
+    ] == ["cancelled"]
+    assert not any(e["type"] == "child_step_finished" for e in events)

@@ -206,3 +206,29 @@ def test_bad_input_is_rejected_before_a_run_exists(
 def test_the_shipped_example_waits_for_a_decision(cli: Any) -> None:
     done = cli("run", "plan-approval", "--input", f"@{BUILTINS / 'plan-approval.input.json'}", "--json")
     assert json.loads(done.stdout)["status"] == "waiting"
+
+
+def test_cancel_while_waiting_cancels_the_row_and_leaves_the_bundle_final(cli: Any, piw_home: Path) -> None:
+    from piw.store.queue import open_queue
+
+    run_id = start(cli)["runId"]
+    trace = (piw_home / "runs" / run_id / "trace.ndjson").read_bytes()
+    done = cli("cancel", run_id)
+    assert done.returncode == 0, done.stderr
+    assert "cancelled (its bundle is unchanged)" in done.stdout
+    row = open_queue(piw_home).get(run_id)
+    assert row is not None and row.status == "cancelled"
+    assert (piw_home / "runs" / run_id / "trace.ndjson").read_bytes() == trace
+    assert inspect(cli, run_id)["status"] == "waiting"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="owed by `decisions` (issue 8 part B): cancelling a waiting run makes its decision a cancelled tombstone",
+)
+def test_a_cancelled_waiting_decision_starts_no_continuation(cli: Any, piw_home: Path) -> None:
+    run_id = start(cli)["runId"]
+    assert cli("cancel", run_id).returncode == 0
+    refused = cli("decide", run_id, "continue")
+    assert refused.returncode == 2
+    assert run_ids(piw_home) == [run_id]

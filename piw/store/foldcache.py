@@ -1,0 +1,491 @@
+"""Fold checkpoints: snapshots of the folded state at known ``seq``\\ s, kept in the bundle as a cache.
+
+Replaying a long trace costs seconds; every reader (``inspect`` and its views, ``--at``, ``watch``, the viewer)
+needs the state at some point of it. Every :data:`CHECKPOINT_EVERY` events a reader that folded past that point
+leaves ``fold-checkpoints/seq-<seq>.ckpt``: the state at that ``seq`` plus the byte offset and a digest of the
+trace prefix it covers. The next reader starts from the newest checkpoint at or before where it wants to be and
+folds only the tail, so ``fold_more(checkpoint, tail) == fold(trace)`` gives the same state as a full replay.
+
+A checkpoint is only a cache that one pure fold can always rebuild, so it is never trusted: it is used only when
+its own digests match (damage), it names this run and this fold version (foreign, or written by a piw whose
+fold differs), it chains to the previous checkpoint, and the trace prefix it claims still hashes to its digest
+(stale: the trace was replaced or rewritten). Anything else is ignored exactly as if the file did not exist. The
+prefix digest is a hash chain over segments (``chain_k = sha256(chain_{k-1} ‖ sha256(trace[off_{k-1}:off_k]))``,
+``chain_0`` = 32 zero bytes), so checking a long prefix hashes its segments on both cores at once.
+
+File layout (``docs/bundle-format.md``): a JSON header line (:class:`CheckpointHeader`), then ``headBytes`` of
+msgpack holding every ``RunState`` field except the steps, then ``stepsBytes`` of msgpack holding the steps
+finished since the previous checkpoint. Steps are decoded only when something reads one (``len`` does not).
+Writing is best effort: a read-only bundle just gets no checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from piw.store.damage import Damage, line_damage
+from piw.store.replay import fold, fold_more
+from piw.store.state import CurrentAttempt, RunState, StepList, StepRecord, UpdateRecord
+from piw.store.trace import TraceEvent, decode_event, paused_gc
+
+FOLD_CHECKPOINT_SCHEMA = "piw.fold-checkpoint.v1"
+CHECKPOINT_EVERY = 20_000
+"""Events between checkpoints: a reader folds at most this many events past the one it starts from."""
+DIRECTORY = "fold-checkpoints"
+_FOLD_CODE = 1
+"""Bump when the fold gives a different state for the same events: older checkpoints then count as stale."""
+_STATE_FIELDS = tuple(f.name for f in fields(RunState))
+FOLD_VERSION = f"{_FOLD_CODE}-" + hashlib.sha256(",".join(_STATE_FIELDS).encode()).hexdigest()[:12]
+"""The fold's version and the shape of ``RunState``: a checkpoint written by another version is ignored."""
+_SEQUENCE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
+    f.name: frozenset if str(f.type).startswith("frozenset") else tuple
+    for f in fields(RunState)
+    if str(f.type).startswith(("frozenset", "tuple"))
+}
+"""State fields declared as tuples or frozensets (``RunState`` grows; the head decoder must not lag behind)."""
+_NAME = re.compile(r"seq-(\d{1,12})\.ckpt")
+_ZERO = bytes(32)
+_CHUNK = 1 << 20
+_BATCH = 256
+_DECODE_ERRORS = (ValueError, UnicodeDecodeError, KeyError, TypeError)
+
+
+class CheckpointHeader(msgspec.Struct, frozen=True, rename="camel"):
+    """The first line of a checkpoint file (JSON)."""
+
+    schema: str
+    fold_version: str
+    run_id: str
+    seq: int
+    """The state is the fold of trace lines ``1..seq``."""
+    offset: int
+    """Bytes of ``trace.ndjson`` those lines take (the line of ``seq`` ends at ``offset - 1`` with ``\\n``)."""
+    previous_seq: int
+    """The checkpoint this one continues (0 for the first): its steps come before this one's."""
+    prefix_sha256: str
+    """The hash chain over the trace prefix ``[0, offset)`` (module docstring)."""
+    step_start: int
+    step_count: int
+    head_bytes: int
+    head_sha256: str
+    steps_bytes: int
+    steps_sha256: str
+
+
+@dataclass(frozen=True)
+class _Found:
+    header: CheckpointHeader
+    path: Path
+    head: bytes
+
+
+@dataclass
+class Replay:
+    """A run's state folded from the trace, up to ``at`` when given, and where the fold stopped."""
+
+    state: RunState
+    offset: int
+    """Bytes of the trace that were folded (a follower continues reading here)."""
+    next_seq: int
+    damage: Damage | None = None
+    """Set when the fold stopped at a damaged line that was not the last one."""
+    next_at: str | None = None
+    """With ``at``: the time of the first event after it (it bounds the session entries shown)."""
+    checkpoint_seq: int = 0
+    """The ``seq`` of the checkpoint the fold started from (0: from the first line)."""
+
+    @property
+    def notice(self) -> str | None:
+        return self.damage.notice if self.damage else None
+
+
+def checkpoint_dir(bundle_path: Path) -> Path:
+    return bundle_path / DIRECTORY
+
+
+def _headers(bundle_path: Path, run_id: str) -> list[_Found]:
+    """Every readable checkpoint of this run and fold version whose head digest matches, by ``seq``."""
+    found: list[_Found] = []
+    try:
+        names = os.listdir(checkpoint_dir(bundle_path))
+    except OSError:
+        return found
+    for name in names:
+        if _NAME.fullmatch(name) is None:
+            continue
+        path = checkpoint_dir(bundle_path) / name
+        try:
+            with path.open("rb") as handle:
+                header = msgspec.json.decode(handle.readline(4096), type=CheckpointHeader)
+                head = handle.read(header.head_bytes)
+        except (OSError, msgspec.DecodeError):
+            continue
+        if (
+            header.schema != FOLD_CHECKPOINT_SCHEMA
+            or header.fold_version != FOLD_VERSION
+            or header.run_id != run_id
+            or name != f"seq-{header.seq}.ckpt"
+            or len(head) != header.head_bytes
+            or hashlib.sha256(head).hexdigest() != header.head_sha256
+        ):
+            continue
+        found.append(_Found(header, path, head))
+    found.sort(key=lambda item: item.header.seq)
+    return found
+
+
+def _hash_segments(trace: Path, bounds: list[tuple[int, int]]) -> list[bytes] | None:
+    """``sha256`` of each ``[start, end)`` of the trace, on two threads (hashlib releases the GIL).
+
+    Read in 1 MiB pieces into one reused buffer per thread (no mapping: touched pages of a mapped file would count
+    as this process's memory).
+    """
+    if not bounds:
+        return []
+    try:
+        if bounds[-1][1] > trace.stat().st_size:
+            return None
+    except OSError:
+        return None
+    digests: list[bytes] = [b""] * len(bounds)
+    failed: list[BaseException] = []
+
+    def work(indexes: range) -> None:
+        buffer = bytearray(_CHUNK)
+        view = memoryview(buffer)
+        try:
+            with trace.open("rb", buffering=0) as handle:
+                for i in indexes:
+                    start, end = bounds[i]
+                    handle.seek(start)
+                    hasher = hashlib.sha256()
+                    remaining = end - start
+                    while remaining > 0:
+                        got = handle.readinto(view[: min(remaining, _CHUNK)])
+                        if not got:
+                            raise OSError("the trace got shorter while it was read")
+                        hasher.update(view[:got])
+                        remaining -= got
+                    digests[i] = hasher.digest()
+        except OSError as exc:
+            failed.append(exc)
+
+    total = bounds[-1][1]
+    middle = next((i for i, (_, end) in enumerate(bounds) if end >= total / 2), len(bounds) - 1)
+    helper = threading.Thread(target=work, args=(range(middle + 1, len(bounds)),))
+    helper.start()
+    work(range(0, middle + 1))
+    helper.join()
+    return None if failed else digests
+
+
+def valid_checkpoints(bundle_path: Path, run_id: str, upto_seq: int | None = None) -> list[CheckpointHeader]:
+    """The unbroken chain of trustworthy checkpoints from the first one, ending at or before ``upto_seq``."""
+    return [found.header for found in _chain(bundle_path, run_id, upto_seq)]
+
+
+def _chain(bundle_path: Path, run_id: str, upto_seq: int | None) -> list[_Found]:
+    candidates: list[_Found] = []
+    previous_seq = previous_offset = steps = 0
+    for found in _headers(bundle_path, run_id):
+        header = found.header
+        if upto_seq is not None and header.seq > upto_seq:
+            break
+        if header.seq == previous_seq:
+            continue  # a second file for the same seq cannot exist (names are unique); be safe anyway
+        if (
+            header.previous_seq != previous_seq
+            or header.step_start != steps
+            or header.offset <= previous_offset
+        ):
+            break
+        candidates.append(found)
+        previous_seq, previous_offset, steps = (
+            header.seq,
+            header.offset,
+            header.step_start + header.step_count,
+        )
+    try:
+        size = (bundle_path / "trace.ndjson").stat().st_size
+    except OSError:
+        return []
+    candidates = [found for found in candidates if found.header.offset <= size]
+    if not candidates:
+        return []
+    bounds = []
+    start = 0
+    for found in candidates:
+        bounds.append((start, found.header.offset))
+        start = found.header.offset
+    digests = _hash_segments(bundle_path / "trace.ndjson", bounds)
+    if digests is None:
+        return []
+    chain, link = [], _ZERO
+    for found, digest in zip(candidates, digests, strict=True):
+        link = hashlib.sha256(link + digest).digest()
+        if link.hex() != found.header.prefix_sha256:
+            break
+        chain.append(found)
+    return chain
+
+
+# ---- the state in a checkpoint ----------------------------------------------------------------------------
+
+
+def _encode_head(state: RunState) -> bytes:
+    head = {name: getattr(state, name) for name in _STATE_FIELDS if name != "steps"}
+    head["updates"] = list(state.updates.values())
+    return msgspec.msgpack.encode(head)
+
+
+def _decode_head(data: bytes, steps: StepList) -> RunState:
+    raw: dict[str, Any] = msgspec.msgpack.decode(data)
+    if set(raw) != set(_STATE_FIELDS) - {"steps"}:
+        raise ValueError("checkpoint head has other fields than RunState")
+    raw["results"] = {node: msgspec.convert(step, StepRecord) for node, step in raw["results"].items()}
+    updates = [msgspec.convert(item, UpdateRecord) for item in raw["updates"]]
+    raw["updates"] = {(record.type, record.key): record for record in updates}
+    if raw["current"] is not None:
+        raw["current"] = msgspec.convert(raw["current"], CurrentAttempt)
+    raw["node_stats"] = {node: (int(count), total) for node, (count, total) in raw["node_stats"].items()}
+    for name, kind in _SEQUENCE_FIELDS.items():  # msgpack has arrays only: give back the declared container
+        if isinstance(raw[name], list):
+            raw[name] = kind(raw[name])
+    raw["steps"] = steps
+    return RunState(**raw)
+
+
+_STEPS_DECODER = msgspec.msgpack.Decoder(list[StepRecord])
+
+
+def _load_steps(chain: list[_Found]) -> list[StepRecord]:
+    """The steps of every checkpoint of the chain, each segment checked against its digest."""
+    steps: list[StepRecord] = []
+    with paused_gc():
+        for found in chain:
+            header = found.header
+            with found.path.open("rb") as handle:
+                handle.readline(4096)
+                handle.seek(header.head_bytes, os.SEEK_CUR)
+                blob = handle.read(header.steps_bytes)
+            if len(blob) != header.steps_bytes or hashlib.sha256(blob).hexdigest() != header.steps_sha256:
+                raise ValueError(f"{found.path.name}: steps do not match their digest")
+            segment = _STEPS_DECODER.decode(blob)
+            if len(segment) != header.step_count:
+                raise ValueError(f"{found.path.name}: wrong number of steps")
+            steps.extend(segment)
+    return steps
+
+
+def _restore(bundle_path: Path, chain: list[_Found]) -> RunState | None:
+    base = chain[-1]
+    count = base.header.step_start + base.header.step_count
+    trace = bundle_path / "trace.ndjson"
+
+    def load() -> list[StepRecord]:
+        try:
+            return _load_steps(chain)
+        except (OSError, *_DECODE_ERRORS, msgspec.DecodeError):
+            # damaged or changed since it was checked: the trace alone rebuilds them
+            prefix = fold(event for _, event in _read(trace, 0, 1, base.header.seq)[0])
+            return list(prefix.steps)
+
+    try:
+        state = _decode_head(base.head, StepList.lazy(count, load))
+    except (*_DECODE_ERRORS, msgspec.DecodeError):
+        return None
+    if state.trace_seq != base.header.seq or state.run_id != base.header.run_id:
+        return None
+    if sum(attempts for attempts, _ in state.node_stats.values()) != count:
+        return None  # the header's step counts are not covered by a digest: the head's own count decides
+    return state
+
+
+def _write(
+    bundle_path: Path, state: RunState, header_fields: dict[str, Any], steps: list[StepRecord]
+) -> None:
+    """Write one checkpoint (temp file, then rename); silently nothing when the bundle is not writable."""
+    from piw.store.bundle import write_private_file  # bundle imports the fold too; keep this module light
+
+    head = _encode_head(state)
+    try:
+        if _decode_head(head, state.steps) != state:
+            return  # a field this encoding does not round-trip exactly: no checkpoint rather than a wrong one
+    except (*_DECODE_ERRORS, msgspec.DecodeError):
+        return
+    try:
+        blob = msgspec.msgpack.encode(steps)
+    except (TypeError, OverflowError, ValueError):
+        return
+    header = CheckpointHeader(
+        schema=FOLD_CHECKPOINT_SCHEMA,
+        fold_version=FOLD_VERSION,
+        run_id=state.run_id,
+        seq=state.trace_seq,
+        head_bytes=len(head),
+        head_sha256=hashlib.sha256(head).hexdigest(),
+        steps_bytes=len(blob),
+        steps_sha256=hashlib.sha256(blob).hexdigest(),
+        step_count=len(steps),
+        **header_fields,
+    )
+    directory = checkpoint_dir(bundle_path)
+    try:
+        if not directory.is_dir():
+            directory.mkdir(mode=0o700)
+        data = msgspec.json.encode(header) + b"\n" + head + blob
+        write_private_file(directory / f"seq-{state.trace_seq}.ckpt", data)
+    except OSError:
+        return
+
+
+# ---- reading the trace from an offset -----------------------------------------------------------------------
+
+
+def _read(
+    trace: Path, offset: int, seq: int, at: int | None
+) -> tuple[Iterator[tuple[int, TraceEvent]], Callable[[], tuple[Damage | None, str | None]]]:
+    """Stream ``(end offset, event)`` from ``offset`` (whose line has ``seq``) up to ``at``.
+
+    The torn-tail rule of ``persistence.md`` §5 holds as for a read from byte 0; the second value returns, once
+    the stream is exhausted, ``(damage of a line that was not the last, time of the event after at)``.
+    """
+    outcome: dict[str, Any] = {"damage": None, "next_at": None}
+
+    def events() -> Iterator[tuple[int, TraceEvent]]:
+        try:
+            handle = trace.open("rb")
+        except FileNotFoundError:
+            return
+        with handle:
+            handle.seek(offset)
+            position, expected, damaged, rest = offset, seq, 0, b""
+            while chunk := handle.read(_CHUNK):
+                data = rest + chunk
+                begin = 0
+                while (end := data.find(b"\n", begin)) >= 0:
+                    line = data[begin : end + 1]
+                    begin = end + 1
+                    if damaged:
+                        outcome["damage"] = line_damage(trace.name, damaged)
+                        return
+                    try:
+                        event = decode_event(line, expected)
+                    except _DECODE_ERRORS:
+                        damaged = expected
+                        continue
+                    if at is not None and event.seq > at:
+                        outcome["next_at"] = event.at
+                        return
+                    position += len(line)
+                    expected += 1
+                    yield position, event
+                rest = data[begin:]
+
+    return events(), lambda: (outcome["damage"], outcome["next_at"])
+
+
+def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool = True) -> Replay:
+    """The state of a run at ``at`` (the end of its valid trace without it), from the best checkpoint.
+
+    This is the read API every reader uses: ``inspect`` and its views, ``--at``, ``watch`` and the viewer.
+    While folding past the last checkpoint it leaves new ones every :data:`CHECKPOINT_EVERY` events (unless
+    ``write`` is false), so the next read of this run, at any point, folds at most that many events.
+    """
+    chain = _chain(bundle_path, run_id, at)
+    state: RunState | None = _restore(bundle_path, chain) if chain else None
+    if state is None:
+        chain, state = [], RunState()
+    base = chain[-1].header if chain else None
+    offset = base.offset if base else 0
+    next_seq = (base.seq if base else 0) + 1
+    previous_seq = base.seq if base else 0
+    steps_before = len(state.steps)
+    link = bytes.fromhex(base.prefix_sha256) if base else _ZERO
+    trace = bundle_path / "trace.ndjson"
+    stream, finish = _read(trace, offset, next_seq, at)
+    segment = hashlib.sha256()
+    segment_start = position = offset
+    batch: list[TraceEvent] = []
+    with paused_gc():
+        try:
+            handle = trace.open("rb") if write else None
+        except OSError:
+            handle = None
+        try:
+            for position, event in stream:
+                batch.append(event)
+                boundary = not event.seq % CHECKPOINT_EVERY and handle is not None
+                if len(batch) >= _BATCH or boundary:
+                    # small batches: events are dropped as soon as they are folded (bounded memory)
+                    state = fold_more(state, batch)
+                    batch = []
+                if not boundary or handle is None:
+                    continue
+                handle.seek(segment_start)
+                remaining = position - segment_start
+                while remaining > 0:
+                    piece = handle.read(min(remaining, _CHUNK))
+                    if not piece:
+                        break
+                    segment.update(piece)
+                    remaining -= len(piece)
+                link = hashlib.sha256(link + segment.digest()).digest()
+                steps = state.steps.after(steps_before)
+                where = {"offset": position, "previous_seq": previous_seq, "prefix_sha256": link.hex(),
+                         "step_start": steps_before}  # fmt: skip
+                _write(bundle_path, state, where, steps)
+                previous_seq, steps_before, segment_start = event.seq, len(state.steps), position
+                segment = hashlib.sha256()
+        finally:
+            if handle is not None:
+                handle.close()
+        state = fold_more(state, batch)
+    damage, next_at = finish()
+    return Replay(state, position, state.trace_seq + 1, damage, next_at, base.seq if base else 0)
+
+
+def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:
+    """The events of one type among the trace lines in ``[0, end)``, without decoding the others.
+
+    Only for a prefix :func:`replay` has already validated (``Replay.offset``): lines are found by their type's
+    name and decoded one by one, so a follower that starts from a checkpoint can still feed, say, its progress
+    tracks from the updates of the whole run at the cost of a byte search.
+    """
+    marker = kind.encode()
+    try:
+        handle = trace.open("rb")
+    except OSError:
+        return
+    with handle:
+        position, rest = 0, b""
+        while position < end:
+            chunk = handle.read(min(_CHUNK, end - position))
+            if not chunk:
+                return
+            position += len(chunk)
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if data.find(marker, 0, cut) < 0:
+                continue
+            for line in data[:cut].split(b"\n"):
+                if marker in line:
+                    try:
+                        event = _ENVELOPE.decode(line)
+                    except msgspec.DecodeError:
+                        continue
+                    if event.type == kind:
+                        yield event
+
+
+_ENVELOPE = msgspec.json.Decoder(TraceEvent)
