@@ -22,7 +22,6 @@ Writing is best effort: a read-only bundle just gets no checkpoints.
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import re
 import threading
@@ -145,38 +144,48 @@ def _headers(bundle_path: Path, run_id: str) -> list[_Found]:
 
 
 def _hash_segments(trace: Path, bounds: list[tuple[int, int]]) -> list[bytes] | None:
-    """``sha256`` of each ``[start, end)`` of the trace, on two threads (hashlib releases the GIL)."""
+    """``sha256`` of each ``[start, end)`` of the trace, on two threads (hashlib releases the GIL).
+
+    Read in 1 MiB pieces into one reused buffer per thread (no mapping: touched pages of a mapped file would count
+    as this process's memory).
+    """
     if not bounds:
         return []
     try:
-        with trace.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if bounds[-1][1] > size:
-                return None
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                view = memoryview(mapped)
-                try:
-                    digests: list[bytes] = [b""] * len(bounds)
-
-                    def work(indexes: range) -> None:
-                        for i in indexes:
-                            start, end = bounds[i]
-                            digests[i] = hashlib.sha256(view[start:end]).digest()
-
-                    # split by bytes, not by count: the halves should take the same time
-                    total = bounds[-1][1]
-                    middle = next(
-                        (i for i, (_, end) in enumerate(bounds) if end >= total / 2), len(bounds) - 1
-                    )
-                    helper = threading.Thread(target=work, args=(range(middle + 1, len(bounds)),))
-                    helper.start()
-                    work(range(0, middle + 1))
-                    helper.join()
-                    return digests
-                finally:
-                    view.release()
-    except (OSError, ValueError):
+        if bounds[-1][1] > trace.stat().st_size:
+            return None
+    except OSError:
         return None
+    digests: list[bytes] = [b""] * len(bounds)
+    failed: list[BaseException] = []
+
+    def work(indexes: range) -> None:
+        buffer = bytearray(_CHUNK)
+        view = memoryview(buffer)
+        try:
+            with trace.open("rb", buffering=0) as handle:
+                for i in indexes:
+                    start, end = bounds[i]
+                    handle.seek(start)
+                    hasher = hashlib.sha256()
+                    remaining = end - start
+                    while remaining > 0:
+                        got = handle.readinto(view[: min(remaining, _CHUNK)])
+                        if not got:
+                            raise OSError("the trace got shorter while it was read")
+                        hasher.update(view[:got])
+                        remaining -= got
+                    digests[i] = hasher.digest()
+        except OSError as exc:
+            failed.append(exc)
+
+    total = bounds[-1][1]
+    middle = next((i for i, (_, end) in enumerate(bounds) if end >= total / 2), len(bounds) - 1)
+    helper = threading.Thread(target=work, args=(range(middle + 1, len(bounds)),))
+    helper.start()
+    work(range(0, middle + 1))
+    helper.join()
+    return None if failed else digests
 
 
 def valid_checkpoints(bundle_path: Path, run_id: str, upto_seq: int | None = None) -> list[CheckpointHeader]:
@@ -457,28 +466,26 @@ def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:
         handle = trace.open("rb")
     except OSError:
         return
-    with handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if end else _Empty() as data:
-        position = 0
-        while (hit := data.find(marker, position, end)) >= 0:
-            start = data.rfind(b"\n", 0, hit) + 1
-            stop = data.find(b"\n", hit, end)
-            if stop < 0:
+    with handle:
+        position, rest = 0, b""
+        while position < end:
+            chunk = handle.read(min(_CHUNK, end - position))
+            if not chunk:
                 return
-            position = stop + 1
-            try:
-                event = _ENVELOPE.decode(data[start : stop + 1])
-            except msgspec.DecodeError:
+            position += len(chunk)
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if data.find(marker, 0, cut) < 0:
                 continue
-            if event.type == kind:
-                yield event
-
-
-class _Empty:
-    def __enter__(self) -> bytes:
-        return b""
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+            for line in data[:cut].split(b"\n"):
+                if marker in line:
+                    try:
+                        event = _ENVELOPE.decode(line)
+                    except msgspec.DecodeError:
+                        continue
+                    if event.type == kind:
+                        yield event
 
 
 _ENVELOPE = msgspec.json.Decoder(TraceEvent)
