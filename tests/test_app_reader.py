@@ -70,3 +70,44 @@ def test_every_seq_replays_to_the_fold_of_its_prefix(
         }
         assert [e.seq for e in reader.events(seq, seq + 5)] == list(range(seq, min(seq + 5, len(events) + 1)))
     assert list(reader.index_data.update_seqs) == [e.seq for e in events if e.type == "update_published"]
+
+
+def _files(path: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in path.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_stored_fold_checkpoints_are_used_and_nothing_is_written(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from piw.store import foldcache
+
+    monkeypatch.setattr(foldcache, "CHECKPOINT_EVERY", 4)
+    monkeypatch.setattr(reader_module, "CHECKPOINT_EVERY", 2)
+    bundle = home / "runs" / RUN_IDS["completed"]
+    foldcache.replay(bundle, RUN_IDS["completed"])  # what inspect leaves behind
+    assert list((bundle / foldcache.DIRECTORY).iterdir()), "checkpoints were written"
+    before = _files(bundle)
+    events = _events(home)
+    reader = open_run(home, RUN_IDS["completed"])
+    reader.index()
+    used = []
+    stored = reader._stored_state
+
+    def spy(seq: int, have: int) -> object:
+        found = stored(seq, have)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(reader, "_stored_state", spy)
+    for seq in range(len(events), 0, -1):
+        reader.index_data.checkpoints = []  # as if this reader had folded nothing yet
+        assert reader.state_at(seq) == fold(events[:seq]), seq
+    assert any(used), "states came from the stored checkpoints"
+    reader.poll()
+    assert _files(bundle) == before, "the viewer wrote nothing to the bundle"

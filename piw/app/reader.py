@@ -34,6 +34,7 @@ import orjson
 
 from piw.errors import PiwError
 from piw.progress import parse_instant
+from piw.store import foldcache
 from piw.store.bundle import Bundle, open_bundle
 from piw.store.lineage import forks_of
 from piw.store.liveness import writer_is_live
@@ -220,6 +221,10 @@ class RunReader:
     def _replay(self, seq: int, *, want_tracks: bool) -> tuple[RunState, Tracks]:
         """Fold from the nearest checkpoint up to ``seq``, leaving checkpoints behind on the way."""
         base = self._checkpoint(seq)
+        if not want_tracks and seq - (base.seq if base else 0) > CHECKPOINT_EVERY:
+            stored = self._stored_state(seq, base.seq if base else 0)
+            if stored is not None:
+                return stored, Tracks()
         state = base.state if base else RunState()
         tracks = base.tracks.copy() if base else Tracks()
         start = base.seq + 1 if base else 1
@@ -239,6 +244,18 @@ class RunReader:
                 merged = self.index_data.checkpoints + [c for c in made if c.seq not in known]
                 self.index_data.checkpoints = sorted(merged, key=lambda c: c.seq)
         return fold_more(state, batch), tracks
+
+    def _stored_state(self, seq: int, have: int) -> RunState | None:
+        """The state at ``seq`` from the bundle's own fold checkpoints (``piw.store.foldcache``, left by
+        ``inspect`` and other readers), when one is closer than what this reader holds; read-only: the viewer
+        never writes a checkpoint."""
+        try:
+            found = foldcache.replay(self.bundle.path, self.run_id, seq, write=False)
+        except Exception:  # a cache: fold from what we have instead
+            return None
+        if found.checkpoint_seq <= have or found.state.trace_seq != seq or found.damage is not None:
+            return None
+        return found.state
 
     # ---- paging ----------------------------------------------------------------------------------------
 

@@ -23,7 +23,16 @@ from piw.progress import parse_instant
 from piw.terminal import sanitize_terminal_text, single_line
 from piw.wire import is_plain
 
-OUTCOME_MARKS = {"ok": "✓", "failed": "✗", "timed_out": "⏱", "cancelled": "■", "running": "▶", "waiting": "⏸"}
+OUTCOME_MARKS = {
+    "ok": "✓",
+    "failed": "✗",
+    "timed_out": "⏱",
+    "cancelled": "■",
+    "running": "▶",
+    "waiting": "⏸",
+    "not taken": "–",
+    "not run": "–",
+}
 STATUS_STYLES = {
     "ok": "green",
     "completed": "green",
@@ -33,6 +42,8 @@ STATUS_STYLES = {
     "running": "cyan",
     "waiting": "magenta",
     "pending": "dim",
+    "not taken": "dim",
+    "not run": "dim",
 }
 
 
