@@ -47,7 +47,16 @@ def read_only(home: Path, tmp_path: Path) -> Iterator[Path]:
             pytest.skip("cannot remount read-only")
         yield view
     finally:
-        subprocess.run(["umount", str(view)], capture_output=True, check=False)
+        _unmount(view)
+
+
+def _unmount(path: Path) -> None:
+    """Unmount for sure: close this process's database connections first, then lazily if still busy."""
+    from piw.store.database import close_databases
+
+    close_databases()
+    if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
 @pytest.fixture
@@ -177,4 +186,4 @@ def test_a_full_disk_parks_the_run_and_it_resumes_once_there_is_space(
         trace = (disk / "home" / "runs" / run_id / "trace.ndjson").read_bytes()
         assert trace.endswith(b"\n") and all(json.loads(x) for x in trace.splitlines())  # no tear left behind
     finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
+        _unmount(disk)

@@ -225,8 +225,9 @@ def _tool(updates: bool) -> Any:
             raise ValueError("output must be an object")
         return value
 
-    return WorkflowTool(ActiveStep(contract=contract, accept=accept, wants_object=True),
-                        publish=lambda update, call_id: {"ok": True}, status=lambda: {}, updates=updates)  # fmt: skip
+    step = ActiveStep(contract=contract, accept=accept, wants_object=True)
+    return WorkflowTool(step, publish=lambda update, call_id: {"ok": True}, status=lambda: {"updates": []},
+                        updates=updates)  # fmt: skip
 
 
 CALL_ARGUMENTS = st.one_of(

@@ -321,6 +321,7 @@ class Engine:
     def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
         """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
         assert self.session is not None
+        writer.lock.fence()  # artifacts are bundle writes too
         copy_artifacts(prefix.parent, writer.bundle)
         for entry in prefix.entries:
             self.session.adopt(entry)

@@ -57,9 +57,14 @@ def _may_refer_to_artifacts(trace: Path) -> bool:
         with trace.open("rb") as handle:
             tail = b""
             while chunk := handle.read(1 << 20):  # pieces, not a mapping: touched pages would count as memory
-                if marker in tail + chunk[: len(marker)] or marker in chunk:
-                    return True
-                tail = chunk[-len(marker) :]
+                data = tail + chunk
+                # "$" is rare in traces: memchr finds each candidate, and most pieces have none at all
+                hit = data.find(b"$")
+                while hit >= 0:
+                    if data[hit - 1 : hit + len(marker) - 1] == marker:
+                        return True
+                    hit = data.find(b"$", hit + 1)
+                tail = data[-len(marker) :]
     except OSError:
         return True
     return False
