@@ -211,15 +211,6 @@ def test_a_stream_cut_mid_text_fails_and_is_never_output(case: Case, fast_retrie
     assert entry["content"][0]["text"] == "half an ans" and entry["stopReason"] == "error"  # on record only
 
 
-_MODELS_TOOL_CALL_IS_CONTENT = pytest.mark.xfail(
-    strict=True,
-    reason="spec §4 (end of stream): retried while nothing VISIBLE has streamed; the adapter's "
-    "MessageBuilder.content_streamed counts a partial tool call as streamed content, so it fails instead "
-    "(reported to the lead for the models helper; remove this marker once it retries)",
-)
-
-
-@_MODELS_TOOL_CALL_IS_CONTENT
 def test_a_stream_cut_mid_tool_call_is_retried(case: Case, fast_retries: tuple[float, ...]) -> None:
     cut = StubReply.tool("workflow", {}, arguments_text='{"action": "submit", "out', finish_reason=None,
                          end_marker=False)  # fmt: skip
@@ -227,7 +218,6 @@ def test_a_stream_cut_mid_tool_call_is_retried(case: Case, fast_retries: tuple[f
     case.completed({"ok": True}, requests=2)
 
 
-@_MODELS_TOOL_CALL_IS_CONTENT
 def test_an_unknown_finish_reason_with_nothing_visible_is_retried(
     case: Case, fast_retries: tuple[float, ...]
 ) -> None:

@@ -320,7 +320,7 @@ def test_guard_allows_loopback_while_requests_are_disallowed(
         (StubReply.text("All of it", finish_reason=None), True, "without a finish reason"),
         (
             StubReply.tool("workflow", {}, arguments_text='{"action": "sub', finish_reason=None),
-            True,
+            False,  # a partial tool call is never shown, so a retry repeats nothing visible
             "finish",
         ),
         (StubReply.text("", finish_reason="weird"), False, "unknown finish reason 'weird'"),
