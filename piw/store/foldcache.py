@@ -196,7 +196,8 @@ def valid_checkpoints(bundle_path: Path, run_id: str, upto_seq: int | None = Non
     return [found.header for found in _chain(bundle_path, run_id, upto_seq)]
 
 
-def _chain(bundle_path: Path, run_id: str, upto_seq: int | None) -> list[_Found]:
+def _chain(bundle_path: Path, run_id: str, upto_seq: int | None, *, remember: bool = True) -> list[_Found]:
+    """The verified chain; ``remember`` false (a read-only viewer) leaves ``verified.json`` as it was."""
     candidates: list[_Found] = []
     previous_seq = previous_offset = steps = 0
     for found in _headers(bundle_path, run_id):
@@ -246,7 +247,7 @@ def _chain(bundle_path: Path, run_id: str, upto_seq: int | None) -> list[_Found]
         if link.hex() != found.header.prefix_sha256:
             break
         chain.append(found)
-    if candidates and chain and stamp is not None:
+    if remember and candidates and chain and stamp is not None:
         _remember(bundle_path, stamp, chain[-1].header)
     return chain
 
@@ -455,7 +456,7 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
     While folding past the last checkpoint it leaves new ones every :data:`CHECKPOINT_EVERY` events (unless
     ``write`` is false), so the next read of this run, at any point, folds at most that many events.
     """
-    chain = _chain(bundle_path, run_id, at)
+    chain = _chain(bundle_path, run_id, at, remember=write)
     state: RunState | None = _restore(bundle_path, chain) if chain else None
     if state is None:
         chain, state = [], RunState()
