@@ -1,7 +1,7 @@
 """Benchmark ``piw view`` on a long run: time to the first screen, time until the whole trace is indexed, and
 peak memory, beside ``piw inspect`` of the same run.
 
-    python bench/bench_view.py [--events 1000000] [--runs 3]
+    python bench/bench_view.py [--events 1000000] [--runs 3] [--shape monitor|loop|both]
 
 Two shapes of run are measured:
 
@@ -161,6 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--shape", choices=("monitor", "loop", "both"), default="both")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -169,7 +170,7 @@ def main() -> None:
     from bundles import make_bundle
 
     print(f"piw view, best of {args.runs} fresh processes each, headless at 120×40")
-    for shape in ("monitor", "loop"):
+    for shape in ("monitor", "loop") if args.shape == "both" else (args.shape,):
         with tempfile.TemporaryDirectory(
             prefix="piw-bench-view-", dir=os.environ.get("PIW_BENCH_DIR")
         ) as tmp:

@@ -12,6 +12,8 @@
     ├── StoreError                a bundle cannot be created or read (layout, paths, locks)
     │   ├── RunLocked             another process holds the run's writer lock
     │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
+    │   ├── HomeUnavailable       ``PIW_HOME`` cannot be created, or cannot be written (read-only)
+    │   ├── StorageFull           the disk filled while a run was written; the run is parked
     │   └── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
@@ -86,6 +88,17 @@ class StoreError(PiwError):
 
 class RunLocked(StoreError):
     """Another process is writing this run."""
+
+
+class HomeUnavailable(StoreError):
+    """``PIW_HOME`` cannot be created or written (read-only filesystem, permissions); read-only commands still
+    work on an existing one."""
+
+
+class StorageFull(StoreError):
+    """The disk (or quota) filled while a run was written; the run is parked and resumes once there is space."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
 
 
 class ArtifactDamaged(StoreError):

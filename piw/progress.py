@@ -548,7 +548,8 @@ def _report_block(estimate: ProgressEstimate, now: datetime) -> str:
         else:
             rate = format_number(estimate.rate_median * 60_000)
         lines.append(f"Rate: {rate} {unit}/min")
-        lines.append(f"Estimate: {estimate.confidence or 'low'} confidence, {estimate.sample_count} samples")
+        samples = "1 sample" if estimate.sample_count == 1 else f"{estimate.sample_count} samples"
+        lines.append(f"Estimate: {estimate.confidence or 'low'} confidence, {samples}")
     return "\n".join(lines)
 
 

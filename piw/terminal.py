@@ -83,15 +83,15 @@ class SafeConsole(Console):
         )  # fmt: skip
 
 
-_UNSAFE_IN_JSON_BYTES = re.compile(rb"\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+_UNSAFE_IN_JSON_BYTES = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
 
 
 def safe_json_bytes(chunk: bytes) -> bytes:
-    """:func:`json_text`'s escaping for a piece of UTF-8 JSON: C1 controls and bidi controls become ``\\uXXXX``.
+    """:func:`json_text`'s escaping for a piece of UTF-8 JSON: DEL, C1 and bidi controls become ``\\uXXXX``.
 
     Pieces must hold whole characters (an encoder's output for whole values does); most are plain ASCII and
     pass through without a regex scan.
     """
-    if chunk.isascii():
+    if chunk.isascii() and b"\x7f" not in chunk:  # DEL is ASCII, and as unsafe as the rest
         return chunk
     return _UNSAFE_IN_JSON_BYTES.sub(lambda m: f"\\u{ord(m.group(0).decode('utf-8')):04x}".encode(), chunk)

@@ -1,27 +1,41 @@
 """A loopback OpenAI-compatible server for tests: the real adapter talks real HTTP to it, nothing is mocked.
 
-Use the ``openai_stub`` fixture (``pytest_plugins = ["piw.testing"]``) or ``with OpenAIStub() as stub:``.
+Use the ``openai_stub`` fixture (``pytest_plugins = ["piw.testing"]``) or ``with OpenAIStub() as stub:``. The
+stub needs only the standard library, so it works after a plain ``pip install piw`` (the docs' offline adapter
+example); the fixture is defined only when pytest is installed.
 Tell it what to answer with ``stub.respond``, either a function of the request body or a list of replies
 consumed in order, then assert on what it recorded: bodies, headers, offered tool names, request count.
 
     stub.respond = [StubReply.tool("workflow", {...}), StubReply.text("done")]
     provider = stub.provider(compat={"structured_tool_choice": "required"})
+
+Faults for the provider fault suite: ``http_error(status, retry_after=…)``, ``hold()`` (a hang), ``reset()`` /
+``reset(after_chunks=n, text=…)`` (a TCP reset before any byte or mid-stream), ``raw(body, content_type)`` (a
+proxy's HTML page), ``empty_choices()``, and ``text(…, finish_reason=None|"odd", end_marker=False)`` for cut
+streams and unknown finish reasons.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import select
 import socket
+import struct
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
 
-import pytest
+try:
+    import pytest
+except ImportError:  # the stub itself needs no test dependency; only the fixture does
+    pytest = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from piw.providers.openai_compat import OpenAICompatProvider
@@ -45,7 +59,7 @@ class StubToolCall:
 class StubReply:
     """One scripted answer. Build it with the class methods rather than the constructor."""
 
-    kind: Literal["text", "tool", "hold", "error"]
+    kind: Literal["text", "tool", "hold", "error", "reset", "raw", "empty"]
     content: str = ""
     thinking: str = ""
     tool_calls: tuple[StubToolCall, ...] = ()
@@ -56,6 +70,10 @@ class StubReply:
     chunk_size: int = 4
     end_marker: bool = True
     """Send ``data: [DONE]`` after the last chunk; ``False`` ends the stream as a dropped connection would."""
+    content_type: str = "application/json"
+    """``raw`` replies: the ``Content-Type`` header sent with ``content``."""
+    reset_after: int = 0
+    """``reset`` replies: SSE chunks sent (of ``content``) before the connection is reset; 0 sends nothing at all."""
 
     @classmethod
     def text(
@@ -120,6 +138,22 @@ class StubReply:
             for index, call in enumerate(calls)
         )
         return cls("tool", content=text, tool_calls=built, usage=usage, finish_reason="tool_calls")
+
+    @classmethod
+    def reset(cls, after_chunks: int = 0, text: str = "") -> StubReply:
+        """Reset the TCP connection (RST, not a clean close): before a single byte (``after_chunks=0``), or after
+        the response headers and that many SSE chunks of ``text``."""
+        return cls("reset", content=text, reset_after=after_chunks)
+
+    @classmethod
+    def raw(cls, body: str, content_type: str, status: int = 200) -> StubReply:
+        """Any body with any ``Content-Type`` (an HTML error page from a proxy, say), whatever was asked."""
+        return cls("raw", content=body, content_type=content_type, status=status)
+
+    @classmethod
+    def empty_choices(cls, chunks: int = 3) -> StubReply:
+        """A stream whose chunks all have ``"choices": []`` (no delta, no finish reason), then ``[DONE]``."""
+        return cls("empty", reset_after=chunks)
 
     @classmethod
     def hold(cls) -> StubReply:
@@ -254,6 +288,16 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     stub: OpenAIStub
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-request (a cancelled or timed-out attempt) is expected, not an error; any
+        other failure is reported on the process's own stderr, never on a ``sys.stderr`` a test is capturing as
+        piw's output (piw may run in the same process, as the ``cli`` fixture runs it)."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            return
+        print(f"OpenAIStub: error serving {client_address}:", file=sys.__stderr__)
+        traceback.print_exc(file=sys.__stderr__)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -290,6 +334,17 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.stub._next_reply(body, headers)
         if reply.kind == "hold":
             self._hold()
+        elif reply.kind == "reset":
+            self._reset(reply, body)
+        elif reply.kind == "raw":
+            data = reply.content.encode("utf-8")
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif reply.kind == "empty":
+            self._empty(reply, body)
         elif reply.kind == "error":
             extra = {"Retry-After": reply.retry_after} if reply.retry_after is not None else {}
             error = {"message": reply.content, "type": "stub_error", "code": str(reply.status)}
@@ -314,6 +369,35 @@ class _Handler(BaseHTTPRequestHandler):
         with self.stub._lock:
             self.stub.disconnects += 1
         self.close_connection = True
+
+    def _reset(self, reply: StubReply, body: dict[str, Any]) -> None:
+        """Send the headers and ``reset_after`` chunks (none at all for 0), then reset the connection."""
+        if reply.reset_after:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for number, chunk in enumerate(_chunks(replace(reply, kind="text", finish_reason=None), body)):
+                if number > reply.reset_after:  # the role chunk comes first
+                    break
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+        connection: socket.socket = self.connection
+        # SO_LINGER with a zero timeout makes close() send RST instead of FIN: a reset, as a crashed server gives.
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        connection.close()
+
+    def _empty(self, reply: StubReply, body: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            for _ in range(reply.reset_after):
+                self.wfile.write(b"data: " + json.dumps(_envelope(body, [])).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
 
     def _json(self, status: int, payload: Any, extra_headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -447,8 +531,10 @@ def replies_responder(script: Mapping[str, Sequence[Mapping[str, Any]]]) -> Resp
     return respond
 
 
-@pytest.fixture
-def openai_stub() -> Iterator[OpenAIStub]:
-    """A running stub, shut down after the test."""
-    with OpenAIStub() as stub:
-        yield stub
+if pytest is not None:
+
+    @pytest.fixture
+    def openai_stub() -> Iterator[OpenAIStub]:
+        """A running stub, shut down after the test."""
+        with OpenAIStub() as stub:
+            yield stub

@@ -198,10 +198,12 @@ def test_no_retry_once_content_has_streamed() -> None:
 def test_back_off_honours_the_deadline(home: Path, tmp_path: Path, openai_stub: OpenAIStub) -> None:
     """A 503 whose 2 s back-off outlives the deadline ends the attempt as timed out, not failed."""
     openai_stub.respond = [StubReply.http_error(503)] * 4
-    flow = one_agent(tmp_path, "agent(prompt='X.', expected_output=assistant_message(), timeout_s=0.3)")
+    # The deadline (1.5 s) leaves time to send the first request even on a loaded machine, and ends inside the 2 s
+    # back-off that follows its 503.
+    flow = one_agent(tmp_path, "agent(prompt='X.', expected_output=assistant_message(), timeout_s=1.5)")
     began = time.monotonic()
     run = start(home, flow, openai_stub.provider())
-    assert time.monotonic() - began < 1.9  # did not sit out the 2 s back-off
+    assert time.monotonic() - began < 1.5 + 2.0  # did not sit out the 2 s back-off after the deadline
     failed = run.terminal("step")["payload"]
     assert failed["outcome"] == "timed_out", failed
     assert openai_stub.request_count == 1

@@ -75,13 +75,22 @@ def test_38_pi_rpc_structured_step_makes_one_request(
 ) -> None:
     openai_stub.respond = _submit({"label": "bug"})
     executor = _executor(openai_stub, tmp_path)
+    used: list[Any] = []
+    execute = executor.execute
+
+    def execute_and_keep_the_process(attempt: Any) -> Any:
+        outcome = execute(attempt)
+        used.append(executor._process)  # the run closes the executor when it ends, so keep it here
+        return outcome
+
+    executor.execute = execute_and_keep_the_process  # type: ignore[method-assign]
     try:
         run = start(home, one_agent(tmp_path, "agent(prompt='Classify the report.')"), executor=executor)
-        process = executor._process
-        assert process is not None
     finally:
         executor.close()
-    assert process.proc.poll() is not None  # shut down: stdin closed, the group signalled
+    (process,) = used
+    assert process is not None
+    assert process.proc.poll() is not None  # shut down when the run ended: stdin closed, the group signalled
     assert openai_stub.request_count == 1
     assert openai_stub.tool_names == [["workflow"]]
     assert openai_stub.errors == []

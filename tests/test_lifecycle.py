@@ -308,3 +308,19 @@ def test_watch_of_a_crashed_run_says_so_and_exits_and_ctrl_c_exits_130(
     assert done.returncode == 0, done.stderr
     assert f"Run {run_id} is not being run by any process" in done.stdout
     assert types(piw_home, run_id)[-1] != "run_cancelled"  # watching never writes
+
+
+def test_a_crash_after_the_terminal_event_only_finalizes_the_queue_row(
+    cli: Cli, piw_home: Path, make_workflow: WorkflowMaker
+) -> None:
+    flow = make_workflow("quick", QUICK)
+    crashed = cli.process("run", str(flow), env={"PIW_TEST_KILL_AFTER_APPEND": "4"})  # after run_completed
+    assert crashed.returncode == -9
+    run_id = only_run(piw_home)
+    assert types(piw_home, run_id)[-1] == "run_completed"
+    assert queue_row(piw_home, run_id)["status"] in ("starting", "running")  # the release never happened
+    before = (piw_home / "runs" / run_id / "trace.ndjson").read_bytes()
+    done = cli.process("resume", run_id)
+    assert done.returncode == 2 and "already ended (completed)" in one_line(done)
+    assert (piw_home / "runs" / run_id / "trace.ndjson").read_bytes() == before
+    assert queue_row(piw_home, run_id)["status"] == "done"

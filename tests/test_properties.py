@@ -225,8 +225,9 @@ def _tool(updates: bool) -> Any:
             raise ValueError("output must be an object")
         return value
 
-    return WorkflowTool(ActiveStep(contract=contract, accept=accept, wants_object=True),
-                        publish=lambda update, call_id: {"ok": True}, status=lambda: {}, updates=updates)  # fmt: skip
+    step = ActiveStep(contract=contract, accept=accept, wants_object=True)
+    return WorkflowTool(step, publish=lambda update, call_id: {"ok": True}, status=lambda: {"updates": []},
+                        updates=updates)  # fmt: skip
 
 
 CALL_ARGUMENTS = st.one_of(
@@ -541,3 +542,19 @@ def test_plain_console_for_comparison_leaks() -> None:
 
 
 __all__ = ["PiwError", "pytest"]
+
+
+@given(value=st.one_of(HOSTILE_TEXT, JSON_VALUES))
+def test_the_streamed_json_encoding_is_as_safe_as_json_text(value: Any) -> None:
+    """``--json`` output written in pieces (orjson bytes through ``safe_json_bytes``) hides nothing raw either."""
+    import orjson
+
+    from piw.terminal import safe_json_bytes
+
+    try:
+        raw = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return  # orjson refuses lone surrogates and integers past 64 bits; the writer never hands it those
+    text = safe_json_bytes(raw).decode("utf-8")
+    assert not FORBIDDEN & set(text)
+    assert json.loads(text) == value

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_views_support import render
+from test_views_support import assert_terminal_safe, render
 
 from piw.progress import parse_instant
 from piw.run.runner import ForegroundOptions, start_run
@@ -133,3 +133,23 @@ def test_no_progress_means_no_panel(tmp_path: Path) -> None:
     frame = render(model.frame(data.now), 80)
     assert "Progress" not in frame and frame.rstrip().endswith("◉ end")
     assert render(view_for("progress", data), 80).strip() == "No progress updates."
+
+
+def test_the_live_frame_draws_a_bar_per_track(tmp_path: Path) -> None:
+    """``piw watch``/``piw run``'s frame: bars at 0 %, part-way and 100 %, and a pulse with the rate without a
+    total — all from the frame's own sample windows."""
+    from viewer_support import NOW, PROGRESS_RUN, write_progress_run
+
+    home = tmp_path / "home"
+    write_progress_run(home)
+    run = load_run(home, PROGRESS_RUN, clock=lambda: NOW)
+    model = FrameModel(run.snapshot)
+    model.add_events(run.events())
+    lines = render(model.frame(NOW), 100).split("Progress\n", 1)[1].splitlines()[:4]
+    by_label = {BAR.sub("", line).split()[0]: line for line in lines}
+    assert set(by_label) == {"Load", "Rows", "Scan", "Copy"}
+    assert "  0%  Load  0/50 files" in by_label["Load"]
+    assert " 46%  Rows  460/1,000 rows" in by_label["Rows"] and by_label["Rows"].startswith("━━━━━")
+    assert "100%  Copy  10/10 files" in by_label["Copy"] and by_label["Copy"].startswith("━" * 12)
+    assert "items/min  Scan  1,000 items" in by_label["Scan"], "the pulse shows the measured rate"
+    assert_terminal_safe("\n".join(lines))

@@ -104,3 +104,16 @@ def test_long_strings_become_artifact_refs_on_the_fast_path() -> None:
         "big": {"$artifact": {"path": "artifacts/3000.txt", "bytes": 3000}},
         "small": "é" * 1000,
     }
+
+
+@settings(max_examples=300, deadline=None)
+@given(PLAIN_VALUES)
+def test_the_views_fast_compact_text_is_what_json_gives(value: Any) -> None:
+    """``compact`` (every table cell of a value) writes plain data with orjson: the same text as ``json``."""
+    from piw.terminal import single_line
+    from piw.views.base import compact
+
+    expected = (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    )
+    assert compact(value) == single_line(expected)

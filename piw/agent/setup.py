@@ -34,6 +34,25 @@ def replies_beside(workflow: LoadedWorkflow) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def _needs_replies(provider: str, workflow: LoadedWorkflow) -> str:
+    name = workflow.path.name.removesuffix(".workflow.py")
+    beside = workflow.path.with_name(f"{name}.replies.json")
+    return (
+        f"The scripted provider {provider!r} needs replies for the agent steps of {name}: put them in {beside} "
+        "(NAME.replies.json beside NAME.workflow.py is found on its own), or pass --script FILE."
+    )
+
+
+def check_replies(workflow: LoadedWorkflow, path: Path) -> None:
+    """A per-node replies file may only name this workflow's agent steps (or children of its actions)."""
+    from piw.providers.scripted import check_script_keys, load_script
+
+    nodes = workflow.graph.nodes
+    agents = [node_id for node_id, gnode in nodes.items() if isinstance(gnode.node, AgentNode)]
+    actions = [node_id for node_id, gnode in nodes.items() if isinstance(gnode.node, ActionNode)]
+    check_script_keys(load_script(path), agents, actions, source=str(path))
+
+
 def check_requestable(selection: ProviderSelection) -> None:
     """Fail at selection time, not on the first request, when no request could ever be made.
 
@@ -83,11 +102,18 @@ def agent_executor_factory(
                 raise
             return None
         script_path = Path(script) if script else None
-        if script_path is None and selection.settings.api == "scripted" and selection.settings.script is None:
+        scripted = selection.settings.api == "scripted"
+        if script_path is None and scripted and selection.settings.script is None:
             script_path = replies_beside(workflow)
+            if script_path is None and needs_agent:
+                raise ProviderError(_needs_replies(selection.provider, workflow))
         if script_path is not None and not script_path.is_file():
             raise ProviderError(f"Script file {script_path} does not exist.")
         instance = build_provider(selection, config, home, script=script_path)
+        configured = home / selection.settings.script if selection.settings.script else None
+        replies = script_path or configured
+        if scripted and replies is not None:
+            check_replies(workflow, replies)
         settings = _settings(config, instance, listeners, selection)
         if config.agent.backend == "pi-rpc":
             from piw.agent.pi_rpc import build_pi_rpc_executor

@@ -29,10 +29,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from piw.errors import PiwError
 from piw.progress import parse_instant
+from piw.store import foldcache
 from piw.store.bundle import Bundle, open_bundle
 from piw.store.lineage import forks_of
 from piw.store.liveness import writer_is_live
@@ -219,6 +221,10 @@ class RunReader:
     def _replay(self, seq: int, *, want_tracks: bool) -> tuple[RunState, Tracks]:
         """Fold from the nearest checkpoint up to ``seq``, leaving checkpoints behind on the way."""
         base = self._checkpoint(seq)
+        if not want_tracks and seq - (base.seq if base else 0) > CHECKPOINT_EVERY:
+            stored = self._stored_state(seq, base.seq if base else 0)
+            if stored is not None:
+                return stored, Tracks()
         state = base.state if base else RunState()
         tracks = base.tracks.copy() if base else Tracks()
         start = base.seq + 1 if base else 1
@@ -238,6 +244,18 @@ class RunReader:
                 merged = self.index_data.checkpoints + [c for c in made if c.seq not in known]
                 self.index_data.checkpoints = sorted(merged, key=lambda c: c.seq)
         return fold_more(state, batch), tracks
+
+    def _stored_state(self, seq: int, have: int) -> RunState | None:
+        """The state at ``seq`` from the bundle's own fold checkpoints (``piw.store.foldcache``, left by
+        ``inspect`` and other readers), when one is closer than what this reader holds; read-only: the viewer
+        never writes a checkpoint."""
+        try:
+            found = foldcache.replay(self.bundle.path, self.run_id, seq, write=False)
+        except Exception:  # a cache: fold from what we have instead
+            return None
+        if found.checkpoint_seq <= have or found.state.trace_seq != seq or found.damage is not None:
+            return None
+        return found.state
 
     # ---- paging ----------------------------------------------------------------------------------------
 
@@ -362,6 +380,24 @@ def last_seq(bundle: Bundle) -> int | None:
     return seqs[-1] if seqs else None
 
 
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def read_cached_state(data: bytes) -> RunState:
+    """``state.json`` into ``RunState`` without holding every step's parsed JSON at once.
+
+    The top-level values are decoded one by one and ``steps`` lazily, one step at a time, into the same
+    :func:`piw.store.state.state_from_json`: a run of 500,000 steps needs its records, not also a dict tree of
+    them (which more than doubled the peak).
+    """
+    top = _TOP.decode(data)
+    doc: dict[str, Any] = {key: msgspec.json.decode(raw) for key, raw in top.items() if key != "steps"}
+    steps = _RAWS.decode(top["steps"]) if "steps" in top else []
+    doc["steps"] = (msgspec.json.decode(raw) for raw in steps)
+    return state_from_json(doc)
+
+
 def fast_state(bundle: Bundle) -> RunState | None:
     """``state.json`` plus the events after it, when the end of the trace agrees with it; else ``None``.
 
@@ -369,7 +405,7 @@ def fast_state(bundle: Bundle) -> RunState | None:
     ignored as the reader rule says. The index pass later replays the whole trace and replaces this state.
     """
     try:
-        cached = state_from_json(orjson.loads(bundle.state_path.read_bytes()))
+        cached = read_cached_state(bundle.state_path.read_bytes())
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if cached.run_id != bundle.run_id:

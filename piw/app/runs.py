@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import orjson
 
 from piw.app.reader import last_seq
 from piw.progress import format_remaining, parse_instant
 from piw.store.bundle import Bundle, list_bundles, run_is_live
 from piw.store.history import RunSummary
+from piw.store.index import indexed_rows
 from piw.store.replay import fold
 from piw.store.state import RUN_STATUSES
 from piw.store.trace import decode_event
@@ -80,6 +82,35 @@ def row_of(summary: RunSummary, *, forked: bool = False) -> RunRow:
 
 
 def load_rows(home: Path) -> list[RunRow]:
+    """Every run from the SQLite runs index (``piw.store.index``, reconciled against the bundles as
+    ``piw runs`` does); when the index cannot be read, from the bundles themselves (:func:`bundle_rows`)."""
+    try:
+        indexed = indexed_rows(home)
+    except Exception:  # a cache: the bundles still say everything
+        return bundle_rows(home)
+    rows = []
+    for item in indexed:
+        summary = RunSummary(
+            item.run_id, item.workflow_name, item.run_title, item.status, item.started_at, item.finished_at,
+            item.current_node, notice=item.notice or (f"trace damaged at line {item.damage_line}"
+                                                      if item.damage_line else None),
+            interrupted=item.status == "running" and not run_is_live(Bundle(item.run_id, home / "runs" / item.run_id)),
+            cost=item.cost if item.cost is not None else _cost(item.usage),
+        )  # fmt: skip
+        rows.append(row_of(summary, forked=_is_fork(home, item.run_id)))
+    return rows
+
+
+def _is_fork(home: Path, run_id: str) -> bool:
+    """Whether the run's manifest names the run it was forked from (``piw fork``)."""
+    try:
+        manifest = orjson.loads((home / "runs" / run_id / "manifest.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and isinstance(manifest.get("forkedFrom"), dict)
+
+
+def bundle_rows(home: Path) -> list[RunRow]:
     """Every readable run, newest first (a damaged one is listed with a notice, not hidden).
 
     A bundle whose ``state.json`` agrees with the end of its trace is summarised from its row fields alone (msgspec

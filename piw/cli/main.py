@@ -59,4 +59,14 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("Error: interrupted.", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:
+        # A read-only PIW_HOME or a full disk, met outside a run (creating a bundle, the database): one line.
+        from piw.store.bundle import home_path
+        from piw.store.storage import storage_error
+
+        storage = storage_error(exc, home_path())
+        if storage is None:
+            raise
+        print(f"Error: {_one_line(str(storage))}", file=sys.stderr)
+        sys.exit(storage.exit_code)
     sys.exit(result if isinstance(result, int) else 0)

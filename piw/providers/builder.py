@@ -94,8 +94,12 @@ class MessageBuilder:
 
     @property
     def content_streamed(self) -> bool:
-        """Whether any content reached listeners; a retry would then repeat it."""
-        return any(block.buffer or block.kind == "toolCall" for block in self._blocks)
+        """Whether visible content (text or thinking) reached listeners; a retry would then repeat it.
+
+        A partial tool call is not visible: no display shows tool-call deltas (a call is shown once it runs), so a
+        stream cut inside one is retried like a stream that sent nothing (``agent-steps.md`` §4, end of stream).
+        """
+        return any(block.buffer for block in self._blocks if block.kind != "toolCall")
 
     @property
     def has_tool_calls(self) -> bool:

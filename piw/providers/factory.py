@@ -70,8 +70,8 @@ def _adapter(
         path = script or (piw_home / settings.script if settings.script else None)
         if path is None:
             raise ProviderError(
-                f"The scripted provider {selection.provider!r} needs replies: pass --script FILE "
-                "or set `script` in its [providers] table."
+                f"The scripted provider {selection.provider!r} needs replies: put them in NAME.replies.json "
+                "beside NAME.workflow.py, pass --script FILE, or set `script` in its [providers] table."
             )
         return ScriptedProvider.from_file(path, name=selection.provider, model=selection.model)
     if settings.api == "llamacpp":

@@ -173,6 +173,11 @@ class _HttpCall:
             )
             with response:
                 self._adopt(response.response.extensions.get("network_stream"))
+                kind = response.response.headers.get("content-type", "")
+                if "text/event-stream" not in kind.lower():
+                    # An HTML page from a proxy, a JSON body from a server ignoring stream=true: the SDK would
+                    # find no events in it and the stream would look merely cut. Say what came instead.
+                    raise NotAStream(kind)
                 for chunk in response:
                     emit(chunk)
         finally:
@@ -264,10 +269,22 @@ class _Chunks:
         return usage.model_copy(update={"cost": cost.price(usage) if cost else None})
 
 
+class NotAStream(Exception):
+    """A 2xx answer to a streamed request whose ``Content-Type`` is not ``text/event-stream``."""
+
+    def __init__(self, content_type: str) -> None:
+        shown = " ".join(content_type.split())[:80] or "none"
+        super().__init__(
+            f"The provider answered with Content-Type {shown!r}, not an event stream (a proxy or gateway page?)."
+        )
+
+
 def _failure(
     builder: MessageBuilder, error: BaseException, usage: Usage, base_url: str
 ) -> list[ProviderEvent]:
     """HTTP and network failures become an error result; anything else is a bug and is raised."""
+    if isinstance(error, NotAStream):
+        return builder.fail(str(error), usage, transient=True)  # nothing was shown; a gateway may recover
     if isinstance(error, openai.APIStatusError):
         return builder.fail(
             status_message(error.status_code, _detail(error)),

@@ -115,18 +115,50 @@ class ScriptedProvider:
             entries = self._lists.get(key)
             index = self._used.get(key, 0)
             if entries is None or index >= len(entries):
-                raise ScriptExhausted(_exhausted(number, node, key, entries))
+                keys = [k for k in self._lists if k is not None]
+                raise ScriptExhausted(_exhausted(number, node, key, entries, keys))
             self._used[key] = index + 1
         return entries[index], index, number
 
 
-def _exhausted(number: int, node: str | None, key: str | None, entries: list[ScriptEntry] | None) -> str:
+def _exhausted(
+    number: int, node: str | None, key: str | None, entries: list[ScriptEntry] | None, keys: Sequence[str]
+) -> str:
     where = f"node {node}" if node else "no step"
     head = f"The scripted provider has no reply for request {number} ({where})"
     if entries is None:
-        return f"{head}: no list in the script serves that node."
+        have = ", ".join(repr(k) for k in keys) or "none"
+        wanted = f"{node!r} or {FALLBACK_NODE!r}" if node else repr(FALLBACK_NODE)
+        return f"{head}: the script has replies for {have}; add a list named {wanted}."
     listed = "the script" if key is None else f"the list for {key}"
-    return f"{head}: {listed} has only {len(entries)} replies. Add replies to the script."
+    count = f"{len(entries)} repl{'y' if len(entries) == 1 else 'ies'}"
+    return f"{head}: {listed} has only {count}. Add replies to the script."
+
+
+def check_script_keys(
+    script: Script, node_ids: Sequence[str], parents: Sequence[str] = (), source: str = "the script"
+) -> None:
+    """Refuse, when the script loads, a per-node list keyed by a node the workflow does not have.
+
+    ``node_ids`` are the nodes whose requests the script answers (agent steps); ``parents`` are nodes whose
+    ``ctx.run_agent`` children ask as ``PARENT/KEY``. A typo would otherwise only surface as "no reply" on the
+    request that needed the list, after the steps before it ran.
+    """
+    if not isinstance(script, Mapping):
+        return
+    known = set(node_ids)
+    unknown = [
+        key
+        for key in script
+        if key != FALLBACK_NODE and key not in known and not any(key.startswith(f"{p}/") for p in parents)
+    ]
+    if unknown:
+        listed = ", ".join(repr(k) for k in sorted(known)) or "none"
+        what = "which is not an agent step" if len(unknown) == 1 else "which are not agent steps"
+        raise ProviderError(
+            f"{source} has replies for {', '.join(repr(k) for k in unknown)}, {what} of this workflow; "
+            f"its agent steps are {listed} (use {FALLBACK_NODE!r} for any step)."
+        )
 
 
 def load_script(path: Path) -> Script:

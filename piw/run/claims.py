@@ -16,7 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from piw.errors import ClaimLost, PiwError, RunFinished, RunLocked, SourceChanged, TraceCorrupt
+from piw.errors import (
+    ClaimLost,
+    HomeUnavailable,
+    PiwError,
+    RunFinished,
+    RunLocked,
+    SourceChanged,
+    StorageFull,
+    TraceCorrupt,
+)
 from piw.store.bundle import Bundle, WriterLock
 from piw.store.lease import Lease
 from piw.store.queue import RENEW_MS, FinalStatus, ParkReason
@@ -98,6 +107,15 @@ class ClaimControl:
             return
         if lease.lost is not None:
             lease.stop()
+            return
+        if isinstance(error, StorageFull | HomeUnavailable):
+            # The disk is full (piw.sqlite may be on it too): park the run for 'piw resume' once there is space
+            # (no host retries it on its own), or, if not even the row can be written, leave the lease to
+            # expire: a dead holder on this host is taken over at once.
+            try:
+                lease.park("interrupted", error=str(error))
+            except Exception:
+                lease.stop()
             return
         try:
             if state.status in TERMINAL_STATUSES:

@@ -53,6 +53,7 @@ from piw.store.index import RunIndex
 from piw.store.lease import Lease
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
+from piw.store.storage import storage_error
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
@@ -326,6 +327,7 @@ class Engine:
     def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
         """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
         assert self.session is not None
+        writer.lock.fence()  # artifacts are bundle writes too
         copy_artifacts(prefix.parent, writer.bundle)
         for entry in prefix.entries:
             self.session.adopt(entry)
@@ -567,6 +569,16 @@ class Engine:
                 f"Run {writer.bundle.run_id} was interrupted and parked; continue it with "
                 f"'piw resume {writer.bundle.run_id}'."
             ) from None
+        except Exception as exc:
+            if self.active is not None:
+                self.active.cancel.set()
+            storage = storage_error(exc, self.home, writer.bundle.run_id)
+            error = storage or exc
+            if storage is None:
+                raise
+            # A full disk (or a home that turned read-only) mid-run: nothing more can be written, so the run
+            # is parked; the torn tail, if any, is repaired by the resume.
+            raise storage from None
         except BaseException as exc:
             if self.active is not None:
                 self.active.cancel.set()

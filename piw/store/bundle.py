@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
+from piw.errors import HomeUnavailable, RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.state import iter_state_json
@@ -38,14 +38,41 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 def piw_home() -> Path:
-    """``$PIW_HOME`` when set and non-empty, else ``~/.local/share/piw``; created 0700 and tightened."""
+    """``$PIW_HOME`` when set and non-empty, else ``~/.local/share/piw``; created 0700 and tightened.
+
+    Tightening only removes group and other bits: a home its owner made read-only (or one on a read-only
+    filesystem) stays as it is, so the read-only commands keep working there. A home that cannot be created is
+    one clear error.
+    """
+    home = home_path()
+    if not home.is_dir():
+        try:
+            home.mkdir(mode=0o700, parents=True)
+        except OSError as exc:
+            raise HomeUnavailable(
+                f"PIW_HOME {home} cannot be created ({exc.strerror or exc}); set PIW_HOME to a folder you can "
+                "write, or create it."
+            ) from None
+    tighten(home)
+    tighten(home / "runs")
+    return home
+
+
+def home_path() -> Path:
+    """Where ``PIW_HOME`` is, resolved, without creating or touching it."""
     configured = os.environ.get("PIW_HOME")
     home = Path(configured).expanduser() if configured else Path.home() / ".local" / "share" / "piw"
-    home = home.resolve()
-    ensure_private_dir(home)
-    if (home / "runs").is_dir():
-        os.chmod(home / "runs", 0o700)
-    return home
+    return home.resolve()
+
+
+def tighten(path: Path) -> None:
+    """Remove group and other permission bits (never add any); a path that cannot be changed is left alone."""
+    try:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            os.chmod(path, mode & 0o700)
+    except OSError:
+        pass  # missing, not ours, or on a read-only filesystem: nothing to tighten from here
 
 
 def ensure_private_dir(path: Path) -> Path:

@@ -7,7 +7,6 @@ reporting a stale cache (``persistence.md`` §5).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,16 +52,22 @@ def _may_refer_to_artifacts(trace: Path) -> bool:
     A byte search costs a fraction of building the whole state as JSON to walk it, which on a long run is most
     of what ``inspect`` would otherwise cost; when the key is there, the refs are walked and checked.
     """
-    import mmap
-
+    marker = b'"$artifact"'
     try:
         with trace.open("rb") as handle:
-            if os.fstat(handle.fileno()).st_size == 0:
-                return False
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return data.find(b'"$artifact"') >= 0
-    except (OSError, ValueError):
+            tail = b""
+            while chunk := handle.read(1 << 20):  # pieces, not a mapping: touched pages would count as memory
+                data = tail + chunk
+                # "$" is rare in traces: memchr finds each candidate, and most pieces have none at all
+                hit = data.find(b"$")
+                while hit >= 0:
+                    if data[hit - 1 : hit + len(marker) - 1] == marker:
+                        return True
+                    hit = data.find(b"$", hit + 1)
+                tail = data[-len(marker) :]
+    except OSError:
         return True
+    return False
 
 
 def artifact_damage(bundle_dir: Path, state: RunState) -> Damage | None:

@@ -22,6 +22,7 @@ The file and its ``-wal``/``-shm`` companions are private (0600), like everythin
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -264,7 +265,14 @@ def _tighten(path: Path) -> None:
     """0600 on the database and its ``-wal``/``-shm`` files (SQLite copies the main file's mode; be sure)."""
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
-            os.chmod(f"{path}{suffix}", 0o600)
+            try:
+                if os.stat(f"{path}{suffix}").st_mode & 0o7177:
+                    os.chmod(f"{path}{suffix}", 0o600)
+            except PermissionError:
+                pass  # not ours to change
+            except OSError as exc:
+                if exc.errno != errno.EROFS:  # a read-only home is read as it is
+                    raise
 
 
 class Database:
@@ -395,7 +403,8 @@ def open_database(home: Path) -> Database:
     """
     from piw.store.bundle import ensure_private_dir
 
-    ensure_private_dir(home)
+    if not home.is_dir():  # an existing home is left as it is (piw_home tightened it; it may be read-only)
+        ensure_private_dir(home)
     path = database_path(home)
     with _OPEN_LOCK:
         db = _OPEN.get(path)

@@ -20,6 +20,7 @@ from piw.store.database import now_ms
 from piw.store.index import IndexRow, indexed_rows, usage_cost
 from piw.store.queue import QueueRow, SqliteQueue
 from piw.store.replay import fold
+from piw.store.storage import storage_error
 from piw.store.trace import read_trace_prefix
 
 
@@ -81,12 +82,23 @@ def queue_detail(row: QueueRow | None, paused: bool, now: int) -> tuple[str | No
 
 
 def run_summaries(home: Path, status: str | None = None, limit: int | None = None) -> Iterator[RunSummary]:
-    """Summaries of every run, newest first, from the index (reconciled with the bundles on disk)."""
-    rows = [row for row in indexed_rows(home) if status is None or row.status == status]
-    if limit is not None:
-        rows = rows[:limit]
-    running = [row.run_id for row in rows if row.status == "running" and row.damage_line is None]
-    queue_rows = SqliteQueue.open(home).rows(running) if running else {}
+    """Summaries of every run, newest first, from the index (reconciled with the bundles on disk).
+
+    A home whose index cannot be opened or created (a read-only ``PIW_HOME``) is listed by folding its bundles,
+    so ``piw runs`` works wherever the bundles can be read.
+    """
+    try:
+        rows = [row for row in indexed_rows(home) if status is None or row.status == status]
+        if limit is not None:
+            rows = rows[:limit]
+        running = [row.run_id for row in rows if row.status == "running" and row.damage_line is None]
+        queue_rows = SqliteQueue.open(home).rows(running) if running else {}
+    except Exception as exc:
+        if storage_error(exc, home) is None:
+            raise
+        folded = [row for row in folded_summaries(home) if status is None or row.status == status]
+        yield from folded[:limit] if limit is not None else folded
+        return
     now = now_ms()
     for row in rows:
         detail, interrupted = (None, False)

@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError, TraceCorrupt
-from piw.store.bundle import Bundle, list_bundles, load_state
+from piw.store.bundle import RUN_ID_PATTERN, Bundle, list_bundles, load_state
 from piw.store.damage import Damage, line_damage
 from piw.store.database import Database, open_database
 from piw.store.replay import RunState, fold
 from piw.store.trace import read_trace_prefix
-from piw.wire import format_time, parse_time
+from piw.wire import parse_time
 
 log = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -40,7 +42,11 @@ def to_ms(text: str | None) -> int | None:
 
 
 def from_ms(value: int | None) -> str | None:
-    return None if value is None else format_time(_EPOCH + timedelta(milliseconds=value))
+    """Epoch milliseconds back in the persisted timestamp format (``2026-12-01T10:35:34.123Z``)."""
+    if value is None:
+        return None
+    seconds, millis = divmod(value, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,31 @@ def rebuild_run_index(home: Path) -> int:
     return len(rows)
 
 
+def _scan(home: Path) -> dict[str, str | None]:
+    """Run id → trace stamp of every bundle with a trace: one ``scandir`` and one ``stat`` per bundle.
+
+    The same bundles as :func:`~piw.store.bundle.list_bundles` (a valid run id holding ``trace.ndjson``), read
+    with plain string paths: with a thousand runs, ``pathlib`` objects and a second ``stat`` per bundle cost more
+    than the listing itself.
+    """
+    root = os.path.join(home, "runs")
+    found: dict[str, str | None] = {}
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return found
+    for entry in entries:
+        name = entry.name
+        if name.startswith(".") or RUN_ID_PATTERN.fullmatch(name) is None:
+            continue
+        try:
+            info = os.stat(os.path.join(root, name, "trace.ndjson"))
+        except OSError:
+            continue
+        found[name] = f"{info.st_size}:{info.st_mtime_ns}"
+    return found
+
+
 def indexed_rows(home: Path) -> list[IndexRow]:
     """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module)."""
     db = open_database(home)
@@ -208,17 +239,18 @@ def indexed_rows(home: Path) -> list[IndexRow]:
     if getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:
         rebuild_run_index(home)
         db.created = False
-    bundles = {bundle.run_id: bundle for bundle in list_bundles(home)}
+    stamps = _scan(home)
     rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
-    missing = [bundles[run_id] for run_id in bundles.keys() - rows.keys()]
-    gone = [run_id for run_id in rows.keys() - bundles.keys()]
+    root = home / "runs"
+    missing = [Bundle(run_id, root / run_id) for run_id in stamps.keys() - rows.keys()]
+    gone = [run_id for run_id in rows.keys() - stamps.keys()]
     # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
     # row lags its trace by up to a second (the writer coalesces upserts), a crashed writer never caught up,
     # and a trace damaged or repaired behind the index's back must not be listed from the old row.
     changed = [
-        bundles[run_id]
+        Bundle(run_id, root / run_id)
         for run_id, values in rows.items()
-        if run_id in bundles and values[_STAMP] != trace_stamp(bundles[run_id].trace_path)
+        if run_id in stamps and values[_STAMP] != stamps[run_id]
     ]
     fresh = [row for row in (_fold_row(bundle) for bundle in [*missing, *changed]) if row is not None]
     fresh = [row for row in fresh if rows.get(row[0]) != row]

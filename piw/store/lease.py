@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 
 from piw.errors import ClaimLost
-from piw.store.queue import POLL_MS, RENEW_MS, Claim, FinalStatus, ParkReason, QueueRow, RunQueue
+from piw.store.queue import POLL_MS, RENEW_MS, Claim, ClaimCheck, FinalStatus, ParkReason, RunQueue
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Lease:
             return
         self.confirm()
 
-    def confirm(self) -> QueueRow:
+    def confirm(self) -> ClaimCheck:
         """Read the row now: check the claim and take in the pause/cancel flags."""
         if self.lost is not None:
             raise ClaimLost(self.lost)
@@ -101,7 +101,7 @@ class Lease:
         self._take_flags(row)
         return row
 
-    def _take_flags(self, row: QueueRow) -> None:
+    def _take_flags(self, row: ClaimCheck) -> None:
         self.pause_requested = row.pause_requested
         self.cancel_requested = row.cancel_requested
         if row.cancel_requested and not self._cancel_signalled:

@@ -161,6 +161,15 @@ class QueueRow:
 
 
 @dataclass(frozen=True)
+class ClaimCheck:
+    """What a fence read returns to the holder: the row's status and the flags others may have set."""
+
+    status: str
+    pause_requested: bool
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
 class NewRun:
     """What a queue row is created with: enough for a host to (re)create the bundle and run it."""
 
@@ -209,8 +218,8 @@ class RunQueue(Protocol):
         """Extend a live lease by ``LEASE_MS``; ``ClaimLost`` when it expired or changed (never renews)."""
         ...
 
-    def fence(self, claim: Claim) -> QueueRow:
-        """Check a claim against its row (``ClaimLost(reason)`` otherwise); returns the row (its flags)."""
+    def fence(self, claim: Claim) -> ClaimCheck:
+        """Check a claim against its row (``ClaimLost(reason)`` otherwise); returns the row's flags."""
         ...
 
     def mark_running(self, claim: Claim) -> None: ...
@@ -504,14 +513,29 @@ class SqliteQueue:
             return "expired"
         return ""
 
-    def fence(self, claim: Claim) -> QueueRow:
+    def fence(self, claim: Claim) -> ClaimCheck:
         now = self.clock()
-        row = self._get(self.db.connection(), claim.run_id)
-        reason = self._reason(row, claim, now)
-        if reason:
-            raise ClaimLost(reason)
-        assert row is not None
-        return row
+        found = (
+            self.db.connection()
+            .execute(
+                "SELECT claim_token, claim_generation, status, claim_expires_at, pause_requested, cancel_requested "
+                "FROM run_queue WHERE run_id = ?",
+                (claim.run_id,),
+            )
+            .fetchone()
+        )
+        if found is None:
+            raise ClaimLost("missing")
+        token, generation, status, expires, pause, cancel = found
+        if generation != claim.generation:
+            raise ClaimLost("generation_changed")
+        if token != claim.token:
+            raise ClaimLost("token_changed")
+        if status not in HELD_STATUSES:
+            raise ClaimLost("status_changed")
+        if expires is None or expires <= now:
+            raise ClaimLost("expired")
+        return ClaimCheck(status, bool(pause), bool(cancel))
 
     def _held(self, conn: sqlite3.Connection, claim: Claim, sql: str, params: tuple[Any, ...]) -> None:
         """Run an update of the holder's own row, guarded by its token and generation."""

@@ -147,6 +147,7 @@ class SessionLog:
 
         Ids are kept so the adopted steps' ``conversation`` ranges and receipts still name their entries.
         """
+        self._fence()
         copied = SessionEntry(len(self.entries) + 1, entry.at, entry.id, entry.parent_id, entry.timestamp,
                               entry.message)  # fmt: skip
         line = {

@@ -92,6 +92,8 @@ class RunWriter:
         self._state_seq = -1
         """The ``traceSeq`` of the last ``state.json`` written (so ``close`` never writes the same one twice)."""
         self._closed = False
+        self._failed: OSError | None = None
+        """The write error that stopped this writer (a full disk); every later append re-raises it."""
         artifact_fsync = (lambda fd: None) if durability == "flush" else self.files.fsync
         self._artifacts = ArtifactStore(bundle.path, fsync=artifact_fsync)
         self._notifications: set[str] | None = None
@@ -123,33 +125,59 @@ class RunWriter:
         with self._mutex:
             if self._closed:
                 raise PiwError("The run writer is closed; nothing more can be recorded for this attempt.")
+            if self._failed is not None:
+                raise self._failed
             self.lock.fence()
-            seq = self.state.trace_seq + 1
+            return self._commit(scope, type, payload, node_id, attempt_id, sync, at, externalized)
+
+    def _commit(
+        self,
+        scope: str,
+        type: str,
+        payload: dict[str, Any],
+        node_id: str | None,
+        attempt_id: str | None,
+        sync: bool,
+        at: str | None,
+        externalized: bool,
+    ) -> TraceEvent:
+        """The body of :meth:`append`, under its mutex and fence."""
+        seq = self.state.trace_seq + 1
+        try:
             if externalized:
                 wire, plain = payload, is_plain(payload)
             else:
                 wire, plain = externalize_plain(payload, self._artifacts.write)
-            event = TraceEvent(seq, at or now_iso(), cast(Scope, scope), type, self.bundle.run_id, wire, node_id,
-                               attempt_id)  # fmt: skip
-            line = event.encode(plain=plain)
-            if not plain:
-                # Fold exactly what a reader will parse (JSON keys are strings, tuples become lists), so the
-                # live state and any later replay agree; plain payloads already are exactly that.
-                event = decode_event(line, seq)
-            terminal = type in RUN_TERMINAL_TYPES
-            ride_along = not sync and (type == "node_started" or type in NODE_TERMINAL_TYPES)
-            if seq == self._kill_before:
-                _die()
+        except OSError as exc:
+            self._failed = exc  # an artifact could not be written (a full disk): nothing was appended
+            raise
+        event = TraceEvent(seq, at or now_iso(), cast(Scope, scope), type, self.bundle.run_id, wire, node_id,
+                           attempt_id)  # fmt: skip
+        line = event.encode(plain=plain)
+        if not plain:
+            # Fold exactly what a reader will parse (JSON keys are strings, tuples become lists), so the
+            # live state and any later replay agree; plain payloads already are exactly that.
+            event = decode_event(line, seq)
+        terminal = type in RUN_TERMINAL_TYPES
+        ride_along = not sync and (type == "node_started" or type in NODE_TERMINAL_TYPES)
+        if seq == self._kill_before:
+            _die()
+        try:
             self.trace.append(line, sync=sync or terminal or scope == "run", ride_along=ride_along)
-            if seq == self._kill_after:
-                _die()
-            self.state = fold_more(self.state, [event])
-            if type == "notification_queued" and self._notifications is not None:
-                self._notifications.add(str(payload.get("notificationId")))
-            self._refresh_caches(force=type in FORCED_STATE_TYPES)
-            for listener in list(self.listeners):
-                listener(event, self.state)
-            return event
+        except OSError as exc:
+            # A full disk (or an I/O error) mid-line leaves a torn tail: nothing more may be appended after
+            # it, or the tear would sit in mid-file. Resume truncates it (persistence.md §5).
+            self._failed = exc
+            raise
+        if seq == self._kill_after:
+            _die()
+        self.state = fold_more(self.state, [event])
+        if type == "notification_queued" and self._notifications is not None:
+            self._notifications.add(str(payload.get("notificationId")))
+        self._refresh_caches(force=type in FORCED_STATE_TYPES)
+        for listener in list(self.listeners):
+            listener(event, self.state)
+        return event
 
     def adopt(self, event: TraceEvent) -> TraceEvent:
         """Commit a copy of another run's event (a fork's adopted prefix) under this run's id and next ``seq``.
@@ -199,6 +227,14 @@ class RunWriter:
         self._state_seq = self.state.trace_seq
 
     def _refresh_caches(self, force: bool) -> None:
+        """state.json, manifest.json and the index row are caches: a failure to write them (a full disk)
+        never fails the committed event; the next append or the resume finds out about the disk."""
+        try:
+            self._write_caches(force)
+        except OSError as exc:
+            log.warning("run %s: caches not refreshed: %s", self.bundle.run_id, exc)
+
+    def _write_caches(self, force: bool) -> None:
         refreshed = force or time.monotonic() >= self._state_due
         if refreshed:
             self._write_state()
@@ -244,8 +280,15 @@ class RunWriter:
             except (ClaimLost, RunLocked):
                 self.trace.close()
                 return
-            self.trace.sync()
-            if self.state.trace_seq != self._state_seq:
-                self._write_state()
-            self.trace.close()
+            try:
+                if self._failed is None:
+                    self.trace.sync()
+                if self.state.trace_seq != self._state_seq:
+                    self._write_state()
+            except (
+                OSError
+            ) as exc:  # closing after a full disk: the trace is what it is, caches are best effort
+                log.warning("run %s: closing after a write error: %s", self.bundle.run_id, exc)
+            finally:
+                self.trace.close()
             self.refresh_index()

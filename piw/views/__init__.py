@@ -53,9 +53,11 @@ def view_for(
     if name == "steps":
         return steps_view(state, run.now, node=node, verbose=verbose)
     if name == "updates":
-        return updates_view(state, run.events())
+        return updates_view(state, run.update_events())
     if name == "progress":
-        return progress_view(run.events(), run.now)
+        # A finished run's tracks read as its log printed them; a waiting run may still go on, so it ticks.
+        finished = state.is_terminal and state.status != "waiting"
+        return progress_view(run.update_events(), run.now, finished=finished)
     if name == "trace":
         return trace_view(run.events(), node, attempt)
     if name == "conversation":

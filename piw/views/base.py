@@ -14,14 +14,25 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+import orjson
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.text import Text
 
 from piw.progress import parse_instant
 from piw.terminal import sanitize_terminal_text, single_line
+from piw.wire import is_plain
 
-OUTCOME_MARKS = {"ok": "✓", "failed": "✗", "timed_out": "⏱", "cancelled": "■", "running": "▶", "waiting": "⏸"}
+OUTCOME_MARKS = {
+    "ok": "✓",
+    "failed": "✗",
+    "timed_out": "⏱",
+    "cancelled": "■",
+    "running": "▶",
+    "waiting": "⏸",
+    "not taken": "–",
+    "not run": "–",
+}
 STATUS_STYLES = {
     "ok": "green",
     "completed": "green",
@@ -31,6 +42,8 @@ STATUS_STYLES = {
     "running": "cyan",
     "waiting": "magenta",
     "pending": "dim",
+    "not taken": "dim",
+    "not run": "dim",
 }
 
 
@@ -118,18 +131,39 @@ def _artifact_placeholders(value: Any) -> Any:
     return value
 
 
+def _fast_json(value: Any) -> str | None:
+    """orjson's compact text of plain JSON data without artifact refs (most outputs); ``None`` for anything else.
+
+    Steps tables print one of these per row of a long run, and ``json.dumps`` after a placeholder walk was most
+    of their cost. Only values that :func:`piw.wire.is_plain` accepts take it, so the text is what ``json`` gives.
+    """
+    if not is_plain(value):
+        return None
+    data = orjson.dumps(value)
+    if b'"$artifact"' in data:
+        return None
+    return data.decode("utf-8")
+
+
 def compact(value: Any, limit: int | None = None) -> str:
     """A value as one sanitized line: strings as they are, anything else as compact JSON.
 
     Large strings were moved to artifacts by the writer; a view shows their size, never loads them (the full
     value is one ``--json`` away), so rendering stays cheap on any run.
     """
-    value = _artifact_placeholders(value)
-    if isinstance(value, str):
+    fast = None if isinstance(value, str) else _fast_json(value)
+    if fast is not None:
+        text = fast
+    elif isinstance(value, str):
         text = value
     else:
+        value = _artifact_placeholders(value)
         try:
-            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+            text = (
+                value
+                if isinstance(value, str)
+                else json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+            )
         except (TypeError, ValueError):
             text = repr(value)
     text = single_line(text)

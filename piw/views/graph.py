@@ -96,11 +96,24 @@ def cards(
     return out
 
 
+UNREACHED = ("not taken", "not run")
+"""Statuses of nodes a finished run never reached: their whole card (box, title, status) is dimmed."""
+
+
+def _unreached(state: RunState) -> str:
+    """A node the run never reached: ``pending`` while it may still come, else not taken (completed) or not run."""
+    if state.status == "completed":
+        return "not taken"
+    if state.status in ("failed", "timed_out", "cancelled"):
+        return "not run"
+    return "pending"
+
+
 def _with_status(card: Card, state: RunState, stat: tuple[int, float] | None, now: datetime | None) -> Card:
     attempts, total = stat if stat else (0, 0.0)
     current = state.current is not None and state.current.node_id == card.id
     result = state.results.get(card.id)
-    status = result.outcome if result is not None else "pending"
+    status = result.outcome if result is not None else _unreached(state)
     if current and state.current is not None:
         attempts += 1
         total += ms_between(state.current.started_at, now) or 0
@@ -135,7 +148,7 @@ def _content(card: Card, inner: int, run_mode: bool, marker_row: bool) -> list[t
         first = title + " " * (inner - len(title) - len(card.type)) + card.type
     else:
         first = clip(title, inner)
-    lines = [(first, "bold" if card.current else "")]
+    lines = [(first, "bold" if card.current else "dim" if card.status in UNREACHED else "")]
     if run_mode:
         lines.append((clip(card.status_line(), inner), card.style))
     if marker_row:

@@ -37,7 +37,7 @@ from piw.progress import (
 )
 from piw.store.replay import RunState
 from piw.store.trace import TraceEvent
-from piw.views.base import View, safe
+from piw.views.base import View, plural, safe
 from piw.views.updates import EventSource
 
 PANEL_TRACKS = 4
@@ -165,11 +165,17 @@ def measured_rate(samples: Iterable[ProgressSample]) -> float | None:
     return (run[-1][1] - run[0][1]) / elapsed if elapsed > 0 else None
 
 
-def track_lines(tracks: Tracks, now: datetime) -> list[TrackLine]:
-    """Every track at ``now``, in ``prioritize_progress_estimates`` order."""
+def track_lines(tracks: Tracks, now: datetime, *, finished: bool = False) -> list[TrackLine]:
+    """Every track at ``now``, in ``prioritize_progress_estimates`` order.
+
+    For a ``finished`` run each track is read at its latest sample, as the run's log line printed it then: the
+    run is over, so no clock ticks on (no ETA countdown to "awaiting a new sample", no "last update … ago").
+    """
     by_key: dict[str, TrackLine] = {}
     for track in tracks.tracks.values():
         samples = track.window.samples
+        if finished:
+            now = samples[-1].at
         estimate = estimate_progress(track.key, samples, now)
         data = estimate.data
         source = parse_instant(data.get("sourceUpdatedAt")) if data.get("sourceUpdatedAt") else None
@@ -288,12 +294,14 @@ def panel_lines(
 class ProgressView(View):
     """Every track: its progress line, then samples, confidence, last update and staleness."""
 
-    def __init__(self, events: EventSource | Tracks, now: datetime, *, bars: bool = False) -> None:
-        self.events, self.now, self.bars = events, now, bars
+    def __init__(
+        self, events: EventSource | Tracks, now: datetime, *, bars: bool = False, finished: bool = False
+    ) -> None:
+        self.events, self.now, self.bars, self.finished = events, now, bars, finished
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         tracks = self.events if isinstance(self.events, Tracks) else Tracks().feed(self.events)
-        lines = track_lines(tracks, self.now)
+        lines = track_lines(tracks, self.now, finished=self.finished)
         if not lines:
             yield Text("No progress updates.", style="dim")
             return
@@ -306,12 +314,15 @@ class ProgressView(View):
                 yield Text(line.indent) + safe(line.line, "bold")
             estimate = line.estimate
             confidence = estimate.confidence or "no"
-            detail = f"{estimate.sample_count} samples · {confidence} confidence · updated {line.latest_at}"
+            detail = f"{plural(estimate.sample_count, 'sample')} · {confidence} confidence · updated {line.latest_at}"
             if line.stale_ms is not None:
                 detail += f" · Last update {format_remaining(line.stale_ms)} ago"
             yield Text(line.indent + "  ") + safe(detail, "dim")
 
 
-def progress_view(events: EventSource | Tracks, now: datetime, *, bars: bool = False) -> ProgressView:
-    """Every track at ``now``; ``bars`` draws each one's bar beside its line (the viewer app does)."""
-    return ProgressView(events, now, bars=bars)
+def progress_view(
+    events: EventSource | Tracks, now: datetime, *, bars: bool = False, finished: bool = False
+) -> ProgressView:
+    """Every track at ``now`` (at its latest sample for a ``finished`` run); ``bars`` draws each one's bar beside
+    its line (the viewer app does)."""
+    return ProgressView(events, now, bars=bars, finished=finished)

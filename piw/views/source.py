@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,7 @@ from piw.errors import StoreError
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle
 from piw.store.damage import Damage, artifact_damage, line_damage
-from piw.store.foldcache import replay
+from piw.store.foldcache import events_of_type, replay
 from piw.store.lineage import forks_of
 from piw.store.liveness import writer_is_live
 from piw.store.replay import RunState
@@ -216,6 +216,14 @@ class RunData:
     forks: tuple[str, ...] = ()
     """Runs forked from this one (``piw fork``); read by :func:`load_run` only, not on every watch frame."""
 
+    folded_bytes: int | None = None
+    """Bytes of the trace the replay folded (all valid lines up to ``at``): set by :func:`load_run`."""
+
+    def update_events(self) -> Iterable[TraceEvent]:
+        """The ``update_published`` events up to ``at``: found by a byte search of the folded prefix when the replay
+        validated it (a long run's other lines are never decoded), else filtered from :meth:`events`."""
+        return _UpdateEvents(self.bundle.trace_path, self.folded_bytes, self.events())
+
     def events(self) -> RecordStream[TraceEvent]:
         """A fresh stream of the trace events up to ``at``."""
         return RecordStream(self.bundle.trace_path, decode_event, self.at)
@@ -267,7 +275,9 @@ def load_run(
         )
     data = run_data(bundle, state, at=at, notice=replayed.notice, clock=clock)
     forks = tuple(forks_of(home, run_id))
-    return replace(data, next_at=replayed.next_at, damage=replayed.damage, forks=forks)
+    return replace(
+        data, next_at=replayed.next_at, damage=replayed.damage, forks=forks, folded_bytes=replayed.offset
+    )
 
 
 def with_artifact_check(run: RunData) -> RunData:
@@ -279,6 +289,19 @@ def with_artifact_check(run: RunData) -> RunData:
         return run
     damage = artifact_damage(run.bundle.path, run.state)
     return replace(run, damage=damage, notice=damage.notice) if damage else run
+
+
+class _UpdateEvents:
+    """Re-iterable update events: :func:`piw.store.foldcache.events_of_type` of the folded prefix, or (with no
+    folded prefix known) the full stream filtered."""
+
+    def __init__(self, path: Path, end: int | None, stream: RecordStream[TraceEvent]) -> None:
+        self.path, self.end, self.stream = path, end, stream
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        if self.end is None:
+            return (event for event in self.stream if event.type == "update_published")
+        return events_of_type(self.path, "update_published", self.end)
 
 
 def run_data(

@@ -91,11 +91,24 @@ def _strip(line: Text) -> Text:
     return line
 
 
+_CELLS: dict[str, int] = {}
+
+
+def _cells(value: str) -> int:
+    """``cell_len``, remembered for the short cells that repeat on every row (``✓ ok``, ``—``)."""
+    if len(value) > 24:
+        return cell_len(value)
+    width = _CELLS.get(value)
+    if width is None:
+        width = _CELLS[value] = cell_len(value)
+    return width
+
+
 def _plain_cell(value: str, size: int, right: bool) -> str:
     """:func:`_cell` for plain text: the same clipping (``…``) and padding, no ``Text`` built."""
     if "\n" in value:
         value = value.replace("\n", " ")
-    width = cell_len(value)
+    width = len(value) if value.isascii() else _cells(value)
     if width > size:
         value = set_cell_size(value, size - 1) + "…" if size > 0 else ""
         width = cell_len(value)

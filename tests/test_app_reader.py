@@ -1,0 +1,113 @@
+"""The viewer's reader: the fast first state, the index, and time travel agree with the one fold everywhere."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_views_support import RUN_IDS, Runs, shared_runs
+
+from piw.app import reader as reader_module
+from piw.app.reader import fast_state, open_run, read_cached_state
+from piw.store.bundle import Bundle
+from piw.store.replay import fold, state_to_json
+from piw.store.trace import read_trace
+from piw.views.progress import Tracks
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return shared_runs(tmp_path_factory)
+
+
+@pytest.fixture
+def home(runs: Runs, tmp_path: Path) -> Path:
+    copy = tmp_path / "home"
+    shutil.copytree(runs.home("completed"), copy)
+    return copy
+
+
+def _events(home: Path) -> list:  # type: ignore[type-arg]
+    return read_trace(home / "runs" / RUN_IDS["completed"] / "trace.ndjson").events
+
+
+def test_state_json_is_trusted_only_when_the_trace_agrees(home: Path) -> None:
+    bundle = Bundle(RUN_IDS["completed"], home / "runs" / RUN_IDS["completed"])
+    events = _events(home)
+    full = fold(events)
+    assert fast_state(bundle) is None, "no state.json: the index pass folds"
+    bundle.state_path.write_text(json.dumps(state_to_json(fold(events[:-3]))), encoding="utf-8")
+    assert fast_state(bundle) == full, "behind: the tail after traceSeq is folded on"
+    bundle.state_path.write_text(json.dumps(state_to_json(full)), encoding="utf-8")
+    assert fast_state(bundle) == full
+    assert read_cached_state(bundle.state_path.read_bytes()) == full
+    with bundle.trace_path.open("ab") as trace:
+        trace.write(b'{"seq": 99, "torn')  # an unterminated tail is ignored
+    assert fast_state(bundle) == full
+    lines = bundle.trace_path.read_bytes().splitlines(keepends=True)
+    bundle.trace_path.write_bytes(b"".join(lines[:-3]))
+    assert fast_state(bundle) is None, "state.json ahead of the trace is not trusted"
+
+
+@pytest.mark.parametrize("checkpoint_every", [1, 4, 16_384])
+def test_every_seq_replays_to_the_fold_of_its_prefix(
+    home: Path, monkeypatch: pytest.MonkeyPatch, checkpoint_every: int
+) -> None:
+    monkeypatch.setattr(reader_module, "CHECKPOINT_EVERY", checkpoint_every)
+    monkeypatch.setattr(reader_module, "OFFSET_EVERY", 3)
+    events = _events(home)
+    reader = open_run(home, RUN_IDS["completed"])
+    reader.index()
+    assert reader.last_seq == len(events) and reader.state == fold(events)
+    for seq in [*range(len(events), 0, -1), *range(1, len(events) + 1)]:  # backwards, then forwards
+        assert reader.state_at(seq) == fold(events[:seq]), seq
+        expected = Tracks().feed(events[:seq])
+        got = reader.tracks_at(seq)
+        assert {k: t.window.samples for k, t in got.tracks.items()} == {
+            k: t.window.samples for k, t in expected.tracks.items()
+        }
+        assert [e.seq for e in reader.events(seq, seq + 5)] == list(range(seq, min(seq + 5, len(events) + 1)))
+    assert list(reader.index_data.update_seqs) == [e.seq for e in events if e.type == "update_published"]
+
+
+def _files(path: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in path.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_stored_fold_checkpoints_are_used_and_nothing_is_written(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from piw.store import foldcache
+
+    monkeypatch.setattr(foldcache, "CHECKPOINT_EVERY", 4)
+    monkeypatch.setattr(reader_module, "CHECKPOINT_EVERY", 2)
+    bundle = home / "runs" / RUN_IDS["completed"]
+    foldcache.replay(bundle, RUN_IDS["completed"])  # what inspect leaves behind
+    assert list((bundle / foldcache.DIRECTORY).iterdir()), "checkpoints were written"
+    before = _files(bundle)
+    events = _events(home)
+    reader = open_run(home, RUN_IDS["completed"])
+    reader.index()
+    used = []
+    stored = reader._stored_state
+
+    def spy(seq: int, have: int) -> object:
+        found = stored(seq, have)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(reader, "_stored_state", spy)
+    for seq in range(len(events), 0, -1):
+        reader.index_data.checkpoints = []  # as if this reader had folded nothing yet
+        assert reader.state_at(seq) == fold(events[:seq]), seq
+    assert any(used), "states came from the stored checkpoints"
+    reader.poll()
+    assert _files(bundle) == before, "the viewer wrote nothing to the bundle"
