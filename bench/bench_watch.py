@@ -30,7 +30,7 @@ from rich.console import Console
 
 from piw.cli.watch import Watcher
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.bundle import Bundle
+from piw.store.bundle import Bundle, WriterLock
 from piw.store.trace import TraceEvent, last_seq
 from piw.views import load_run, view_for
 from piw.views.frame import FrameView
@@ -94,6 +94,9 @@ def watch_latency_on(path: Path, appends: int, polling: bool = False) -> list[fl
             changed.notify_all()
 
     terminal = Console(file=io.StringIO(), width=100, height=50, force_terminal=True)
+    # This process writes the run, so it holds the run's writer lock as piw's writer does: a watcher stops
+    # following a running run that no process writes.
+    lock = WriterLock(bundle).acquire()
     watcher = Watcher(bundle, terminal, interactive=True, force_polling=polling, on_frame=on_frame)
     stop = threading.Event()
     thread = threading.Thread(target=watcher.run, kwargs={"stop": stop}, daemon=True)
@@ -114,6 +117,7 @@ def watch_latency_on(path: Path, appends: int, polling: bool = False) -> list[fl
             time.sleep(0.01)
     stop.set()
     thread.join(timeout=5)
+    lock.release()
     return latencies
 
 
