@@ -103,7 +103,9 @@ def test_run_ids_are_normalised(runs: Runs) -> None:
 @pytest.mark.parametrize("width", (80, 40, 17, 3))
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", ("steps", "trace"))
-def test_the_plain_tables_are_the_rich_ones_without_styles(runs: Runs, kind: str, width: int, name: str) -> None:
+def test_the_plain_tables_are_the_rich_ones_without_styles(
+    runs: Runs, kind: str, width: int, name: str
+) -> None:
     """Off a terminal ``inspect --view steps|trace`` writes plain lines straight out; they are what rich would
     print (hostile text included: the fixtures carry markup, escapes and wide characters)."""
     view = view_for(name, runs.load(kind))
