@@ -102,7 +102,11 @@ def test_run_ids_are_normalised(runs: Runs) -> None:
 
 @pytest.mark.parametrize("width", (80, 40, 17, 3))
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_plain_steps_table_is_the_rich_one_without_styles(runs: Runs, kind: str, width: int) -> None:
-    """Off a terminal ``inspect --view steps`` writes plain lines straight out; they are what rich would print."""
-    view = view_for("steps", runs.load(kind))
+@pytest.mark.parametrize("name", ("steps", "trace"))
+def test_the_plain_tables_are_the_rich_ones_without_styles(
+    runs: Runs, kind: str, width: int, name: str
+) -> None:
+    """Off a terminal ``inspect --view steps|trace`` writes plain lines straight out; they are what rich would
+    print (hostile text included: the fixtures carry markup, escapes and wide characters)."""
+    view = view_for(name, runs.load(kind))
     assert "\n".join(view.plain_lines(width)) + "\n" == render(view, width)  # type: ignore[attr-defined]

@@ -186,41 +186,91 @@ def run(
         bool,
         typer.Option("--no-origin", help="With --detach: record no origin session for assistant replies."),
     ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="Start at most one run for this key: repeating the same command reports that run; "
+            "a different request under the key is refused.",
+        ),
+    ] = None,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
+    from piw.store.queue import StartAdopted
     from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
     raw_input = parse_input_option(input)
     limits = parse_budget(budget) if budget is not None else None
+    key = _checked_key(idempotency_key)
     home = piw_home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
-    if detach:
-        return _detach(workflow, raw_input, title, provider, model, script, no_origin, as_json)
-    return _follow(
-        lambda options: start_run(workflow, home, raw_input, title, replace(options, budget=limits)),
-        as_json,
-        (verbose, provider, model, script),
+    try:
+        if detach:
+            return _detach(
+                workflow, raw_input, title, (provider, model, script), no_origin, as_json, key, limits
+            )
+        return _follow(
+            lambda options: start_run(
+                workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
+            ),
+            as_json,
+            (verbose, provider, model, script),
+        )
+    except StartAdopted as adopted:
+        return _adopted(adopted.run_id, key or "", as_json)
+
+
+def _checked_key(key: str | None) -> str | None:
+    """An idempotency key is 1–200 printable characters (it is stored and shown back)."""
+    if key is None:
+        return None
+    if not key or len(key) > 200 or not key.isprintable():
+        raise UsageError("--idempotency-key must be 1 to 200 printable characters.")
+    return key
+
+
+def _adopted(run_id: str, key: str, as_json: bool) -> int:
+    """A repeated start: report the run the key already started (exit 0, nothing new created)."""
+    from piw.store.bundle import load_state, open_bundle
+
+    try:
+        state = load_state(open_bundle(piw_home(), run_id))
+        status, final, error = state.status, state.final_output, state.error
+    except PiwError:
+        status, final, error = "queued", None, None  # its host has not created the bundle yet
+    if as_json:
+        payload = {"runId": run_id, "status": status, "finalOutput": final, "error": error, "adopted": True}
+        sys.stdout.write(json_text(payload) + "\n")
+        return 0
+    make_console().print(
+        safe_text(
+            f"Run {run_id} was already started with idempotency key {single_line(key)!r} ({status}); nothing new "
+            f"was started. See it with 'piw inspect {run_id}'."
+        ),
+        soft_wrap=True,
     )
+    return 0
 
 
 def _detach(
     workflow: str,
     raw_input: Any,
     title: str | None,
-    provider: str | None,
-    model: str | None,
-    script: str | None,
+    launch: tuple[str | None, str | None, str | None],
     no_origin: bool,
     as_json: bool,
+    idempotency_key: str | None = None,
+    budget: Any = None,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
     from piw.agent.setup import agent_executor_factory
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
 
     home = piw_home()
+    provider, model, script = launch
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
     # The provider the host will use must exist and be requestable now, not fail later in the host.
     factory = agent_executor_factory(home, make_console(io.StringIO()), provider=provider, model=model,
@@ -228,6 +278,8 @@ def _detach(
     options = ForegroundOptions(
         launch=_launch(provider, model, script),
         origin_session=new_origin_session() if from_terminal and not no_origin else None,
+        idempotency_key=idempotency_key,
+        budget=budget,
     )
     state = queue_run(workflow, home, raw_input, title, options, check=factory)
     if as_json:

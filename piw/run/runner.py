@@ -8,6 +8,8 @@ it stops, so ``piw runs``, ``piw pause`` and ``piw cancel`` in another terminal 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -27,7 +29,7 @@ from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
 from piw.store.lease import Lease
 from piw.store.outbox import NotificationRow
-from piw.store.queue import NewRun, RunQueue, open_queue, runner_id
+from piw.store.queue import NewRun, RunQueue, StartKey, open_queue, runner_id
 from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
@@ -62,6 +64,8 @@ class ForegroundOptions:
     """How the origin session shows a notification an earlier process of this run left undelivered."""
     warn: Callable[[str], None] | None = None
     """Where a problem that does not stop the run is reported (the CLI prints ``Warning: …`` on stderr)."""
+    idempotency_key: str | None = None
+    """``piw run --idempotency-key``: a repeat of the same start adopts the run the key started (``StartAdopted``)."""
 
 
 def new_origin_session() -> dict[str, Any]:
@@ -88,7 +92,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             on_start=options.on_start,
             waiter=options.waiter,
             session_visible=options.session_visible,
-            claimer=_claimer(home, workflow, options.launch),
+            claimer=_claimer(home, workflow, options.launch, options.idempotency_key),
             decisions=open_decision_book(queue),
             outbox=queue,
             budget=options.budget,
@@ -104,11 +108,25 @@ def _origin_delivery(queue: RunQueue, home: Path, options: ForegroundOptions) ->
     return [OriginDelivery(queue, home, options.show_notification)]
 
 
+def start_fingerprint(payload: dict[str, Any], launch: dict[str, Any]) -> str:
+    """The SHA-256 of what a start asks for: workflow identity, input, title, budget and launch options.
+
+    The origin session and the run id are left out: they differ on every call, and a repeat is the same request.
+    """
+    request = {
+        key: payload.get(key)
+        for key in ("workflowSource", "workflowSources", "definitionDigest", "input", "runTitle", "budget")
+    }
+    request["launch"] = {key: value for key, value in launch.items() if value is not None}
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def _claimer(
-    home: Path, workflow: LoadedWorkflow, launch: dict[str, Any]
+    home: Path, workflow: LoadedWorkflow, launch: dict[str, Any], idempotency_key: str | None = None
 ) -> Callable[[str, dict[str, Any]], Lease]:
     """Claims the queue row of a run being created: inserted already claimed, or (a continuation whose row the
-    answer inserted) claimed by name."""
+    answer inserted) claimed by name. With an idempotency key, the row's transaction records it first."""
 
     def claim(run_id: str, payload: dict[str, Any]) -> Lease:
         queue = open_queue(home)
@@ -124,6 +142,9 @@ def _claimer(
             options={key: value for key, value in launch.items() if value is not None},
             origin_session_id=(payload.get("originSession") or {}).get("id"),
             parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
+            start_key=None
+            if idempotency_key is None
+            else StartKey(idempotency_key, start_fingerprint(payload, launch)),
         )
         claimed = queue.enqueue(record, claim_for=runner_id())
         assert claimed is not None
@@ -177,6 +198,8 @@ def queue_run(
         launch=options.launch,
         origin_session=options.origin_session,
         session_visible=False,
+        budget=options.budget,
+        idempotency_key=options.idempotency_key,
     )
     with _closing(_engine(workflow, home, detached)) as engine:
         return engine.start(raw_input, title, begin=False)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from piw.store.queue import Claim, NewRun, SqliteQueue
+    from piw.store.queue import Claim, NewRun, SqliteQueue, StartKey
 
 DecisionStatus = Literal["open", "resolved", "cancelled"]
 
@@ -232,6 +232,32 @@ def record_idempotency(
     conn.execute(
         "INSERT INTO idempotency (scope, key, request_sha256, receipt_json, created_at) VALUES (?, ?, ?, ?, ?)",
         (scope, key, fingerprint, _dumps(receipt), now),
+    )
+
+
+START_SCOPE = "run.start"
+
+
+def guard_start(conn: sqlite3.Connection, start: StartKey, run_id: str, now: int) -> None:
+    """``run.start`` idempotency, inside the transaction that inserts the run's queue row.
+
+    The first start with a key records ``{runId}``; an exact repeat raises ``StartAdopted`` with that run, any
+    other request under the key raises ``IdempotencyConflict``. Either way the caller's transaction rolls back,
+    so no row (and, since the row comes before the bundle, no bundle) is created.
+    """
+    from piw.errors import IdempotencyConflict
+    from piw.store.queue import StartAdopted
+
+    stored = _stored(conn, START_SCOPE, start.key)
+    if stored is None:
+        record_idempotency(conn, START_SCOPE, start.key, start.fingerprint, {"runId": run_id}, now)
+        return
+    original = str(stored[1].get("runId", ""))
+    if stored[0] == start.fingerprint:
+        raise StartAdopted(original)
+    raise IdempotencyConflict(
+        f"Idempotency key {start.key!r} already started run {original} with a different request (workflow, input, "
+        "title, budget or provider); use a new key, or repeat the original command to get that run."
     )
 
 

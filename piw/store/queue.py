@@ -170,6 +170,22 @@ class ClaimCheck:
 
 
 @dataclass(frozen=True)
+class StartKey:
+    """``piw run --idempotency-key``: the key, and the SHA-256 of the canonical start request it guards."""
+
+    key: str
+    fingerprint: str
+
+
+class StartAdopted(Exception):  # a signal, not an error: the repeat adopts the run the key started
+    """A repeated start with the same key and request: nothing new is created; ``run_id`` is the original run."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
+@dataclass(frozen=True)
 class NewRun:
     """What a queue row is created with: enough for a host to (re)create the bundle and run it."""
 
@@ -183,6 +199,8 @@ class NewRun:
     parent_run_id: str | None = None
     affinity_runner_id: str | None = None
     available_at: int | None = None
+    start_key: StartKey | None = None
+    """Recorded in ``idempotency`` (scope ``run.start``) in the row's own transaction (persistence §10.3)."""
 
 
 # ---- the protocol -------------------------------------------------------------------------------------
@@ -194,7 +212,11 @@ class RunQueue(Protocol):
     clock: Clock
 
     def enqueue(self, run: NewRun, *, claim_for: str | None = None) -> Claim | None:
-        """Insert a row: ``queued``, or already claimed (``starting``) by ``claim_for`` (a foreground run)."""
+        """Insert a row: ``queued``, or already claimed (``starting``) by ``claim_for`` (a foreground run).
+
+        With ``run.start_key`` the key is recorded in the same transaction: a repeat with the same request raises
+        :class:`StartAdopted` (the original run), a different one ``IdempotencyConflict``; neither inserts a row.
+        """
         ...
 
     def ensure(self, run: NewRun, status: QueueStatus = "parked") -> None:
@@ -417,6 +439,8 @@ class SqliteQueue:
     def enqueue(self, run: NewRun, *, claim_for: str | None = None) -> Claim | None:
         now = self.clock()
         with self.db.transaction() as conn:
+            if run.start_key is not None:
+                decisions.guard_start(conn, run.start_key, run.run_id, now)
             self._insert(conn, run, "queued", now, ignore=False)
             if claim_for is None:
                 return None

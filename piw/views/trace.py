@@ -7,14 +7,18 @@ in full is in ``trace.ndjson`` itself. Filtering happens while streaming, so the
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from rich.console import Console
 from rich.text import Text
 
 from piw.store.trace import TraceEvent
+from piw.terminal import single_line
 from piw.views.base import View, compact, fmt_clock, fmt_duration, node_label, safe, short_id
-from piw.views.table import Column, table_lines
+from piw.views.table import Column, table_lines, table_plain
 from piw.views.updates import EventSource
+
+_Row = TypeVar("_Row")
 
 COLUMNS = (
     Column("seq", 4, 7, priority=8, right=True),
@@ -78,6 +82,14 @@ def _rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -
             ]
 
 
+def _plain_rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -> Iterator[list[str]]:
+    """:func:`_rows` as plain strings (the same text, no styles)."""
+    for event in events:
+        if matches(event, node, attempt):
+            yield [str(event.seq), fmt_clock(event.at), single_line(event.type), node_label(event.node_id or ""),
+                   short_id(event.attempt_id), single_line(summary(event))]  # fmt: skip
+
+
 def trace_header(width: int) -> Text:
     """The trace table's header line at ``width`` (column widths never depend on the rows)."""
     return next(table_lines(COLUMNS, (), width))
@@ -102,6 +114,16 @@ class TraceView(View):
             return
         yield from table_lines(COLUMNS, _chain(first, rows), width)
 
+    def plain_lines(self, width: int) -> Iterator[str]:
+        """The same lines as :meth:`lines` as plain text, for output that is not a terminal: a million-event
+        trace is written without building a rich ``Text`` per cell."""
+        rows = _plain_rows(self.events, self.node, self.attempt)
+        first = next(rows, None)
+        if first is None:
+            yield self._nothing()
+            return
+        yield from table_plain(COLUMNS, _chain(first, rows), width)
+
     def _nothing(self) -> str:
         if self.node is not None or self.attempt is not None:
             what = " and ".join(
@@ -113,7 +135,7 @@ class TraceView(View):
         return "No trace events."
 
 
-def _chain(first: list[Text | str], rest: Iterator[list[Text | str]]) -> Iterator[list[Text | str]]:
+def _chain(first: _Row, rest: Iterator[_Row]) -> Iterator[_Row]:
     yield first
     yield from rest
 
