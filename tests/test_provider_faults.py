@@ -185,7 +185,9 @@ def test_a_reset_after_text_streamed_fails_without_a_retry(
     case: Case, fast_retries: tuple[float, ...]
 ) -> None:
     case.run([StubReply.reset(after_chunks=3, text="partial answer"), StubReply.text("never asked for")])
-    case.failed("Connection reset by peer", requests=1)
+    error = case.failed("Connection reset by peer", requests=1)
+    # the server was reached and replying: the error says so, not "cannot reach provider"
+    assert "dropped the connection in the middle of its reply" in error and "cannot reach" not in error
     (entry,) = case.assistant_entries()
     assert entry["stopReason"] == "error" and not entry.get("retried")
 

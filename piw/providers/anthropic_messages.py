@@ -128,7 +128,8 @@ class AnthropicProvider:
             )
         if isinstance(error, sdk.APIConnectionError | OSError):
             cause = str(error.__cause__ or error).strip() or type(error).__name__
-            return builder.fail(connection_message(self.name, self.base_url, cause), usage, transient=True)
+            message = connection_message(self.name, self.base_url, cause, mid_reply=builder.received)
+            return builder.fail(message, usage, transient=True)
         if isinstance(error, sdk.APIError | ValueError):
             return builder.fail(f"Provider error: {error}", usage)
         raise error

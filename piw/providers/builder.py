@@ -102,6 +102,11 @@ class MessageBuilder:
         return any(block.buffer for block in self._blocks if block.kind != "toolCall")
 
     @property
+    def received(self) -> bool:
+        """Whether any content (text, thinking or a tool call) arrived: the server was reached and replying."""
+        return bool(self._blocks)
+
+    @property
     def has_tool_calls(self) -> bool:
         return any(block.kind == "toolCall" for block in self._blocks)
 

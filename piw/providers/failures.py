@@ -70,8 +70,18 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
 
 
-def connection_message(provider: str, base_url: str, cause: str) -> str:
-    """A refused or dropped connection, with the provider, its URL and what to check (not just ``Errno 111``)."""
+def connection_message(provider: str, base_url: str, cause: str, *, mid_reply: bool = False) -> str:
+    """A refused or dropped connection, with the provider, its URL and what to check (not just ``Errno 111``).
+
+    ``mid_reply``: the server was reached and had started replying when the connection dropped, so "cannot reach"
+    would send the user to check a server that is plainly running.
+    """
+    if mid_reply:
+        return (
+            f"Connection error: provider {provider!r} at {shown_url(base_url)} dropped the connection in the middle "
+            f"of its reply ({cause}). The partial reply was not used. The server was reachable: check its log (it "
+            "may have crashed or hit a limit) and any proxy's timeout."
+        )
     return (
         f"Connection error: cannot reach provider {provider!r} at {shown_url(base_url)} ({cause}). "
         "Check that the server is running and reachable there, and the provider's base_url in config.toml "

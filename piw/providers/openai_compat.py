@@ -297,7 +297,9 @@ def _failure(
     if isinstance(error, openai.APIConnectionError | httpx2.TransportError | OSError):
         cause = error.__cause__ if isinstance(error, openai.APIConnectionError) and error.__cause__ else error
         return builder.fail(
-            connection_message(builder.provider, base_url, _describe(cause)), usage, transient=True
+            connection_message(builder.provider, base_url, _describe(cause), mid_reply=builder.received),
+            usage,
+            transient=True,
         )
     if isinstance(error, openai.APIError | httpx2.HTTPError | ValueError):
         return builder.fail(f"Provider error: {_describe(error)}", usage)
