@@ -139,7 +139,9 @@ def median_of(runs: int, fn: Callable[[], tuple[float, float]]) -> tuple[float, 
 
 
 def piw_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIW_")}
+    # Byte-compiled modules, as an installed piw has them: this machine sets PYTHONDONTWRITEBYTECODE, which makes
+    # every piw process compile every module it imports (about 0.15 s of each start-up measured here).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIW_") and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(PIW_HOME=str(home), COLUMNS="100")
     return env
 
@@ -397,6 +399,19 @@ def startup(args: argparse.Namespace, folder: Path) -> None:
     row("piw inspect, small run", f"{wall * 1000:.0f} ms", "limit 350 ms", wall <= 0.35)
     floor, _ = median_of(args.runs, lambda: measured([sys.executable, "-c", "pass"], env))
     NOTES.append(f"interpreter start-up alone: {floor * 1000:.0f} ms")
+    # typer (0.29) coerces every parameter through pydantic TypeAdapters (typer._adapters imports pydantic) on
+    # every command, --help included: the share of start-up piw cannot remove without leaving typer.
+    bare, _ = median_of(
+        args.runs, lambda: measured([sys.executable, "-c", "import typer, rich.console"], env)
+    )
+    adapters, _ = median_of(
+        args.runs,
+        lambda: measured([sys.executable, "-c", "import typer, rich.console, typer._adapters"], env),
+    )
+    NOTES.append(
+        f"import typer + rich.console alone: {bare * 1000:.0f} ms; typer's pydantic parameter coercion "
+        f"(typer._adapters) adds {(adapters - bare) * 1000:.0f} ms to every command"
+    )
 
 
 SECTIONS = {
