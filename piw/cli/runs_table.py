@@ -8,11 +8,11 @@ run's title is marked ``⚠`` and its notice follows the table on a line of its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from piw.store.history import RunSummary
@@ -55,9 +55,19 @@ def _rows(summaries: Sequence[RunSummary]) -> list[_Row]:
     return rows
 
 
-def runs_table(summaries: Sequence[RunSummary], width: int) -> Table:
-    """The table for ``width`` columns: id and status whole, then title, started and current node as they fit."""
-    rows = _rows(summaries)
+@dataclass(frozen=True)
+class _Layout:
+    """Which columns show, and how wide each is (the id and status columns are always whole)."""
+
+    id_width: int
+    status_width: int
+    title_width: int | None
+    started_width: int | None
+    node_width: int | None
+
+
+def _layout(rows: Sequence[_Row], width: int) -> _Layout:
+    """Widths for ``width`` columns: id and status whole, then title, started and current node as they fit."""
     id_width = max(len("run id"), *(len(row.run_id) for row in rows))
     status_width = max(len("status"), *(len(row.status) for row in rows))
     started_width = max(len("started"), *(len(row.started) for row in rows))
@@ -72,33 +82,56 @@ def runs_table(summaries: Sequence[RunSummary], width: int) -> Table:
     if show_node:  # the title keeps at least twice the node's share
         node_width = min(node_width, max(MIN_NODE, spare // 3))
     title_width = min(title_width, spare - (node_width if show_node else 0))
+    return _Layout(
+        id_width,
+        status_width,
+        title_width if show_title else None,
+        started_width if show_started else None,
+        node_width if show_node else None,
+    )
 
-    table = Table(box=None, pad_edge=False, padding=(0, GAP // 2), expand=False)
-    table.add_column("run id", no_wrap=True, min_width=id_width, max_width=id_width)
-    table.add_column("status", no_wrap=True, min_width=status_width, max_width=status_width)
-    if show_title:
-        table.add_column("title", no_wrap=True, overflow="ellipsis", max_width=title_width)
-    if show_started:
-        table.add_column("started", no_wrap=True, min_width=started_width, max_width=started_width)
-    if show_node:
-        table.add_column("current node", no_wrap=True, overflow="ellipsis", max_width=node_width)
+
+def _cell(value: str, size: int) -> str:
+    """``value`` in ``size`` cells: clipped with an ellipsis (as rich's ``overflow="ellipsis"``), then padded."""
+    length = len(value) if value.isascii() else cell_len(value)
+    if length > size:
+        value = set_cell_size(value, size - 1) + "…" if size > 0 else ""
+        length = cell_len(value)
+    return value + " " * (size - length)
+
+
+def runs_lines(summaries: Sequence[RunSummary], width: int) -> Iterator[str]:
+    """The table as plain lines, header first: widths are known before the first row, so each row is one join.
+
+    (A rich ``Table`` measured and rendered every cell: 1.1 s for 1,000 runs, against a 0.04 s index read.)
+    """
+    rows = _rows(summaries)
+    layout = _layout(rows, width)
+    widths = [
+        layout.id_width,
+        layout.status_width,
+        layout.title_width,
+        layout.started_width,
+        layout.node_width,
+    ]
+    shown = [i for i, size in enumerate(widths) if size is not None]
+    gap = " " * GAP
+    header = ("run id", "status", "title", "started", "current node")
+    yield gap.join(_cell(header[i], widths[i] or 0) for i in shown).rstrip()
     for row in rows:
-        cells: list[str | Text] = [row.run_id, row.status]
-        if show_title:
-            cells.append(row.title)
-        if show_started:
-            cells.append(row.started)
-        if show_node:
-            cells.append(row.node)
-        table.add_row(*cells)
-    return table
+        cells = (row.run_id, row.status, row.title.plain, row.started, row.node.plain)
+        yield gap.join(_cell(cells[i], widths[i] or 0) for i in shown).rstrip()
 
 
 def print_runs(console: Console, summaries: Sequence[RunSummary]) -> None:
     """Print the table at the console's width; only an id and status wider than the console go past it."""
-    table = runs_table(summaries, console.width)
-    least = sum(column.min_width or 0 for column in table.columns[:2]) + GAP
-    console.print(table, width=max(console.width, least), crop=False)
+    lines = runs_lines(summaries, console.width)
+    if console.is_terminal:
+        console.print(Text(next(lines), style="bold"), crop=False, overflow="ignore")
+        console.print(Text("\n".join(lines)), crop=False, overflow="ignore", no_wrap=True)
+    else:  # nothing to style: the text itself
+        console.file.write("\n".join(lines) + "\n")
+        console.file.flush()
     for (
         row
     ) in summaries:  # a damage notice is never clipped with the title: it says what the row is built from
