@@ -303,3 +303,23 @@ def test_a_damaged_trace_is_shown_up_to_the_damage(runs: Runs, tmp_path: Path) -
     )
     assert state.trace_seq == 4
     assert out.getvalue().startswith("⚠ trace.ndjson line 5 is damaged; stopped following it.")
+
+
+def test_lines_appended_before_the_file_watch_starts_are_reported(
+    growing: tuple[Bundle, list[bytes], list[bytes]],
+) -> None:
+    """An append that raises no file event (it came before the watch was registered) is still reported, at the
+    first tick; a quiet tick after that reports nothing. (A plain ``piw watch`` only re-reads on a report, so it
+    used to wait for the next write, forever if the run had just written its last line.)"""
+    from piw.views.follow import file_changes
+
+    bundle, trace_rest, _ = growing
+    _append(bundle.trace_path, trace_rest[0])
+    stop = threading.Event()
+    changes = file_changes(bundle, stop)
+    try:
+        assert next(changes) is True
+        assert next(changes) is False
+    finally:
+        stop.set()
+        changes.close()

@@ -114,6 +114,10 @@ def file_changes(bundle: Bundle, stop: threading.Event, *, force_polling: bool =
         try:
             import watchfiles
 
+            # A tick also reports a change when the files grew since the last one: lines appended before the
+            # watch was registered raise no event (the first tick always reports, for those), and a reader that
+            # only re-reads on a change must not wait for the next write to see them.
+            last: tuple[int, ...] | None = None
             for changes in watchfiles.watch(
                 bundle.path,
                 watch_filter=lambda _change, path: _is_followed(path, bundle),
@@ -124,7 +128,9 @@ def file_changes(bundle: Bundle, stop: threading.Event, *, force_polling: bool =
                 stop_event=stop,
                 raise_interrupt=False,
             ):
-                yield bool(changes)
+                sizes = _sizes(bundle)
+                grew, last = bool(changes) or sizes != last, sizes
+                yield grew
             return
         except (ImportError, OSError, RuntimeError):
             pass  # no file notifications here (e.g. an inotify limit): fall back to polling
