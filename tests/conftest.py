@@ -23,6 +23,10 @@ import pytest
 from hypothesis import settings
 from piw_inprocess import run_piw
 
+# Real `piw` subprocesses start with byte-compiled modules, as an installed piw does: where PYTHONDONTWRITEBYTECODE
+# is set (this machine sets it), every one of them would otherwise compile every module it imports (~0.15 s each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 pytest.register_assert_rewrite("piw.testing")
 try:
     importlib.import_module("piw.testing")
