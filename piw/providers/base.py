@@ -187,6 +187,22 @@ class Provider(Protocol):
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]: ...
 
 
+class WrappedProvider:
+    """A provider in front of another: same name and model, ``stream`` changed by the subclass (redaction of
+    secrets, a run's budget)."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+
 def complete(
     provider: Provider,
     request: ChatRequest,

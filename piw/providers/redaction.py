@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 
-from piw.providers.base import ChatRequest, ErrorEvent, Provider, ProviderEvent
+from piw.providers.base import ChatRequest, ErrorEvent, Provider, ProviderEvent, WrappedProvider
 
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 4
@@ -30,20 +30,12 @@ def contains_secret(text: str, secrets: Iterable[str]) -> bool:
     return redact(text, secrets) != text
 
 
-class RedactingProvider:
+class RedactingProvider(WrappedProvider):
     """Wraps a provider so the error message of its final ``error`` event never holds a configured secret."""
 
     def __init__(self, inner: Provider, secrets: Iterable[str]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.secrets = [secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH]
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
         for event in self.inner.stream(request, cancel):

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent
+from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent, WrappedProvider
 from piw.providers.builder import MessageBuilder
 from piw.providers.messages import AssistantMessage
 from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
@@ -129,24 +129,16 @@ def _shortfall(limits: Budget, spent: dict[str, Any], first: bool, estimate: int
     return None
 
 
-class BudgetedProvider:
+class BudgetedProvider(WrappedProvider):
     """Wraps a provider for one agent step: the gate admits each request and records what it spent."""
 
     def __init__(self, inner: Provider, gate: BudgetGate, owner: Attempt, step_key: str,
                  child_key: str | None = None) -> None:  # fmt: skip
-        self.inner = inner
+        super().__init__(inner)
         self.gate = gate
         self.owner = owner
         self.step_key = step_key
         self.child_key = child_key
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
         refusal = self.gate.admit(request, self.owner, self.step_key)
