@@ -144,7 +144,7 @@ def test_bad_definition_is_one_error_line_and_leaves_nothing(
         ("{bad", ["--input is not valid JSON", "line 1 column 2"]),
         ('{"x": NaN}', ["--input is not valid JSON", "NaN"]),
         ("[1, Infinity]", ["not valid JSON", "Infinity"]),
-        ("@does-not-exist.json", ["Cannot read --input file", "does-not-exist.json"]),
+        ("@does-not-exist.json", ["--input file does-not-exist.json: cannot read it"]),
     ],
 )
 def test_invalid_input_json(value: str, needles: list[str], cli: Cli, piw_home: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,23 @@ def test_input_that_cannot_be_stored_is_one_error_line(
     assert done.stderr.startswith("Error: ") and needle in done.stderr and len(done.stderr.splitlines()) == 1
     assert not (cli.home / "runs").exists() or not any((cli.home / "runs").iterdir())
     assert cli("run", "hello", "--input", '{"n":' * 64 + "1" + "}" * 64).returncode == 0  # 64 levels are fine
+
+
+def test_an_edited_file_runs_its_new_source_even_with_the_same_size_and_mtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader runs the bytes it read (and hashed), never a cached .pyc: Python trusts a pyc whose source has
+    the same size and modification second, so an edit within a second ran the older definition."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    path = tmp_path / "edited.workflow.py"
+    body = (
+        "from piw import compute, define_workflow\n"
+        'workflow = define_workflow(name="{}", start_at="a", nodes={{"a": compute(1)}})\n'
+    )
+    path.write_text(body.format("first"), encoding="utf-8")
+    stamp = path.stat().st_mtime_ns
+    assert import_definition(path).name == "first"
+    path.write_text(body.format("again"), encoding="utf-8")  # same size
+    os.utime(path, ns=(stamp, stamp))  # and the same modification time
+    assert import_definition(path).name == "again"
+    assert not (tmp_path / "__pycache__").exists()  # nothing is written beside a user's workflow

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
@@ -86,6 +86,9 @@ def json_texts() -> st.SearchStrategy[str]:
 
 
 @given(text=json_texts())
+@example(text="@")  # found by a random run: the error did not start with --input
+@example(text="@0")
+@example(text="@a\nb")
 def test_input_text_is_a_storable_value_or_one_input_error(text: str) -> None:
     try:
         value = parse_input_option(text)
@@ -107,7 +110,7 @@ def test_input_file_is_a_storable_value_or_one_input_error(data: bytes, tmp_path
     try:
         value = parse_input_option(f"@{path}")
     except InputInvalid as exc:
-        assert str(exc).startswith(("--input", "Cannot read --input")) and "\n" not in str(exc)
+        assert str(exc).startswith("--input") and "\n" not in str(exc)
         return
     storable(value)
 

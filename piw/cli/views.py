@@ -5,7 +5,9 @@ Each parses its arguments, makes one library call and prints one view; none of t
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated
 
@@ -144,11 +146,25 @@ def watch(
 
     home = piw_home()
     bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else newest_run(home))
+    stop, interrupted = threading.Event(), threading.Event()
+
+    def on_interrupt(_signum: int, _frame: object) -> None:
+        # Ctrl-C asks the watcher to stop instead of raising wherever the main thread happens to be (inside the
+        # file watcher's native code, a KeyboardInterrupt could be swallowed and leave the process waiting).
+        interrupted.set()
+        stop.set()
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        Watcher(bundle, make_console()).run(once=once)
+        Watcher(bundle, make_console()).run(once=once, stop=stop)
     except WatchInterrupted:
         return 130
-    return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return 130 if interrupted.is_set() else 0
 
 
 @app.command()

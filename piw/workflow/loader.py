@@ -92,7 +92,7 @@ def import_definition(path: Path) -> WorkflowDefinition:
     """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file."""
     try:
         source = path.read_bytes()
-        compile(source, str(path), "exec")
+        code = compile(source, str(path), "exec")
     except OSError as exc:
         raise LoadError(f"{path}: cannot read the file ({exc.strerror}).") from None
     except SyntaxError as exc:
@@ -104,7 +104,10 @@ def import_definition(path: Path) -> WorkflowDefinition:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        # The bytes read above, never a cached .pyc: the import system trusts a pyc whose source has the same
+        # size and modification second, so a file edited twice within a second would run its older version
+        # under the new source's hash.
+        exec(code, module.__dict__)
     except DefinitionError as exc:
         line = _user_line(exc, path)
         raise DefinitionError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
@@ -194,15 +197,21 @@ def parse_input_option(text: str | None, stdin: TextIO | None = None) -> Any:
                 "--input - read nothing from standard input; pipe the JSON in, e.g. echo '{}' | piw …"
             )
     elif text.startswith("@"):
+        name = text[1:]
+        shown = name if name.isprintable() else repr(name)  # one line, whatever the file name holds
+        if not name:
+            raise InputInvalid("--input @ names no file; give the path after it, e.g. --input @input.json.")
         try:
-            data = Path(text[1:]).read_bytes()
+            data = Path(name).read_bytes()
         except OSError as exc:
-            raise InputInvalid(f"Cannot read --input file {text[1:]}: {exc.strerror}.") from None
+            raise InputInvalid(f"--input file {shown}: cannot read it ({exc.strerror}).") from None
+        except ValueError:  # an embedded NUL
+            raise InputInvalid(f"--input file {shown}: not a usable file name.") from None
         try:
             raw = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputInvalid(
-                f"--input file {text[1:]} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})."
+                f"--input file {shown} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})."
             ) from None
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
