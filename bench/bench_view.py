@@ -131,17 +131,24 @@ def make_monitor_bundle(home: Path, events: int) -> str:
 
 def inspect_peak(home: Path, run_id: str) -> tuple[float, float]:
     """Seconds and peak RSS (MB) of ``piw inspect RUN`` in a fresh process."""
-    started = time.perf_counter()
+    # A wrapper process of its own: RUSAGE_CHILDREN is the largest of *all* children so far, so asked here it
+    # would report an earlier viewer child's peak instead of inspect's.
+    wrapper = (
+        "import resource, subprocess, sys, time\n"
+        "started = time.perf_counter()\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True)\n"
+        "assert 'run ' in done.stdout\n"
+        "print(time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "piw", "inspect", run_id],
+        [sys.executable, "-c", wrapper, sys.executable, "-m", "piw", "inspect", run_id],
         env={**os.environ, "PIW_HOME": str(home)},
         capture_output=True,
         text=True,
         check=True,
     )
-    took = time.perf_counter() - started
-    assert "run " in done.stdout
-    return took, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    took, peak = (float(value) for value in done.stdout.split())
+    return took, peak
 
 
 def measure(home: Path, run_id: str, runs: int) -> dict[str, float]:
