@@ -25,6 +25,7 @@ from piw.wire import sha256_hex
 if TYPE_CHECKING:
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
+    from piw.workflow.budget import Budget
 
 # Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
 
@@ -263,7 +264,7 @@ def _detach(
     no_origin: bool,
     as_json: bool,
     idempotency_key: str | None = None,
-    budget: Any = None,
+    budget: Budget | None = None,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
     from piw.agent.setup import agent_executor_factory

@@ -84,24 +84,33 @@ def _finished(run_id: str, state: RunState, verb: str) -> UsageError:
 # ---- pause --------------------------------------------------------------------------------------------
 
 
+def _unfinished_row(
+    queue: RunQueue, home: Path, run_id: str, state: RunState | None, verb: str, verbed: str
+) -> QueueRow:
+    """The queue row of a run whose trace has not ended: created from the trace when missing, reopened when the
+    row says final but the trace has no terminal event (a torn last line: the trace wins)."""
+    if state is not None:
+        ensure_row(queue, state, home)
+    row = queue.get(run_id)
+    if row is None:
+        raise UsageError(f"Run {run_id} has no queue row and its trace is damaged; it cannot be {verbed}.")
+    if row.is_final and state is not None:
+        queue.reopen(run_id)
+        row = queue.get(run_id) or row
+    if row.is_final:
+        raise UsageError(
+            f"Run {run_id} already ended ({row.status} in the run queue); there is nothing to {verb}."
+        )
+    return row
+
+
 def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResult:
     bundle = open_bundle(home, run_id)
     state = _state(bundle)
     if state is not None and state.is_terminal:
         raise _finished(run_id, state, "pause")
     queue = open_queue(home)
-    if state is not None:
-        ensure_row(queue, state, home)
-    row = queue.get(run_id)
-    if row is None:
-        raise UsageError(f"Run {run_id} has no queue row and its trace is damaged; it cannot be paused.")
-    if row.is_final and state is not None:
-        queue.reopen(run_id)  # the trace has no terminal event after all (a torn last line): it wins
-        row = queue.get(run_id) or row
-    if row.is_final:
-        raise UsageError(
-            f"Run {run_id} already ended ({row.status} in the run queue); there is nothing to pause."
-        )
+    row = _unfinished_row(queue, home, run_id, state, "pause", "paused")
     resume_hint = f"continue it with 'piw resume {run_id}'"
     if row.pause_requested or (state is not None and state.paused):
         return _result(home, run_id, f"Run {run_id} is already paused; {resume_hint}.", True)
@@ -109,8 +118,8 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     if not row.has_live_claim(queue.clock()):
         message = f"Run {run_id} has no process running it; it stays paused (hosts skip it) until you {resume_hint}."
         return _result(home, run_id, message, True)
-    row = _wait_for(queue, run_id, lambda r: not r.has_live_claim(queue.clock()), wait_s)
-    if row is not None and row.status == "parked":
+    settled = _wait_for(queue, run_id, lambda r: not r.has_live_claim(queue.clock()), wait_s)
+    if settled is not None and settled.status == "parked":
         return _result(home, run_id, f"Run {run_id} paused at a step boundary; {resume_hint}.", True)
     node = state.current.node_id if state is not None and state.current else None
     where = f" (now in {node})" if node else ""
@@ -139,18 +148,7 @@ def cancel_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResu
                 f"Run {run_id} already ended (waiting, then cancelled); there is nothing to cancel."
             )
         raise _finished(run_id, state, "cancel")
-    if state is not None:
-        ensure_row(queue, state, home)
-        row = queue.get(run_id)
-    if row is None:
-        raise UsageError(f"Run {run_id} has no queue row and its trace is damaged; it cannot be cancelled.")
-    if row.is_final and state is not None:
-        queue.reopen(run_id)  # the trace has no terminal event after all (a torn last line): it wins
-        row = queue.get(run_id) or row
-    if row.is_final:
-        raise UsageError(
-            f"Run {run_id} already ended ({row.status} in the run queue); there is nothing to cancel."
-        )
+    row = _unfinished_row(queue, home, run_id, state, "cancel", "cancelled")
     if not row.has_live_claim(queue.clock()):
         try:
             return _cancel_unheld(home, queue, bundle, run_id)
