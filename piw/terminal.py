@@ -2,6 +2,8 @@
 
 Every view renders workflow data through :func:`safe_text`, so an ESC, CSI, OSC, CR or bidi override in a title,
 output, prompt or model reply reaches the terminal as a visible escape (``\\x1b``) and rich markup stays literal.
+This module does not import rich (``piw --help`` does not need it); :class:`piw.safe_console.SafeConsole` is
+the console half.
 """
 
 from __future__ import annotations
@@ -9,12 +11,10 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.segment import Segment
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 
@@ -50,6 +50,8 @@ def single_line(text: str) -> str:
 
 def safe_text(text: str, style: str = "") -> Text:
     """A rich ``Text`` of sanitized workflow data: never markup, never ANSI, no highlighting."""
+    from rich.text import Text  # rich is imported by what renders, not by piw --help
+
     return Text(sanitize_terminal_text(text), style=style)
 
 
@@ -65,22 +67,6 @@ def json_text(value: Any) -> str:
     """
     text = json.dumps(value, ensure_ascii=False)
     return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group(0)):04x}", text)
-
-
-class SafeConsole(Console):
-    """A rich console whose every printed text segment passes through :func:`sanitize_terminal_text`.
-
-    Views already render workflow data with :func:`safe_text`; this is the one place that makes it impossible to
-    forget: whatever reaches ``print`` (an f-string with a workflow name, an error, a table cell), only rich's own
-    styling and cursor control segments may carry escape sequences to the terminal.
-    """
-
-    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
-            segment if segment.control or segment.text.isprintable() or segment.text == "\n"
-            else Segment(sanitize_terminal_text(segment.text), segment.style, segment.control)
-            for segment in buffer
-        )  # fmt: skip
 
 
 _UNSAFE_IN_JSON_BYTES = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")

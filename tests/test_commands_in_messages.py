@@ -22,7 +22,7 @@ from typing import Any
 import typer.main
 
 from piw.cli.app import app
-from piw.cli.main import _register
+from piw.cli.commands import register_all
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ OPTION = re.compile(r"(?<!\S)(--[a-z][\w-]*)")
 @functools.cache
 def _commands() -> dict[str, Any]:
     """The CLI's commands by name (typer vendors its own click, so the group is read by duck typing)."""
-    _register()
+    register_all()
     group = typer.main.get_command(app)
     return dict(group.commands)  # type: ignore[attr-defined]
 

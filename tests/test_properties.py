@@ -38,8 +38,9 @@ from piw.plan import Worker, parse_plan
 from piw.progress import ProgressInvalid, validate_progress_data
 from piw.providers.builder import parse_arguments
 from piw.providers.config import parse_config
+from piw.safe_console import SafeConsole
 from piw.store.trace import TraceEvent, parse_trace, read_trace_prefix
-from piw.terminal import SafeConsole, json_text, sanitize_terminal_text, single_line
+from piw.terminal import json_text, sanitize_terminal_text, single_line
 from piw.updates.envelope import validate_update
 from piw.updates.shell_lines import LineFramer, ShellLineTooLong
 from piw.views.source import RecordStream, Tail, decode_entry

@@ -197,7 +197,7 @@ def test_importing_the_viewers_loads_no_engine_module() -> None:
 
 def test_the_cli_starts_without_textual() -> None:
     """``piw --help`` and every command but ``view`` never import Textual (start-up stays fast)."""
-    code = "import sys; from piw.cli import main; main._register(); print('textual' in sys.modules)"
+    code = "import sys; from piw.cli.commands import register_all; register_all(); print('textual' in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "False"
 

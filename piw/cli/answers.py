@@ -20,7 +20,7 @@ from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.runs import ModelOption, ProviderOption, RunJsonOption, ScriptOption, VerboseOption, _follow
 from piw.errors import PiwError, RunLocked, UsageError
-from piw.store.bundle import piw_home
+from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, single_line
 

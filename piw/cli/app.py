@@ -8,12 +8,13 @@ its whole first sentence, wrapped, instead of cutting it at a fixed width ("…o
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.models import CommandFunctionType
+
+from piw.cli.coercion import install_plain_conversion
 
 HELP = """Run durable LLM-agent workflows and read their runs.
 
@@ -28,11 +29,18 @@ EPILOG = (
 )
 
 
-def _first_sentence(text: str) -> str:
+def first_sentence(text: str) -> str:
     """The first sentence of a command's help, whole (the help's first paragraph when it has no full stop)."""
     paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
     end = paragraph.find(". ")
     return paragraph if end < 0 else paragraph[: end + 1]
+
+
+def _plainly_converted(option: Any) -> Any:
+    """``--help`` (built by click on first use) converted without pydantic too: see :mod:`piw.cli.coercion`."""
+    if option is not None:
+        install_plain_conversion(option)
+    return option
 
 
 class PiwCommand(TyperCommand):
@@ -41,8 +49,12 @@ class PiwCommand(TyperCommand):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
+            install_plain_conversion(param)
             if param.param_type_name == "argument" and param.metavar is None and param.name:
                 param.metavar = param.name.upper()
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plainly_converted(super().get_help_option(ctx))
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -57,15 +69,29 @@ class PiwCommand(TyperCommand):
 
 
 class PiwGroup(TyperGroup):
-    """The ``piw`` group: the command list shows each command's complete first sentence."""
+    """The ``piw`` group: the command list shows each command's complete first sentence.
+
+    ``summaries`` (set by ``piw.cli.main`` for ``piw --help``) are those rows read from the registered commands
+    without building them: the command list is all that the group's own help needs of them.
+    """
+
+    summaries: list[tuple[str, str]] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:  # --version
+            install_plain_conversion(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plainly_converted(super().get_help_option(ctx))
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        rows = []
+        rows = [] if self.summaries is None else list(self.summaries)
         for name in self.list_commands(ctx):
             command = self.get_command(ctx, name)
             if command is None or command.hidden:
                 continue
-            rows.append((name, command.short_help or _first_sentence(command.help or "")))
+            rows.append((name, command.short_help or first_sentence(command.help or "")))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -81,6 +107,8 @@ class PiwTyper(typer.Typer):
 
 
 def piw_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # 30 ms: only for --version
+
     try:
         return version("piw")
     except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed

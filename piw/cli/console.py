@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from rich.console import Console
-
-from piw.terminal import SafeConsole
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def make_console(stream: TextIO | None = None, *, width: int | None = None) -> Console:
     """A console that emits colour only on a terminal and never when ``NO_COLOR`` is set, and that sanitizes
-    every text segment it prints (``piw.terminal.SafeConsole``)."""
+    every text segment it prints (``piw.safe_console.SafeConsole``). rich is imported here, on first use, so
+    that a module can import this one without making ``piw --help`` import rich."""
+    from piw.safe_console import SafeConsole
+
     stream = stream or sys.stdout
     is_tty = stream.isatty()
     plain = not is_tty or bool(os.environ.get("NO_COLOR"))

@@ -17,7 +17,7 @@ from piw.cli.runs import (
     VerboseOption,
     _follow,
 )
-from piw.store.bundle import piw_home
+from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 
 # The engine loads inside the command, so `piw --help` does not load it.

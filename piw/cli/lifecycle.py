@@ -11,7 +11,7 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.errors import UsageError
-from piw.store.bundle import piw_home
+from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text
 

@@ -10,21 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.errors import PiwError, UsageError
-from piw.store.bundle import piw_home
-from piw.store.replay import RunState
+from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
-from piw.wire import sha256_hex
 
 if TYPE_CHECKING:
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
+    from piw.store.replay import RunState
     from piw.workflow.budget import Budget
 
 # Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
@@ -65,6 +62,8 @@ def _foreground(
     replay_from: str | None = None,
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
+    from rich.text import Text
+
     from piw.agent.setup import agent_executor_factory
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
@@ -376,6 +375,8 @@ def list_workflows(
                          "contractId": definition.contract_id, "description": definition.description,
                          "source": source, "_origin": label})  # fmt: skip
         except PiwError as exc:
+            from piw.wire import sha256_hex
+
             source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(path.read_bytes())}
             rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": None, "contractId": None,
                          "description": f"(cannot load: {exc})", "source": source,
@@ -384,6 +385,8 @@ def list_workflows(
         public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
         sys.stdout.write(json_text(public) + "\n")
         return 0
+    from rich.table import Table
+
     console = make_console()
     table = Table(box=None, pad_edge=False)
     for column in ("id", "kind", "revision", "contract", "description"):

@@ -10,7 +10,7 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.store.bundle import piw_home
+from piw.store.home import piw_home
 from piw.terminal import json_text, sanitize_terminal_text, single_line
 
 

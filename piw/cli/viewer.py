@@ -13,7 +13,7 @@ import typer
 
 from piw.cli.app import app
 from piw.errors import PiwError, UsageError
-from piw.store.bundle import piw_home
+from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 
 DEFAULT_PORT = 8765

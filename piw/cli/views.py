@@ -16,9 +16,8 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.errors import UsageError
-from piw.store.bundle import open_bundle, piw_home
+from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
-from piw.store.state import iter_state_json
 from piw.terminal import json_text, safe_json_bytes
 
 if TYPE_CHECKING:
@@ -120,6 +119,8 @@ def inspect(
         extra = {"damage": run.damage.to_json()} if run.damage is not None else {}
         if decision is not None:
             extra["decision"] = decision
+        from piw.store.state import iter_state_json
+
         write_json_stream(iter_state_json(run.state, extra or None))
         return 0
     if run.notice:  # in full on stderr: the state view clips its notice line to the width
@@ -143,6 +144,7 @@ def watch(
 ) -> int:
     """Follow a run live until it ends or nobody is running it (q stops watching; Ctrl-C exits 130)."""
     from piw.cli.watch import Watcher, WatchInterrupted, newest_run
+    from piw.store.bundle import open_bundle
 
     home = piw_home()
     bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else newest_run(home))

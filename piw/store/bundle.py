@@ -23,8 +23,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from piw.errors import HomeUnavailable, RunLocked, RunNotFound, StoreError, UsageError
+from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
+from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
+from piw.store.home import home_path as home_path  # re-exported: callers of piw.store.bundle keep working
+from piw.store.home import piw_home as piw_home
+from piw.store.home import tighten as tighten
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.state import iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
@@ -33,46 +37,6 @@ from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
 
 if TYPE_CHECKING:
     from piw.wire import Manifest
-
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-
-
-def piw_home() -> Path:
-    """``$PIW_HOME`` when set and non-empty, else ``~/.local/share/piw``; created 0700 and tightened.
-
-    Tightening only removes group and other bits: a home its owner made read-only (or one on a read-only
-    filesystem) stays as it is, so the read-only commands keep working there. A home that cannot be created is
-    one clear error.
-    """
-    home = home_path()
-    if not home.is_dir():
-        try:
-            home.mkdir(mode=0o700, parents=True)
-        except OSError as exc:
-            raise HomeUnavailable(
-                f"PIW_HOME {home} cannot be created ({exc.strerror or exc}); set PIW_HOME to a folder you can "
-                "write, or create it."
-            ) from None
-    tighten(home)
-    tighten(home / "runs")
-    return home
-
-
-def home_path() -> Path:
-    """Where ``PIW_HOME`` is, resolved, without creating or touching it."""
-    configured = os.environ.get("PIW_HOME")
-    home = Path(configured).expanduser() if configured else Path.home() / ".local" / "share" / "piw"
-    return home.resolve()
-
-
-def tighten(path: Path) -> None:
-    """Remove group and other permission bits (never add any); a path that cannot be changed is left alone."""
-    try:
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:
-            os.chmod(path, mode & 0o700)
-    except OSError:
-        pass  # missing, not ours, or on a read-only filesystem: nothing to tighten from here
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -239,15 +203,6 @@ def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: M
     bundle = Bundle(run_id, path)
     bundle.write_manifest(manifest)
     return bundle
-
-
-def is_bundle_dir(path: Path) -> bool:
-    """A run bundle: a valid run id holding a manifest or a trace (a lost manifest does not hide a run)."""
-    return (
-        not path.name.startswith(".")
-        and RUN_ID_PATTERN.fullmatch(path.name) is not None
-        and ((path / "manifest.json").is_file() or (path / "trace.ndjson").is_file())
-    )
 
 
 def copy_artifacts(source: Bundle, target: Bundle) -> int:

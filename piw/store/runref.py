@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from piw.errors import RunNotFound, UsageError
-from piw.store.bundle import RUN_ID_PATTERN, is_bundle_dir
+from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
 
 LATEST = "latest"
 _NEGATIVE = re.compile(r"-([1-9][0-9]{0,5})")

@@ -25,7 +25,6 @@ from piw.store.bundle import Bundle, open_bundle
 from piw.store.damage import Damage, artifact_damage, line_damage
 from piw.store.foldcache import events_of_type, replay
 from piw.store.lineage import forks_of
-from piw.store.liveness import writer_is_live
 from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event
@@ -317,7 +316,11 @@ def run_data(
     replayed_to = state.finished_at if state.is_terminal else state.updated_at
     fixed = parse_instant(replayed_to) if (at is not None or state.is_terminal) and replayed_to else None
     now = fixed or (clock or _utc_now)()
-    live = writer_is_live(bundle) if state.status == "running" and at is None else None
+    live = None
+    if state.status == "running" and at is None:
+        from piw.store.liveness import writer_is_live  # the queue database: only a running run is probed
+
+        live = writer_is_live(bundle)
     return RunData(bundle, state, snapshot, now, at, live, notice)
 
 

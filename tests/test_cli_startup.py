@@ -1,0 +1,90 @@
+"""Start-up (issue 12.6): a command line imports and builds only its own command, ``--help`` builds none.
+
+``piw --help`` took 666 ms when filed and 329 ms before this change (``bench/targets.py --only startup``);
+``piw inspect`` of a small run 511 ms. The figures live in the bench; these tests pin what made them small, and
+that nothing a user reads changed: the help text, the command table, and the conversion of option values.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+import typer
+from conftest import Cli
+
+from piw.cli.app import app
+from piw.cli.commands import COMMAND_MODULES, command_group, command_name, register_all
+
+
+def test_the_command_table_names_every_registered_command_and_its_module() -> None:
+    register_all()
+    registered = {command_name(info): info.callback.__module__ for info in app.registered_commands}
+    assert registered == COMMAND_MODULES
+
+
+def test_the_help_read_from_docstrings_is_the_help_of_the_built_commands() -> None:
+    """``piw --help`` lists the commands without building them; the text is what the full group prints."""
+    register_all()
+    in_table_order = copy.copy(app)  # a test may have imported the modules in another order than piw does
+    in_table_order.registered_commands = sorted(
+        app.registered_commands, key=lambda info: list(COMMAND_MODULES).index(command_name(info))
+    )
+    full = typer.main.get_command(in_table_order)
+    lazy = command_group(["--help"])
+    assert not lazy.commands
+    for width in (60, 80, 120):
+        expected = full.get_help(full.make_context("piw", [], resilient_parsing=True, max_content_width=width))
+        shown = lazy.get_help(lazy.make_context("piw", [], resilient_parsing=True, max_content_width=width))
+        assert shown == expected
+    assert "inspect" in expected and "providers" in expected
+
+
+def test_a_command_line_builds_only_its_command() -> None:
+    group = command_group(["inspect", "some-run", "--view", "steps"])
+    assert list(group.commands) == ["inspect"]
+    unknown = command_group(["inpsect"])  # click's "Did you mean" needs every name
+    assert set(unknown.commands) == set(COMMAND_MODULES)
+
+
+IMPORTED = (
+    "import sys, contextlib, io\n"
+    "from piw.cli.main import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+    "    main(sys.argv[1:])\n"
+    "import json; print(json.dumps(sorted(sys.modules)))\n"
+)
+
+
+def _modules_after(*args: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTED, *args], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_help_imports_neither_rich_pydantic_click_nor_the_trace_codec() -> None:
+    modules = _modules_after("--help")
+    for heavy in ("rich", "pydantic", "click", "msgspec", "piw.store.bundle", "piw.store.replay"):
+        assert heavy not in modules, heavy
+    assert "piw.cli.views" in modules  # every command module is read for the command list
+
+
+def test_inspect_imports_only_its_own_command_module(cli: Cli) -> None:
+    modules = _modules_after("inspect", "no-such-run")
+    assert "piw.cli.views" in modules
+    assert not {"piw.cli.runs", "piw.cli.answers", "piw.cli.lifecycle", "piw.cli.viewer"} & modules
+    assert "pydantic" not in modules  # typer's own conversion would import it
+
+
+def test_option_values_are_converted_and_refused_as_before(cli: Cli) -> None:
+    refused = cli("host", "--max-runs", "abc")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "Error: Invalid value for '--max-runs': Input should be a valid integer, unable to parse string as an integer"
+    )
+    assert cli("inspect", "x", "--at", "0").stderr.startswith("Error: --at takes a trace sequence number")
+    assert cli("inspect", "x", "--at", " +1_0 ").stderr.startswith("Error: No run 'x'")
