@@ -18,7 +18,24 @@ from piw.cli.coercion import CONVERTERS, ConversionError
 
 INT_INPUTS = ["1", " 2 ", "+3", "-4", "1_000", "1.0", "7.00", "1.5", "abc", "", " ", "0x10", "1e3", "١٢", "1__0",
               "_1", "1_", "--1", "+-1", "12345678901234567890", "0", "-0", "1.", ".5", "1,000", "\t9\n"]  # fmt: skip
-BOOL_INPUTS = ["true", "Yes", "1", "off", "F", "n", "maybe", "", " ", " true ", "TRUE", "0", "2", "on", "ON", "y"]
+BOOL_INPUTS = [
+    "true",
+    "Yes",
+    "1",
+    "off",
+    "F",
+    "n",
+    "maybe",
+    "",
+    " ",
+    " true ",
+    "TRUE",
+    "0",
+    "2",
+    "on",
+    "ON",
+    "y",
+]
 STR_INPUTS = ["plain", "", " spaced ", "ünïcode", "\x1b[31m", "-1"]
 
 

@@ -37,7 +37,9 @@ def test_the_help_read_from_docstrings_is_the_help_of_the_built_commands() -> No
     lazy = command_group(["--help"])
     assert not lazy.commands
     for width in (60, 80, 120):
-        expected = full.get_help(full.make_context("piw", [], resilient_parsing=True, max_content_width=width))
+        expected = full.get_help(
+            full.make_context("piw", [], resilient_parsing=True, max_content_width=width)
+        )
         shown = lazy.get_help(lazy.make_context("piw", [], resilient_parsing=True, max_content_width=width))
         assert shown == expected
     assert "inspect" in expected and "providers" in expected

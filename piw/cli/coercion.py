@@ -81,7 +81,12 @@ def to_str_list(value: Any) -> list[str]:
     return [to_str(item) for item in items]
 
 
-CONVERTERS: dict[Any, Callable[[Any], Any]] = {str: to_str, int: to_int, bool: to_bool, list[str]: to_str_list}
+CONVERTERS: dict[Any, Callable[[Any], Any]] = {
+    str: to_str,
+    int: to_int,
+    bool: to_bool,
+    list[str]: to_str_list,
+}
 
 
 if RuntimeParam is not None:

@@ -68,7 +68,9 @@ def command_group(args: Sequence[str]) -> Any:
         register_all()
     selected = copy.copy(app)
     if module is not None:
-        selected.registered_commands = [info for info in app.registered_commands if command_name(info) == name]
+        selected.registered_commands = [
+            info for info in app.registered_commands if command_name(info) == name
+        ]
     elif name is None:
         selected.registered_commands = []
     group = typer.main.get_command(selected)
