@@ -20,8 +20,10 @@ from typing import Any
 try:  # a private hook of typer's; when it moves, typer converts as before
     from typer._click.exceptions import BadParameter
     from typer._coercion import RuntimeParam
+
+    HOOKED = True
 except ImportError:  # pragma: no cover - another typer
-    RuntimeParam = None
+    HOOKED = False
 
 _INT = re.compile(r"[+-]?[0-9](?:_?[0-9])*(?:\.0+)?", re.ASCII)
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
@@ -89,10 +91,10 @@ CONVERTERS: dict[Any, Callable[[Any], Any]] = {
 }
 
 
-if RuntimeParam is not None:
+if HOOKED:
 
     @dataclass(frozen=True)
-    class PlainRuntimeParam(RuntimeParam):  # type: ignore[misc,valid-type]
+    class PlainRuntimeParam(RuntimeParam):
         """typer's conversion contract for one parameter, done by a plain function."""
 
         convert: Callable[[Any], Any]
@@ -119,7 +121,7 @@ def _plain(param: Any) -> Callable[[Any], Any] | None:
 
 def install_plain_conversion(param: Any) -> bool:
     """Give ``param`` the plain converter when it is one of the four types; whether it was given one."""
-    if RuntimeParam is None or getattr(param, "_runtime_param", "absent") is not None:
+    if not HOOKED or getattr(param, "_runtime_param", "absent") is not None:
         return False
     convert = _plain(param)
     if convert is None:

@@ -49,7 +49,7 @@ def register_all() -> None:
 
 def command_name(info: Any) -> str:
     """The name typer gives a registered command: its own, or its function's with dashes."""
-    return info.name or info.callback.__name__.lower().replace("_", "-")
+    return str(info.name or info.callback.__name__.lower().replace("_", "-"))
 
 
 def _summary(info: Any) -> str:

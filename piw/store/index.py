@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError, TraceCorrupt
-from piw.store.bundle import RUN_ID_PATTERN, Bundle, list_bundles, load_state
+from piw.store.bundle import Bundle, list_bundles, load_state
 from piw.store.damage import Damage, line_damage
 from piw.store.database import Database, open_database
+from piw.store.home import RUN_ID_PATTERN
 from piw.store.replay import RunState, fold
 from piw.store.trace import read_trace_prefix
 from piw.wire import parse_time
