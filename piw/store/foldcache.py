@@ -38,7 +38,7 @@ import msgspec
 from piw.store.damage import Damage, line_damage
 from piw.store.replay import fold, fold_more
 from piw.store.state import CurrentAttempt, RunState, StepList, StepRecord, UpdateRecord
-from piw.store.trace import TraceEvent, decode_event, paused_gc
+from piw.store.trace import TraceEvent, decode_event, decode_lines, paused_gc
 
 FOLD_CHECKPOINT_SCHEMA = "piw.fold-checkpoint.v1"
 CHECKPOINT_EVERY = 20_000
@@ -58,6 +58,9 @@ _SEQUENCE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
 _NAME = re.compile(r"seq-(\d{1,12})\.ckpt")
 _ZERO = bytes(32)
 _CHUNK = 1 << 20
+_DECODE_CHUNK = (
+    1 << 15
+)  # decoded in one call: ~125 lines (a megabyte at once was slower: the events left the cache before the fold)
 _BATCH = 256
 _DECODE_ERRORS = (ValueError, UnicodeDecodeError, KeyError, TypeError)
 
@@ -351,7 +354,7 @@ def _restore(bundle_path: Path, chain: list[_Found]) -> RunState | None:
             return _load_steps(chain)
         except (OSError, *_DECODE_ERRORS, msgspec.DecodeError):
             # damaged or changed since it was checked: the trace alone rebuilds them
-            prefix = fold(event for _, event in _read(trace, 0, 1, base.header.seq)[0])
+            prefix = fold(event for _, batch in _read(trace, 0, 1, base.header.seq)[0] for event in batch)
             return list(prefix.steps)
 
     try:
@@ -408,15 +411,19 @@ def _write(
 
 def _read(
     trace: Path, offset: int, seq: int, at: int | None
-) -> tuple[Iterator[tuple[int, TraceEvent]], Callable[[], tuple[Damage | None, str | None]]]:
-    """Stream ``(end offset, event)`` from ``offset`` (whose line has ``seq``) up to ``at``.
+) -> tuple[Iterator[tuple[int, list[TraceEvent]]], Callable[[], tuple[Damage | None, str | None]]]:
+    """Stream ``(end offset, events)`` batches from ``offset`` (whose line has ``seq``) up to ``at``.
 
-    The torn-tail rule of ``persistence.md`` §5 holds as for a read from byte 0; the second value returns, once
-    the stream is exhausted, ``(damage of a line that was not the last, time of the event after at)``.
+    A batch is a megabyte of lines decoded in one call (:func:`piw.store.trace.decode_lines`), cut after every
+    checkpoint boundary (``seq`` a multiple of :data:`CHECKPOINT_EVERY`), so a boundary event always ends its
+    batch and the offset is exact there. A chunk that holds a bad line, or the line past ``at``, is read line
+    by line (one event per batch). The torn-tail rule of ``persistence.md`` §5 holds as for a read from byte 0;
+    the second value returns, once the stream is exhausted, ``(damage of a line that was not the last, time of
+    the event after at)``.
     """
     outcome: dict[str, Any] = {"damage": None, "next_at": None}
 
-    def events() -> Iterator[tuple[int, TraceEvent]]:
+    def events() -> Iterator[tuple[int, list[TraceEvent]]]:
         try:
             handle = trace.open("rb")
         except FileNotFoundError:
@@ -424,11 +431,19 @@ def _read(
         with handle:
             handle.seek(offset)
             position, expected, damaged, rest = offset, seq, 0, b""
-            while chunk := handle.read(_CHUNK):
+            while chunk := handle.read(_DECODE_CHUNK):
                 data = rest + chunk
+                cut = data.rfind(b"\n") + 1
+                body, rest = data[:cut], data[cut:]
+                batch = None if damaged or not body else decode_lines(body, expected)
+                if batch is not None and (at is None or batch[-1].seq <= at):
+                    yield from _cut_at_boundaries(body, position, batch)
+                    position += len(body)
+                    expected += len(batch)
+                    continue
                 begin = 0
-                while (end := data.find(b"\n", begin)) >= 0:
-                    line = data[begin : end + 1]
+                while (end := body.find(b"\n", begin)) >= 0:
+                    line = body[begin : end + 1]
                     begin = end + 1
                     if damaged:
                         outcome["damage"] = line_damage(trace.name, damaged)
@@ -443,10 +458,28 @@ def _read(
                         return
                     position += len(line)
                     expected += 1
-                    yield position, event
-                rest = data[begin:]
+                    yield position, [event]
 
     return events(), lambda: (outcome["damage"], outcome["next_at"])
+
+
+def _cut_at_boundaries(
+    body: bytes, position: int, batch: list[TraceEvent]
+) -> Iterator[tuple[int, list[TraceEvent]]]:
+    """``batch`` (the lines of ``body``, which starts at ``position``) as batches that end at each checkpoint
+    boundary, each with the offset just past its last line."""
+    first = batch[0].seq
+    start, line_end = 0, -1
+    boundary = first + (-first % CHECKPOINT_EVERY)  # the first multiple at or after ``first``
+    while boundary <= batch[-1].seq:
+        stop = boundary - first + 1  # events up to and including the boundary
+        for _ in range(stop - start):
+            line_end = body.find(b"\n", line_end + 1)
+        yield position + line_end + 1, batch[start:stop]
+        start = stop
+        boundary += CHECKPOINT_EVERY
+    if start < len(batch):
+        yield position + len(body), batch[start:] if start else batch
 
 
 def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool = True) -> Replay:
@@ -477,11 +510,12 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
         except OSError:
             handle = None
         try:
-            for position, event in stream:
-                batch.append(event)
+            for position, events in stream:
+                batch.extend(events)
+                event = events[-1]
                 boundary = not event.seq % CHECKPOINT_EVERY and handle is not None
                 if len(batch) >= _BATCH or boundary:
-                    # small batches: events are dropped as soon as they are folded (bounded memory)
+                    # a megabyte of events at most: they are dropped as soon as they are folded (bounded memory)
                     state = fold_more(state, batch)
                     batch = []
                 if not boundary or handle is None:
