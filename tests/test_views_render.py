@@ -6,7 +6,11 @@ the snapshot is exactly what a pipe would receive.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 from test_views_support import (
     RUN_IDS,
     Runs,
@@ -114,8 +118,6 @@ def test_the_plain_tables_are_the_rich_ones_without_styles(
 
 def test_row_numbers_of_a_run_past_99999_steps_are_shown_whole() -> None:
     """The ``#`` column is five wide; from row 100,000 on it read ``1000…`` on every row."""
-    from datetime import UTC, datetime
-
     from piw.store.replay import RunState, StepList, StepRecord
     from piw.views.steps import steps_view
 
@@ -129,3 +131,31 @@ def test_row_numbers_of_a_run_past_99999_steps_are_shown_whole() -> None:
     assert plain[-1].split()[:3] == ["100002", "work", "✓"] and plain[1].split()[:2] == ["1", "work"]
     rich = [line.plain for line in [view.header(100), *view.row_lines(100_000, 100_002, 100)]]
     assert rich == [plain[0], plain[-2], plain[-1]]  # the pager's rows (the viewer) are the same
+
+
+@given(st.datetimes(timezones=st.just(UTC)), st.sampled_from(["Z", "z", "+00:00", "+05:30"]), st.booleans())
+@example(datetime(2026, 2, 28, 23, 59, 59, 999000, tzinfo=UTC), "Z", True)
+def test_the_clock_of_a_timestamp_is_what_parsing_it_prints(
+    moment: datetime, suffix: str, millis: bool
+) -> None:
+    """``fmt_clock`` reads piw's own timestamps by position; any text gives what parsing and formatting give."""
+    from piw.progress import parse_instant
+    from piw.views.base import fmt_clock
+
+    text = (
+        moment.strftime("%Y-%m-%dT%H:%M:%S")
+        + (f".{moment.microsecond // 1000:03d}" if millis else "")
+        + suffix
+    )
+    parsed = parse_instant(text)
+    expected = parsed.strftime("%H:%M:%S.") + f"{parsed.microsecond // 1000:03d}" if parsed else text[:12]
+    assert fmt_clock(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["2026-02-30T10:00:00.000Z", "2026-13-01T10:00:00.000Z", "2026-01-01T24:00:00.000Z"]
+)
+def test_an_impossible_timestamp_is_shown_as_its_text(text: str) -> None:
+    from piw.views.base import fmt_clock
+
+    assert fmt_clock(text) == text[:12]
