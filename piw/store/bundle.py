@@ -308,6 +308,20 @@ def _cache_is_current(bundle: Bundle) -> bool:
         return False
 
 
+def current_state(bundle: Bundle) -> RunState | None:
+    """``state.json`` when it is current — written after the trace last changed, naming this run, its
+    ``traceSeq`` the seq of the trace's last line — else ``None``. Reads only the cache and the trace's end."""
+    if not _cache_is_current(bundle):
+        return None
+    try:
+        cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if cached.run_id != bundle.run_id or cached.trace_seq != trace_last_seq(bundle.trace_path):
+        return None
+    return cached
+
+
 def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunState:
     """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold.
 
@@ -317,17 +331,9 @@ def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunSta
     or damaged in place) is parsed as before, so damage is still reported.
     """
     if events is None:
-        if _cache_is_current(bundle):
-            try:
-                cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
-            except (OSError, ValueError, KeyError, TypeError):
-                cached = None
-            if (
-                cached is not None
-                and cached.run_id == bundle.run_id
-                and cached.trace_seq == trace_last_seq(bundle.trace_path)
-            ):
-                return cached
+        current = current_state(bundle)
+        if current is not None:
+            return current
         events = bundle.read_trace().events
     last_seq = events[-1].seq if events else 0
     try:
