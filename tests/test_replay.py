@@ -11,6 +11,7 @@ from conftest import RunWorkflow, WorkflowMaker
 
 from piw.store.bundle import Bundle, load_state
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store.state import decode_state
 from piw.store.trace import TraceEvent, read_trace
 
 WORKFLOW = """
@@ -129,6 +130,26 @@ def test_projection_details(finished: tuple[Any, Path]) -> None:
     for key in ("currentNode", "currentAttemptId", "paused", "waitingOn", "error"):
         assert key not in data
     assert state_from_json(data) == state
+
+
+def test_state_json_bytes_decode_to_the_same_state_typed_or_not(finished: tuple[Any, Path]) -> None:
+    """``decode_state`` (the readers' fast path: steps decoded by msgspec straight into records) gives exactly
+    ``state_from_json`` of the parsed document, also when a hand-edited ``state.json`` leaves out fields the
+    lenient reading defaults, or carries an empty ``traceback``."""
+    state, _ = finished
+    data = state_to_json(state)
+    assert decode_state(json.dumps(data).encode()) == state
+    assert decode_state(json.dumps({**data, "steps": []}).encode()) == state_from_json({**data, "steps": []})
+    sparse = dict(data["steps"][0])
+    for key in ("nodeType", "outcome", "finishedAt", "prompt", "output"):
+        sparse.pop(key, None)
+    for steps in ([sparse, *data["steps"][1:]], [{**data["steps"][0], "traceback": []}, *data["steps"][1:]]):
+        edited = {**data, "steps": steps}
+        assert decode_state(json.dumps(edited).encode()) == state_from_json(edited)
+    with pytest.raises(ValueError):
+        decode_state(json.dumps({**data, "schema": "other"}).encode())
+    with pytest.raises(ValueError):
+        decode_state(b"{not json")
 
 
 def test_failed_attempt_then_ok_attempt(finished: tuple[Any, Path]) -> None:

