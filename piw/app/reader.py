@@ -387,7 +387,7 @@ def fast_state(bundle: Bundle) -> RunState | None:
     ignored as the reader rule says. The index pass later replays the whole trace and replaces this state.
     """
     try:
-        cached = decode_state(bundle.state_path.read_bytes())
+        cached = decode_state(bundle.state_path.read_bytes(), lazy_steps=True)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if cached.run_id != bundle.run_id:
