@@ -306,13 +306,14 @@ def _cache_is_current(bundle: Bundle) -> bool:
         return False
 
 
-def current_state(bundle: Bundle) -> RunState | None:
+def current_state(bundle: Bundle, *, lazy_steps: bool = False) -> RunState | None:
     """``state.json`` when it is current — written after the trace last changed, naming this run, its
-    ``traceSeq`` the seq of the trace's last line — else ``None``. Reads only the cache and the trace's end."""
+    ``traceSeq`` the seq of the trace's last line — else ``None``. Reads only the cache and the trace's end;
+    ``lazy_steps`` as in :func:`~piw.store.state.decode_state` (a reader that may never look at a step)."""
     if not _cache_is_current(bundle):
         return None
     try:
-        cached = decode_state(bundle.state_path.read_bytes())
+        cached = decode_state(bundle.state_path.read_bytes(), lazy_steps=lazy_steps)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if cached.run_id != bundle.run_id or cached.trace_seq != trace_last_seq(bundle.trace_path):

@@ -137,7 +137,7 @@ def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
     )  # before reading: a line appended meanwhile makes it differ next time
     damage: Damage | None = None
     try:
-        state = current_state(bundle)
+        state = current_state(bundle, lazy_steps=True)  # a row shows no step: their records are never built
         if state is None:
             found = foldcache.replay(bundle.path, bundle.run_id, write=False)
             state, damage = found.state, found.damage
