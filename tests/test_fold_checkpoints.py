@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Cli, RunWorkflow, WorkflowMaker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -264,3 +265,67 @@ def test_a_checkpoint_edited_to_say_something_else_is_not_believed(tmp_path: Pat
     assert edited != data
     path.write_bytes(edited)
     _same(replay(bundle, RUN_ID, write=False), _reference(bundle))
+
+
+def _with_artifact_output(events: list[TraceEvent], index: int) -> list[TraceEvent]:
+    """``events`` with the ``index``-th finished step's output an artifact ref whose file does not exist."""
+    finished = [i for i, event in enumerate(events) if event.type == "node_finished"]
+    position = finished[index]
+    event = events[position]
+    ref = {
+        "$artifact": {"path": "artifacts/gone.txt", "sha256": "0" * 64, "bytes": 3, "mediaType": "text/plain"}
+    }
+    events[position] = TraceEvent(event.seq, event.at, event.scope, event.type, event.run_id,
+                                  {**event.payload, "output": ref}, event.node_id, event.attempt_id)  # fmt: skip
+    return events
+
+
+def test_a_checkpoint_remembers_whether_its_prefix_holds_an_artifact_ref(tmp_path: Path) -> None:
+    plain = _bundle(tmp_path, _events(["start", "ok"] * 12, RUN_ID))
+    replay(plain, RUN_ID)
+    warm = replay(plain, RUN_ID, write=False)
+    assert warm.checkpoint_seq > 0 and warm.artifact_refs is False
+    shutil.rmtree(plain)
+    referring = _bundle(tmp_path, _with_artifact_output(_events(["start", "ok"] * 12, RUN_ID), 0))
+    replay(referring, RUN_ID)
+    warm = replay(referring, RUN_ID, write=False)
+    assert warm.checkpoint_seq > 0 and warm.artifact_refs is True  # the ref is in the checkpoint's prefix
+
+
+def test_a_missing_artifact_before_a_checkpoint_is_still_reported_when_read_from_it(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path, cli: Cli
+) -> None:
+    """A real run whose first step's output is an artifact; a warm read from checkpoints still checks it."""
+    path = make_workflow(
+        "big",
+        """
+        from piw import compute, define_workflow, edge
+        workflow = define_workflow(name="big", start_at="make", nodes={
+            "make": compute(lambda c: {"text": "u" * 5000}),
+            **{f"then{i}": compute(lambda c: {"ok": True}) for i in range(6)},
+        }, edges=[edge("make", "then0"), *[edge(f"then{i}", f"then{i + 1}") for i in range(5)]])
+        """,
+    )
+    state = run_workflow(path, {})
+    bundle = piw_home / "runs" / state.run_id
+    for artifact in (bundle / "artifacts").iterdir():
+        artifact.unlink()
+    (bundle / "state.json").unlink()
+    for _ in range(2):  # the first read leaves checkpoints, the second starts from them
+        shown = cli.json("inspect", state.run_id)
+        assert shown["damage"]["file"].startswith("artifacts/"), shown.get("damage")
+    warm = replay(bundle, state.run_id, write=False)
+    assert warm.checkpoint_seq > 0 and warm.artifact_refs is True
+
+
+def test_a_checkpoint_whose_head_says_no_ref_for_a_prefix_with_one_is_not_believed(tmp_path: Path) -> None:
+    """The flag is inside the head, under its digest: flipping it is an edit like any other."""
+    bundle = _bundle(tmp_path, _with_artifact_output(_events(["start", "ok"] * 12, RUN_ID), 0))
+    replay(bundle, RUN_ID)
+    for path in _checkpoint_files(bundle):
+        data = path.read_bytes()
+        flipped = data.replace(b"\xacartifactRefs\xc3", b"\xacartifactRefs\xc2")  # msgpack true -> false
+        assert flipped != data
+        path.write_bytes(flipped)
+    result = replay(bundle, RUN_ID, write=False)
+    assert result.checkpoint_seq == 0 and result.artifact_refs is True

@@ -18,6 +18,8 @@ from piw.store.trace import (
     FileLayer,
     LineAppender,
     TraceEvent,
+    decode_event,
+    decode_lines,
     parse_trace,
     read_trace,
     resolve_durability,
@@ -225,3 +227,31 @@ def test_durability_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIW_DURABILITY", "sometimes")
     with pytest.raises(Exception, match="Unknown durability 'sometimes'"):
         resolve_durability()
+
+
+def _line(seq: int, **extra: object) -> bytes:
+    event = {"seq": seq, "at": "2026-01-01T00:00:00.000Z", "scope": "run", "type": "t", "runId": "r", **extra}
+    return json.dumps(event).encode() + b"\n"
+
+
+def test_decode_lines_gives_what_decoding_each_line_gives() -> None:
+    body = b"".join(_line(seq, payload={"n": seq}) for seq in range(5, 9))
+    events = decode_lines(body, 5)
+    assert events == [
+        decode_event(line + b"\n", seq) for seq, line in zip(range(5, 9), body.splitlines(), strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _line(1) + b"\n" + _line(2),  # a blank line: decode_lines would skip it, a reader must not
+        _line(1) + _line(3),  # a gap in seq
+        _line(1)[:-1] + _line(2),  # two objects on one line
+        _line(1) + _line(2, scope="node"),  # an attempt event without its ids
+        _line(1) + b'{"seq": 2, "at": \n',  # a torn line
+        _line(1) + b"\xff\n",  # not UTF-8
+    ],
+)
+def test_decode_lines_refuses_a_body_with_any_line_a_reader_would_refuse(body: bytes) -> None:
+    assert decode_lines(body, 1) is None

@@ -110,3 +110,22 @@ def test_the_plain_tables_are_the_rich_ones_without_styles(
     print (hostile text included: the fixtures carry markup, escapes and wide characters)."""
     view = view_for(name, runs.load(kind))
     assert "\n".join(view.plain_lines(width)) + "\n" == render(view, width)  # type: ignore[attr-defined]
+
+
+def test_row_numbers_of_a_run_past_99999_steps_are_shown_whole() -> None:
+    """The ``#`` column is five wide; from row 100,000 on it read ``1000…`` on every row."""
+    from datetime import UTC, datetime
+
+    from piw.store.replay import RunState, StepList, StepRecord
+    from piw.views.steps import steps_view
+
+    steps = [
+        StepRecord(attempt_id=f"a{n}", node_id="work", node_type="compute", outcome="ok",
+                   finished_at="2026-01-01T00:00:00.000Z", prompt=None, output=n)
+        for n in range(100_002)
+    ]  # fmt: skip
+    view = steps_view(RunState(run_id="r", steps=StepList(steps)), datetime(2026, 1, 1, tzinfo=UTC))
+    plain = list(view.plain_lines(100))  # type: ignore[union-attr]
+    assert plain[-1].split()[:3] == ["100002", "work", "✓"] and plain[1].split()[:2] == ["1", "work"]
+    rich = [line.plain for line in [view.header(100), *view.row_lines(100_000, 100_002, 100)]]
+    assert rich == [plain[0], plain[-2], plain[-1]]  # the pager's rows (the viewer) are the same

@@ -70,11 +70,18 @@ def _may_refer_to_artifacts(trace: Path) -> bool:
     return False
 
 
-def artifact_damage(bundle_dir: Path, state: RunState) -> Damage | None:
-    """The first damaged artifact (missing, or bytes that no longer match its sha256) the state refers to."""
+def artifact_damage(bundle_dir: Path, state: RunState, *, may_refer: bool | None = None) -> Damage | None:
+    """The first damaged artifact (missing, or bytes that no longer match its sha256) the state refers to.
+
+    ``may_refer`` is what the replay that built ``state`` found (:attr:`piw.store.foldcache.Replay.artifact_refs`,
+    kept in fold checkpoints): false skips the search of the trace for the key, which on a run of a million
+    events is most of what a warm ``piw inspect`` costs. ``None`` searches.
+    """
     from piw.store.state import state_to_json
 
-    if not _may_refer_to_artifacts(bundle_dir / "trace.ndjson"):
+    if may_refer is None:
+        may_refer = _may_refer_to_artifacts(bundle_dir / "trace.ndjson")
+    if not may_refer:
         return None  # every value of a state comes from the trace: no ref there, none in the state
 
     store = ArtifactStore(bundle_dir)

@@ -38,14 +38,15 @@ import msgspec
 from piw.store.damage import Damage, line_damage
 from piw.store.replay import fold, fold_more
 from piw.store.state import CurrentAttempt, RunState, StepList, StepRecord, UpdateRecord
-from piw.store.trace import TraceEvent, decode_event, paused_gc
+from piw.store.trace import TraceEvent, decode_event, decode_lines, paused_gc
 
 FOLD_CHECKPOINT_SCHEMA = "piw.fold-checkpoint.v1"
 CHECKPOINT_EVERY = 20_000
 """Events between checkpoints: a reader folds at most this many events past the one it starts from."""
 DIRECTORY = "fold-checkpoints"
-_FOLD_CODE = 1
-"""Bump when the fold gives a different state for the same events: older checkpoints then count as stale."""
+_FOLD_CODE = 2
+"""Bump when the fold gives a different state for the same events, or the head holds something new: older
+checkpoints then count as stale (2: the head records whether the prefix holds an artifact ref)."""
 _STATE_FIELDS = tuple(f.name for f in fields(RunState))
 FOLD_VERSION = f"{_FOLD_CODE}-" + hashlib.sha256(",".join(_STATE_FIELDS).encode()).hexdigest()[:12]
 """The fold's version and the shape of ``RunState``: a checkpoint written by another version is ignored."""
@@ -58,6 +59,9 @@ _SEQUENCE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
 _NAME = re.compile(r"seq-(\d{1,12})\.ckpt")
 _ZERO = bytes(32)
 _CHUNK = 1 << 20
+_DECODE_CHUNK = (
+    1 << 15
+)  # decoded in one call: ~125 lines (a megabyte at once was slower: the events left the cache before the fold)
 _BATCH = 256
 _DECODE_ERRORS = (ValueError, UnicodeDecodeError, KeyError, TypeError)
 
@@ -105,6 +109,9 @@ class Replay:
     """With ``at``: the time of the first event after it (it bounds the session entries shown)."""
     checkpoint_seq: int = 0
     """The ``seq`` of the checkpoint the fold started from (0: from the first line)."""
+    artifact_refs: bool = True
+    """Whether the folded trace bytes may hold an artifact ref (``"$artifact"``): false only when none of them
+    does, so a reader checks the artifacts of a state without searching a long trace for the key again."""
 
     @property
     def notice(self) -> str | None:
@@ -296,15 +303,22 @@ def _remember(bundle_path: Path, stamp: list[int], header: CheckpointHeader) -> 
 # ---- the state in a checkpoint ----------------------------------------------------------------------------
 
 
-def _encode_head(state: RunState) -> bytes:
-    head = {name: getattr(state, name) for name in _STATE_FIELDS if name != "steps"}
+_REFS = "artifactRefs"
+"""The one head entry that is not a ``RunState`` field: whether the prefix holds an artifact ref. It is in the
+head, not the header, so its digest covers it."""
+
+
+def _encode_head(state: RunState, artifact_refs: bool) -> bytes:
+    head: dict[str, Any] = {name: getattr(state, name) for name in _STATE_FIELDS if name != "steps"}
     head["updates"] = list(state.updates.values())
+    head[_REFS] = artifact_refs
     return msgspec.msgpack.encode(head)
 
 
-def _decode_head(data: bytes, steps: StepList) -> RunState:
+def _decode_head(data: bytes, steps: StepList) -> tuple[RunState, bool]:
     raw: dict[str, Any] = msgspec.msgpack.decode(data)
-    if set(raw) != set(_STATE_FIELDS) - {"steps"}:
+    artifact_refs = raw.pop(_REFS, True)
+    if set(raw) != set(_STATE_FIELDS) - {"steps"} or type(artifact_refs) is not bool:
         raise ValueError("checkpoint head has other fields than RunState")
     raw["results"] = {node: msgspec.convert(step, StepRecord) for node, step in raw["results"].items()}
     updates = [msgspec.convert(item, UpdateRecord) for item in raw["updates"]]
@@ -316,7 +330,7 @@ def _decode_head(data: bytes, steps: StepList) -> RunState:
         if isinstance(raw[name], list):
             raw[name] = kind(raw[name])
     raw["steps"] = steps
-    return RunState(**raw)
+    return RunState(**raw), artifact_refs
 
 
 _STEPS_DECODER = msgspec.msgpack.Decoder(list[StepRecord])
@@ -341,7 +355,9 @@ def _load_steps(chain: list[_Found]) -> list[StepRecord]:
     return steps
 
 
-def _restore(bundle_path: Path, chain: list[_Found]) -> RunState | None:
+def _restore(bundle_path: Path, chain: list[_Found]) -> tuple[RunState, bool] | None:
+    """The state of the chain's last checkpoint and whether its prefix holds an artifact ref; ``None`` when the
+    head does not agree with its header."""
     base = chain[-1]
     count = base.header.step_start + base.header.step_count
     trace = bundle_path / "trace.ndjson"
@@ -351,29 +367,33 @@ def _restore(bundle_path: Path, chain: list[_Found]) -> RunState | None:
             return _load_steps(chain)
         except (OSError, *_DECODE_ERRORS, msgspec.DecodeError):
             # damaged or changed since it was checked: the trace alone rebuilds them
-            prefix = fold(event for _, event in _read(trace, 0, 1, base.header.seq)[0])
+            prefix = fold(event for _, batch in _read(trace, 0, 1, base.header.seq)[0] for event in batch)
             return list(prefix.steps)
 
     try:
-        state = _decode_head(base.head, StepList.lazy(count, load))
+        state, artifact_refs = _decode_head(base.head, StepList.lazy(count, load))
     except (*_DECODE_ERRORS, msgspec.DecodeError):
         return None
     if state.trace_seq != base.header.seq or state.run_id != base.header.run_id:
         return None
     if sum(attempts for attempts, _ in state.node_stats.values()) != count:
         return None  # the header's step counts are not covered by a digest: the head's own count decides
-    return state
+    return state, artifact_refs
 
 
 def _write(
-    bundle_path: Path, state: RunState, header_fields: dict[str, Any], steps: list[StepRecord]
+    bundle_path: Path,
+    state: RunState,
+    header_fields: dict[str, Any],
+    steps: list[StepRecord],
+    artifact_refs: bool,
 ) -> None:
     """Write one checkpoint (temp file, then rename); silently nothing when the bundle is not writable."""
     from piw.store.bundle import write_private_file  # bundle imports the fold too; keep this module light
 
-    head = _encode_head(state)
+    head = _encode_head(state, artifact_refs)
     try:
-        if _decode_head(head, state.steps) != state:
+        if _decode_head(head, state.steps) != (state, artifact_refs):
             return  # a field this encoding does not round-trip exactly: no checkpoint rather than a wrong one
     except (*_DECODE_ERRORS, msgspec.DecodeError):
         return
@@ -406,17 +426,35 @@ def _write(
 # ---- reading the trace from an offset -----------------------------------------------------------------------
 
 
+@dataclass
+class _ReadOutcome:
+    """What a stream from :func:`_read` found, complete once it is exhausted."""
+
+    damage: Damage | None = None
+    next_at: str | None = None
+    artifact_refs: bool = False
+    """Whether the bytes read so far hold ``"$artifact"`` (a whole chunk is searched at once, so it may be set by
+    a line just past the events yielded: never false when one of them holds a ref)."""
+
+
+_ARTIFACT_KEY = b'"$artifact"'
+
+
 def _read(
     trace: Path, offset: int, seq: int, at: int | None
-) -> tuple[Iterator[tuple[int, TraceEvent]], Callable[[], tuple[Damage | None, str | None]]]:
-    """Stream ``(end offset, event)`` from ``offset`` (whose line has ``seq``) up to ``at``.
+) -> tuple[Iterator[tuple[int, list[TraceEvent]]], _ReadOutcome]:
+    """Stream ``(end offset, events)`` batches from ``offset`` (whose line has ``seq``) up to ``at``.
 
-    The torn-tail rule of ``persistence.md`` §5 holds as for a read from byte 0; the second value returns, once
-    the stream is exhausted, ``(damage of a line that was not the last, time of the event after at)``.
+    A batch is the lines of one chunk decoded in one call (:func:`piw.store.trace.decode_lines`), cut after
+    every checkpoint boundary (``seq`` a multiple of :data:`CHECKPOINT_EVERY`), so a boundary event always ends
+    its batch and the offset is exact there. A chunk that holds a bad line, or the line past ``at``, is read
+    line by line (one event per batch). The torn-tail rule of ``persistence.md`` §5 holds as for a read from
+    byte 0; the second value holds, once the stream is exhausted, the damage of a line that was not the last,
+    the time of the event after ``at``, and whether an artifact ref was seen.
     """
-    outcome: dict[str, Any] = {"damage": None, "next_at": None}
+    outcome = _ReadOutcome()
 
-    def events() -> Iterator[tuple[int, TraceEvent]]:
+    def events() -> Iterator[tuple[int, list[TraceEvent]]]:
         try:
             handle = trace.open("rb")
         except FileNotFoundError:
@@ -424,14 +462,24 @@ def _read(
         with handle:
             handle.seek(offset)
             position, expected, damaged, rest = offset, seq, 0, b""
-            while chunk := handle.read(_CHUNK):
+            while chunk := handle.read(_DECODE_CHUNK):
                 data = rest + chunk
+                cut = data.rfind(b"\n") + 1
+                body, rest = data[:cut], data[cut:]
+                if not outcome.artifact_refs and _ARTIFACT_KEY in body:
+                    outcome.artifact_refs = True
+                batch = None if damaged or not body else decode_lines(body, expected)
+                if batch is not None and (at is None or batch[-1].seq <= at):
+                    yield from _cut_at_boundaries(body, position, batch)
+                    position += len(body)
+                    expected += len(batch)
+                    continue
                 begin = 0
-                while (end := data.find(b"\n", begin)) >= 0:
-                    line = data[begin : end + 1]
+                while (end := body.find(b"\n", begin)) >= 0:
+                    line = body[begin : end + 1]
                     begin = end + 1
                     if damaged:
-                        outcome["damage"] = line_damage(trace.name, damaged)
+                        outcome.damage = line_damage(trace.name, damaged)
                         return
                     try:
                         event = decode_event(line, expected)
@@ -439,14 +487,32 @@ def _read(
                         damaged = expected
                         continue
                     if at is not None and event.seq > at:
-                        outcome["next_at"] = event.at
+                        outcome.next_at = event.at
                         return
                     position += len(line)
                     expected += 1
-                    yield position, event
-                rest = data[begin:]
+                    yield position, [event]
 
-    return events(), lambda: (outcome["damage"], outcome["next_at"])
+    return events(), outcome
+
+
+def _cut_at_boundaries(
+    body: bytes, position: int, batch: list[TraceEvent]
+) -> Iterator[tuple[int, list[TraceEvent]]]:
+    """``batch`` (the lines of ``body``, which starts at ``position``) as batches that end at each checkpoint
+    boundary, each with the offset just past its last line."""
+    first = batch[0].seq
+    start, line_end = 0, -1
+    boundary = first + (-first % CHECKPOINT_EVERY)  # the first multiple at or after ``first``
+    while boundary <= batch[-1].seq:
+        stop = boundary - first + 1  # events up to and including the boundary
+        for _ in range(stop - start):
+            line_end = body.find(b"\n", line_end + 1)
+        yield position + line_end + 1, batch[start:stop]
+        start = stop
+        boundary += CHECKPOINT_EVERY
+    if start < len(batch):
+        yield position + len(body), batch[start:] if start else batch
 
 
 def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool = True) -> Replay:
@@ -457,9 +523,11 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
     ``write`` is false), so the next read of this run, at any point, folds at most that many events.
     """
     chain = _chain(bundle_path, run_id, at, remember=write)
-    state: RunState | None = _restore(bundle_path, chain) if chain else None
-    if state is None:
-        chain, state = [], RunState()
+    restored = _restore(bundle_path, chain) if chain else None
+    if restored is None:
+        chain, (state, refs_before) = [], (RunState(), False)
+    else:
+        state, refs_before = restored
     base = chain[-1].header if chain else None
     offset = base.offset if base else 0
     next_seq = (base.seq if base else 0) + 1
@@ -467,7 +535,7 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
     steps_before = len(state.steps)
     link = bytes.fromhex(base.prefix_sha256) if base else _ZERO
     trace = bundle_path / "trace.ndjson"
-    stream, finish = _read(trace, offset, next_seq, at)
+    stream, found = _read(trace, offset, next_seq, at)
     segment = hashlib.sha256()
     segment_start = position = offset
     batch: list[TraceEvent] = []
@@ -477,11 +545,12 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
         except OSError:
             handle = None
         try:
-            for position, event in stream:
-                batch.append(event)
+            for position, events in stream:
+                batch.extend(events)
+                event = events[-1]
                 boundary = not event.seq % CHECKPOINT_EVERY and handle is not None
                 if len(batch) >= _BATCH or boundary:
-                    # small batches: events are dropped as soon as they are folded (bounded memory)
+                    # a megabyte of events at most: they are dropped as soon as they are folded (bounded memory)
                     state = fold_more(state, batch)
                     batch = []
                 if not boundary or handle is None:
@@ -498,15 +567,22 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
                 steps = state.steps.after(steps_before)
                 where = {"offset": position, "previous_seq": previous_seq, "prefix_sha256": link.hex(),
                          "step_start": steps_before}  # fmt: skip
-                _write(bundle_path, state, where, steps)
+                _write(bundle_path, state, where, steps, refs_before or found.artifact_refs)
                 previous_seq, steps_before, segment_start = event.seq, len(state.steps), position
                 segment = hashlib.sha256()
         finally:
             if handle is not None:
                 handle.close()
         state = fold_more(state, batch)
-    damage, next_at = finish()
-    return Replay(state, position, state.trace_seq + 1, damage, next_at, base.seq if base else 0)
+    return Replay(
+        state,
+        position,
+        state.trace_seq + 1,
+        found.damage,
+        found.next_at,
+        base.seq if base else 0,
+        artifact_refs=refs_before or found.artifact_refs,
+    )
 
 
 def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:

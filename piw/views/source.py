@@ -217,6 +217,8 @@ class RunData:
 
     folded_bytes: int | None = None
     """Bytes of the trace the replay folded (all valid lines up to ``at``): set by :func:`load_run`."""
+    artifact_refs: bool | None = None
+    """Whether the folded trace may hold an artifact ref (from the replay; ``None``: not known, search)."""
 
     def update_events(self) -> Iterable[TraceEvent]:
         """The ``update_published`` events up to ``at``: found by a byte search of the folded prefix when the replay
@@ -275,7 +277,12 @@ def load_run(
     data = run_data(bundle, state, at=at, notice=replayed.notice, clock=clock)
     forks = tuple(forks_of(home, run_id))
     return replace(
-        data, next_at=replayed.next_at, damage=replayed.damage, forks=forks, folded_bytes=replayed.offset
+        data,
+        next_at=replayed.next_at,
+        damage=replayed.damage,
+        forks=forks,
+        folded_bytes=replayed.offset,
+        artifact_refs=replayed.artifact_refs,
     )
 
 
@@ -286,7 +293,7 @@ def with_artifact_check(run: RunData) -> RunData:
     """
     if run.damage is not None:
         return run
-    damage = artifact_damage(run.bundle.path, run.state)
+    damage = artifact_damage(run.bundle.path, run.state, may_refer=run.artifact_refs)
     return replace(run, damage=damage, notice=damage.notice) if damage else run
 
 

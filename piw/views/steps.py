@@ -40,6 +40,15 @@ COLUMNS = (
 )
 
 
+def _columns(rows: int) -> tuple[Column, ...]:
+    """:data:`COLUMNS`, with ``#`` wide enough for the last row number (a run of 100,000 steps has six digits;
+    clipped, every row from there on read ``1000…``)."""
+    digits = len(str(rows))
+    if digits <= COLUMNS[0].max:
+        return COLUMNS
+    return (Column("#", 3, digits, priority=1, right=True), *COLUMNS[1:])
+
+
 def _outcome(outcome: str) -> Text:
     return Text(f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}", style=STATUS_STYLES.get(outcome, ""))
 
@@ -78,13 +87,14 @@ class StepsView(View):
         if not state.steps and state.current is None:
             yield Text("No steps yet.", style="dim")
             return
+        columns = _columns(self.count())
         if self.node is None and not self.verbose:
-            yield from table_lines(COLUMNS, self._rows(), width)
+            yield from table_lines(columns, self._rows(), width)
             return
         if self.node is not None and not self._has_node():
             yield Text(f"No steps of node {node_label(self.node)}.", style="dim")
             return
-        for line in table_lines(COLUMNS, self._detailed_rows(), width):
+        for line in table_lines(columns, self._detailed_rows(), width):
             if line.cell_len <= width:
                 yield line
             else:  # a traceback line: wrapped, because showing it whole is why it is there
@@ -105,9 +115,11 @@ class StepsView(View):
         if not state.steps and state.current is None:
             yield "No steps yet."
             return
-        yield from table_plain(COLUMNS, self._plain_rows(), width)
+        yield from table_plain(_columns(self.count()), self._plain_rows(), width)
 
     def _plain_rows(self) -> Iterator[list[str]]:
+        labels: dict[str, str] = {}  # node ids and outcomes repeat on every row of a long run
+        outcomes: dict[str, str] = {}
         for number, step in enumerate(self.state.steps, start=1):
             outcome = step.outcome
             if outcome == "ok":
@@ -115,9 +127,20 @@ class StepsView(View):
             else:
                 location = where(step.traceback)
                 detail = single_line(step.error or "") + (f"  at {location}" if location else "")
-            mark = OUTCOME_MARKS.get(outcome, "·")
-            yield [str(number), node_label(step.node_id), f"{mark} {outcome}", fmt_duration(step.duration_ms),
-                   short_id(step.attempt_id), detail]  # fmt: skip
+            label = labels.get(step.node_id)
+            if label is None:
+                label = labels[step.node_id] = node_label(step.node_id)
+            shown = outcomes.get(outcome)
+            if shown is None:
+                shown = outcomes[outcome] = f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}"
+            yield [
+                str(number),
+                label,
+                shown,
+                fmt_duration(step.duration_ms),
+                short_id(step.attempt_id),
+                detail,
+            ]
         current = self.state.current
         if current is not None:
             elapsed = fmt_duration(ms_between(current.started_at, self.now))
@@ -147,12 +170,12 @@ class StepsView(View):
         return len(self.state.steps) + (self.state.current is not None)
 
     def header(self, width: int) -> Text:
-        return next(table_lines(COLUMNS, (), width))
+        return next(table_lines(_columns(self.count()), (), width))
 
     def row_lines(self, start: int, stop: int, width: int) -> list[Text]:
         """Rows ``start..stop`` (0-based) without the header, so a pager never builds the whole table."""
         rows = self._rows(start, stop)
-        return list(table_lines(COLUMNS, rows, width))[1:]
+        return list(table_lines(_columns(self.count()), rows, width))[1:]
 
     def _rows(self, start: int = 0, stop: int | None = None) -> Iterator[list[Text | str]]:
         steps = self.state.steps

@@ -110,8 +110,8 @@ def _plain_cell(value: str, size: int, right: bool) -> str:
         value = value.replace("\n", " ")
     width = len(value) if value.isascii() else _cells(value)
     if width > size:
-        value = set_cell_size(value, size - 1) + "…" if size > 0 else ""
-        width = cell_len(value)
+        # set_cell_size gives exactly size - 1 cells and the ellipsis is one: no need to measure the result
+        value, width = (set_cell_size(value, size - 1) + "…", size) if size > 0 else ("", 0)
     pad = " " * (size - width)
     return pad + value if right else value + pad
 
@@ -119,8 +119,14 @@ def _plain_cell(value: str, size: int, right: bool) -> str:
 def table_plain(columns: Sequence[Column], rows: Iterable[Sequence[str]], width: int) -> Iterator[str]:
     """:func:`table_lines` as plain strings, for output that is not a terminal: the same text, a fraction of
     the cost (``inspect --view steps`` of a long run prints hundreds of thousands of rows)."""
-    plan = layout(columns, width)
+    plan = [(i, size, columns[i].right) for i, size in layout(columns, width)]
     gap = " " * GAP
-    yield gap.join(_plain_cell(columns[i].name, size, columns[i].right) for i, size in plan).rstrip()
+    yield gap.join(_plain_cell(columns[i].name, size, right) for i, size, right in plan).rstrip()
     for row in rows:
-        yield gap.join(_plain_cell(row[i], size, columns[i].right) for i, size in plan).rstrip()
+        # an ASCII cell that fits is padded by str.ljust/rjust (one cell per character); others take _plain_cell
+        yield gap.join([
+            (value.rjust(size) if right else value.ljust(size))
+            if (value := row[i]).isascii() and len(value) <= size and "\n" not in value
+            else _plain_cell(value, size, right)
+            for i, size, right in plan
+        ]).rstrip()  # fmt: skip
