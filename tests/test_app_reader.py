@@ -10,9 +10,10 @@ import pytest
 from test_views_support import RUN_IDS, Runs, shared_runs
 
 from piw.app import reader as reader_module
-from piw.app.reader import fast_state, open_run, read_cached_state
+from piw.app.reader import fast_state, open_run
 from piw.store.bundle import Bundle
 from piw.store.replay import fold, state_to_json
+from piw.store.state import decode_state
 from piw.store.trace import read_trace
 from piw.views.progress import Tracks
 
@@ -42,7 +43,7 @@ def test_state_json_is_trusted_only_when_the_trace_agrees(home: Path) -> None:
     assert fast_state(bundle) == full, "behind: the tail after traceSeq is folded on"
     bundle.state_path.write_text(json.dumps(state_to_json(full)), encoding="utf-8")
     assert fast_state(bundle) == full
-    assert read_cached_state(bundle.state_path.read_bytes()) == full
+    assert decode_state(bundle.state_path.read_bytes()) == full
     with bundle.trace_path.open("ab") as trace:
         trace.write(b'{"seq": 99, "torn')  # an unterminated tail is ignored
     assert fast_state(bundle) == full

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from conftest import RunWorkflow, WorkflowMaker
 
 from piw.store.bundle import Bundle, load_state
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store.state import StepList, StepRecord, count_steps, decode_state
 from piw.store.trace import TraceEvent, read_trace
 
 WORKFLOW = """
@@ -129,6 +131,71 @@ def test_projection_details(finished: tuple[Any, Path]) -> None:
     for key in ("currentNode", "currentAttemptId", "paused", "waitingOn", "error"):
         assert key not in data
     assert state_from_json(data) == state
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_state_json_bytes_decode_to_the_same_state_typed_or_not(
+    finished: tuple[Any, Path], lazy: bool
+) -> None:
+    """``decode_state`` (the readers' fast path: steps decoded by msgspec straight into records, or, for the
+    viewer, one by one as they are read) gives exactly ``state_from_json`` of the parsed document, also when a
+    hand-edited ``state.json`` leaves out fields the lenient reading defaults, or carries an empty
+    ``traceback``; a document ``state_from_json`` refuses is refused at once, never when a step is read."""
+    state, _ = finished
+    data = state_to_json(state)
+
+    def decoded(document: dict[str, Any]) -> RunState:
+        got = decode_state(json.dumps(document).encode(), lazy_steps=lazy)
+        expected = state_from_json(document)
+        assert [got.steps[i] for i in range(len(got.steps))] == list(expected.steps)  # by index, then whole
+        assert got == expected
+        return got
+
+    assert decoded(data) == state
+    decoded({**data, "steps": []})
+    sparse = dict(data["steps"][0])
+    for key in ("nodeType", "outcome", "finishedAt", "prompt", "output"):
+        sparse.pop(key, None)
+    decoded({**data, "steps": [sparse, *data["steps"][1:]]})
+    decoded({**data, "steps": [{**data["steps"][0], "traceback": []}, *data["steps"][1:]]})
+    with pytest.raises(TypeError):
+        decode_state(json.dumps({**data, "steps": [{**sparse, "children": 5}]}).encode(), lazy_steps=lazy)
+    with pytest.raises(ValueError):
+        decode_state(json.dumps({**data, "schema": "other"}).encode(), lazy_steps=lazy)
+    with pytest.raises(ValueError):
+        decode_state(b"{not json", lazy_steps=lazy)
+
+
+def test_a_page_of_a_long_run_decodes_only_that_page() -> None:
+    """The viewer's first screen of a long run reads one page of steps: with ``lazy_steps`` the records of the
+    other steps are not built (traced memory far below the eager decode's), and folding on from that state
+    (a live run's tail) gives the same state as from the eager one."""
+    steps = [
+        StepRecord(attempt_id=f"a{i}", node_id=f"n{i % 5}", node_type="compute", outcome="ok",
+                   finished_at="2026-01-01T00:00:01.000Z", duration_ms=i % 7, prompt=None, output={"text": "x" * 1000})
+        for i in range(4_000)
+    ]  # fmt: skip
+    state = RunState(run_id="r", trace_seq=8_000, steps=StepList(steps), node_stats=count_steps(steps))
+    data = json.dumps(state_to_json(state)).encode()
+
+    def page_peak(lazy: bool) -> tuple[int, RunState]:
+        tracemalloc.start()
+        try:
+            decoded = decode_state(data, lazy_steps=lazy)
+            page = decoded.steps[0:40]
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert list(page) == steps[:40]
+        return peak, decoded
+
+    lazy_peak, lazy_state = page_peak(True)
+    eager_peak, eager_state = page_peak(False)
+    assert lazy_peak * 3 < eager_peak, (lazy_peak, eager_peak)
+    assert lazy_state.node_stats == eager_state.node_stats == state.node_stats
+    more = StepRecord(attempt_id="b", node_id="n0", node_type="compute", outcome="ok", finished_at="", prompt=None,
+                      output=None)  # fmt: skip
+    assert lazy_state.steps.extended([more]) == eager_state.steps.extended([more]) == [*steps, more]
 
 
 def test_failed_attempt_then_ok_attempt(finished: tuple[Any, Path]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tracemalloc
@@ -121,6 +122,27 @@ def test_progress_of_a_long_run_is_the_latest_per_track(big_home: Path) -> None:
     rendered = text.getvalue()
     assert rendered.count("samples · ") == 7
     assert f"{EVENTS + 2:,}/{EVENTS * 2:,} rows" in rendered
+
+
+def test_listing_a_long_run_without_a_runs_index_keeps_memory_bounded(big_home: Path, tmp_path: Path) -> None:
+    """The first listing of a home (no ``piw.sqlite`` yet: ``piw view`` or ``piw runs`` right after an upgrade,
+    or a copied-in run) folds every run with no current ``state.json`` into the index. The fold streams the
+    trace, so its events are never all held at once, and leaves the bundle as it was."""
+    from piw.app.runs import load_rows
+
+    shutil.copytree(big_home / "runs", tmp_path / "runs")
+    bundle = tmp_path / "runs" / RUN_ID
+    before = sorted(p.name for p in bundle.iterdir())
+    trace_size = (bundle / "trace.ndjson").stat().st_size
+    tracemalloc.start()
+    try:
+        rows = load_rows(tmp_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [(row.run_id, row.status, row.title) for row in rows] == [(RUN_ID, "completed", "big")]
+    assert peak < 12_000_000, f"peak {peak:,} bytes for a {trace_size:,}-byte trace"
+    assert sorted(p.name for p in bundle.iterdir()) == before
 
 
 # ---- imports -----------------------------------------------------------------------------------------------

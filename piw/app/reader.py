@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import orjson
 
 from piw.errors import PiwError
@@ -38,8 +37,9 @@ from piw.store import foldcache
 from piw.store.bundle import Bundle, open_bundle
 from piw.store.lineage import forks_of
 from piw.store.liveness import writer_is_live
-from piw.store.replay import RunState, fold_more, state_from_json
+from piw.store.replay import RunState, fold_more
 from piw.store.session import SessionEntry
+from piw.store.state import decode_state
 from piw.store.trace import TraceEvent, decode_event
 from piw.views.progress import Tracks
 from piw.views.source import EntryStream, Tail, read_lines, session_tail
@@ -380,24 +380,6 @@ def last_seq(bundle: Bundle) -> int | None:
     return seqs[-1] if seqs else None
 
 
-_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-def read_cached_state(data: bytes) -> RunState:
-    """``state.json`` into ``RunState`` without holding every step's parsed JSON at once.
-
-    The top-level values are decoded one by one and ``steps`` lazily, one step at a time, into the same
-    :func:`piw.store.state.state_from_json`: a run of 500,000 steps needs its records, not also a dict tree of
-    them (which more than doubled the peak).
-    """
-    top = _TOP.decode(data)
-    doc: dict[str, Any] = {key: msgspec.json.decode(raw) for key, raw in top.items() if key != "steps"}
-    steps = _RAWS.decode(top["steps"]) if "steps" in top else []
-    doc["steps"] = (msgspec.json.decode(raw) for raw in steps)
-    return state_from_json(doc)
-
-
 def fast_state(bundle: Bundle) -> RunState | None:
     """``state.json`` plus the events after it, when the end of the trace agrees with it; else ``None``.
 
@@ -405,7 +387,7 @@ def fast_state(bundle: Bundle) -> RunState | None:
     ignored as the reader rule says. The index pass later replays the whole trace and replaces this state.
     """
     try:
-        cached = read_cached_state(bundle.state_path.read_bytes())
+        cached = decode_state(bundle.state_path.read_bytes(), lazy_steps=True)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if cached.run_id != bundle.run_id:

@@ -21,8 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
-
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
@@ -30,7 +28,7 @@ from piw.store.home import home_path as home_path  # re-exported: callers of piw
 from piw.store.home import piw_home as piw_home
 from piw.store.home import tighten as tighten
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
-from piw.store.state import iter_state_json
+from piw.store.state import decode_state, iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
@@ -308,6 +306,21 @@ def _cache_is_current(bundle: Bundle) -> bool:
         return False
 
 
+def current_state(bundle: Bundle, *, lazy_steps: bool = False) -> RunState | None:
+    """``state.json`` when it is current — written after the trace last changed, naming this run, its
+    ``traceSeq`` the seq of the trace's last line — else ``None``. Reads only the cache and the trace's end;
+    ``lazy_steps`` as in :func:`~piw.store.state.decode_state` (a reader that may never look at a step)."""
+    if not _cache_is_current(bundle):
+        return None
+    try:
+        cached = decode_state(bundle.state_path.read_bytes(), lazy_steps=lazy_steps)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if cached.run_id != bundle.run_id or cached.trace_seq != trace_last_seq(bundle.trace_path):
+        return None
+    return cached
+
+
 def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunState:
     """State from ``state.json`` when it is trustworthy, plus the trace tail; otherwise a full refold.
 
@@ -317,17 +330,9 @@ def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunSta
     or damaged in place) is parsed as before, so damage is still reported.
     """
     if events is None:
-        if _cache_is_current(bundle):
-            try:
-                cached = state_from_json(msgspec.json.decode(bundle.state_path.read_bytes()))
-            except (OSError, ValueError, KeyError, TypeError):
-                cached = None
-            if (
-                cached is not None
-                and cached.run_id == bundle.run_id
-                and cached.trace_seq == trace_last_seq(bundle.trace_path)
-            ):
-                return cached
+        current = current_state(bundle)
+        if current is not None:
+            return current
         events = bundle.read_trace().events
     last_seq = events[-1].seq if events else 0
     try:

@@ -21,13 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import PiwError, TraceCorrupt
-from piw.store.bundle import Bundle, list_bundles, load_state
-from piw.store.damage import Damage, line_damage
+from piw.errors import PiwError
+from piw.store import foldcache
+from piw.store.bundle import Bundle, current_state, list_bundles
+from piw.store.damage import Damage
 from piw.store.database import Database, open_database
 from piw.store.home import RUN_ID_PATTERN
-from piw.store.replay import RunState, fold
-from piw.store.trace import read_trace_prefix
+from piw.store.replay import RunState
 from piw.wire import parse_time
 
 log = logging.getLogger(__name__)
@@ -124,18 +124,23 @@ def _usage_json(state: RunState) -> str | None:
 
 
 def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
-    """A bundle's row from its fold; a damaged trace gives its readable prefix with the damage."""
-    damage: Damage | None = None
+    """A bundle's row from its fold; a damaged trace gives its readable prefix with the damage.
+
+    A current ``state.json`` is the fold already; otherwise the trace is folded by the checkpoint reader
+    (:func:`piw.store.foldcache.replay`, the one ``inspect`` uses): streamed in small batches from the newest
+    valid fold checkpoint, so listing a million-event run never holds its events (reading the whole trace
+    into a list took about 2 GB for one such run, in ``piw runs`` and in the viewer's runs list). Read-only:
+    no checkpoint or ``verified.json`` is written, so a reader of the index (``piw view``) writes no bundle.
+    """
     stamp = trace_stamp(
         bundle.trace_path
     )  # before reading: a line appended meanwhile makes it differ next time
+    damage: Damage | None = None
     try:
-        state = load_state(bundle)
-    except TraceCorrupt:
-        read, corrupt = read_trace_prefix(bundle.trace_path)
-        state = fold(read.events)
-        if corrupt is not None:
-            damage = line_damage(bundle.trace_path.name, corrupt.line)
+        state = current_state(bundle, lazy_steps=True)  # a row shows no step: their records are never built
+        if state is None:
+            found = foldcache.replay(bundle.path, bundle.run_id, write=False)
+            state, damage = found.state, found.damage
     except PiwError:
         return None
     if not state.run_id:
