@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 START = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,14 +60,27 @@ def child(home: str, run_id: str) -> None:
 
     async def main() -> None:
         app = ViewerApp(Path(home), run_id, refresh_s=0, follow=False)
+        display = app._display
+
+        def first_frame(screen: Any, renderable: Any) -> None:
+            # Headless, Textual composes every frame and skips only the write to the terminal: the first frame of
+            # the run screen, turned into terminal bytes here as a terminal would get them, is the first screen.
+            # (Not the first ``pilot.pause()``: that waits until the process is idle, up to a second, and the
+            # index worker keeps it busy, so it measured the index pass rather than the screen.)
+            if "first_screen_s" not in result and isinstance(screen, RunScreen) and renderable is not None:
+                renderable.render_segments(app.console)
+                took, cpu, rss = time.perf_counter() - START, time.process_time(), peak_mb()
+                if "seq " in screen_text(app):
+                    result.update(first_screen_s=took, cpu_first_s=cpu, rss_first_mb=rss)
+            display(screen, renderable)
+
+        app._display = first_frame  # type: ignore[method-assign]
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             screen = app.screen
             assert isinstance(screen, RunScreen), type(screen)
-            assert "seq " in screen_text(app)
-            result["first_screen_s"] = time.perf_counter() - START
-            result["cpu_first_s"] = time.process_time()
-            result["rss_first_mb"] = peak_mb()
+            while "first_screen_s" not in result:
+                await pilot.pause(0.01)
             while not screen.indexed_drawn:
                 await pilot.pause(0.05)
             await pilot.pause()

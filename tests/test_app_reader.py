@@ -12,9 +12,9 @@ from test_views_support import RUN_IDS, Runs, shared_runs
 from piw.app import reader as reader_module
 from piw.app.reader import fast_state, open_run
 from piw.store.bundle import Bundle
-from piw.store.replay import fold, state_to_json
-from piw.store.state import decode_state
-from piw.store.trace import read_trace
+from piw.store.replay import fold, fold_more, state_to_json
+from piw.store.state import RunState, decode_state
+from piw.store.trace import TraceEvent, read_trace
 from piw.views.progress import Tracks
 
 
@@ -112,3 +112,67 @@ def test_stored_fold_checkpoints_are_used_and_nothing_is_written(
     assert any(used), "states came from the stored checkpoints"
     reader.poll()
     assert _files(bundle) == before, "the viewer wrote nothing to the bundle"
+
+
+def _checkpointed(home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Bundle, list]:  # type: ignore[type-arg]
+    """The completed run with the fold checkpoints ``inspect`` leaves (one every 4 events) and its state.json."""
+    from piw.store import foldcache
+
+    monkeypatch.setattr(foldcache, "CHECKPOINT_EVERY", 4)
+    bundle = Bundle(RUN_IDS["completed"], home / "runs" / RUN_IDS["completed"])
+    events = _events(home)
+    foldcache.replay(bundle.path, bundle.run_id)
+    bundle.state_path.write_text(json.dumps(state_to_json(fold(events))), encoding="utf-8")
+    return bundle, events
+
+
+def test_a_long_or_missing_state_json_gives_way_to_a_checkpoint_near_the_end(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle, events = _checkpointed(home, monkeypatch)
+    full = fold(events)
+    read: list[int] = []
+
+    def decode(data: bytes, *, lazy_steps: bool = False) -> RunState:
+        read.append(len(data))
+        return decode_state(data, lazy_steps=lazy_steps)
+
+    monkeypatch.setattr(reader_module, "decode_state", decode)
+    assert fast_state(bundle) == full and read, "a short state.json is still the one read"
+    read.clear()
+    monkeypatch.setattr(reader_module, "LONG_STATE_BYTES", 10)
+    before = _files(bundle.path)
+    state = fast_state(bundle)
+    assert state == full and not read, "a long one: the newest checkpoint and the events after it"
+    assert state is not None
+    assert [state.steps[i] for i in reversed(range(len(full.steps)))] == list(reversed(full.steps))
+    bundle.state_path.unlink()
+    reader = open_run(home, bundle.run_id)
+    assert reader.state == full, "no state.json: the first screen has the state before the index pass"
+    reader.index()
+    assert reader.state == full and reader.state_at(5) == fold(events[:5])
+    assert _files(bundle.path) == {k: v for k, v in before.items() if k != "state.json"}, "nothing written"
+
+
+def test_a_checkpoint_far_from_the_end_is_not_used_for_the_first_screen(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from piw.store import foldcache
+
+    bundle, events = _checkpointed(home, monkeypatch)
+    for path in (bundle.path / foldcache.DIRECTORY).glob("seq-*.ckpt"):
+        if int(path.stem.removeprefix("seq-")) > len(events) - 5:
+            path.unlink()  # the run went on past the newest checkpoint by more than CHECKPOINT_EVERY events
+    monkeypatch.setattr(reader_module, "LONG_STATE_BYTES", 10)
+    folded: list[int] = []
+
+    def spy(state: RunState, events: list[TraceEvent]) -> RunState:
+        folded.append(len(events))
+        return fold_more(state, events)
+
+    monkeypatch.setattr(foldcache, "fold_more", spy)
+    assert fast_state(bundle) == fold(events) and not folded, (
+        "state.json, not a long fold from the checkpoint"
+    )
+    bundle.state_path.unlink()
+    assert fast_state(bundle) is None and not folded, "nothing to start from: the index pass folds"

@@ -329,3 +329,25 @@ def test_a_checkpoint_whose_head_says_no_ref_for_a_prefix_with_one_is_not_believ
         path.write_bytes(flipped)
     result = replay(bundle, RUN_ID, write=False)
     assert result.checkpoint_seq == 0 and result.artifact_refs is True
+
+
+def test_a_step_read_by_index_decodes_only_its_own_checkpoint(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, _events(["start", "ok", "update"] * 10, RUN_ID))
+    replay(bundle, RUN_ID)
+    expected = _reference(bundle)
+    restored = replay(bundle, RUN_ID, write=False).state
+    assert [restored.steps[i] for i in reversed(range(len(expected.steps)))] == list(reversed(expected.steps))
+    assert restored.steps._shared.lazy, "reading steps by index did not load them all"
+    assert list(restored.steps) == list(expected.steps)
+
+
+def test_a_damaged_step_segment_read_by_index_is_rebuilt_from_the_trace(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, _events(["start", "ok"] * 10, RUN_ID))
+    replay(bundle, RUN_ID)
+    victim = _checkpoint_files(bundle)[1]
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF  # the last byte of its steps
+    victim.write_bytes(bytes(data))
+    expected = _reference(bundle)
+    restored = replay(bundle, RUN_ID, write=False).state
+    assert [restored.steps[i] for i in range(len(expected.steps))] == list(expected.steps)

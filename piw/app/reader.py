@@ -50,6 +50,8 @@ BATCH = 2_048
 TAIL_CHUNK = 1 << 16
 MAX_TAIL_BYTES = 8 << 20
 """How far back from the end :func:`open_run` looks for the events after ``state.json``'s ``traceSeq``."""
+LONG_STATE_BYTES = 16 << 20
+"""A ``state.json`` longer than this (about 60,000 steps) is read only when no fold checkpoint is near the end."""
 _DECODE_ERRORS = (ValueError, UnicodeDecodeError, KeyError, TypeError)
 
 
@@ -385,13 +387,13 @@ def fast_state(bundle: Bundle) -> RunState | None:
 
     Only the end of the file is read. The last line that decodes gives the last seq; a torn last line is
     ignored as the reader rule says. The index pass later replays the whole trace and replaces this state.
+
+    A long ``state.json`` (over :data:`LONG_STATE_BYTES`: hundreds of thousands of steps, a second to decode and
+    as many megabytes held), or a missing one, gives way to the bundle's fold checkpoints when a reader such as
+    ``inspect`` left a trusted one near the end: its head, its steps decoded a checkpoint at a time as they are
+    shown, and the events after it (:func:`piw.store.foldcache.replay_near_end`, read-only) — the same state, at a
+    tenth of the time and memory.
     """
-    try:
-        cached = decode_state(bundle.state_path.read_bytes(), lazy_steps=True)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if cached.run_id != bundle.run_id:
-        return None
     lines = _last_lines(bundle.trace_path)
     seqs = [_seq_of(line) for line in lines]
     if seqs and seqs[-1] is None:  # a torn final line
@@ -399,6 +401,20 @@ def fast_state(bundle: Bundle) -> RunState | None:
     if not seqs or seqs[-1] is None:
         return None
     last = seqs[-1]
+    try:
+        size: int | None = bundle.state_path.stat().st_size
+    except OSError:
+        size = None  # no state.json: checkpoints near the end, or the index pass
+    if size is None or size > LONG_STATE_BYTES:
+        stored = _checkpoint_state(bundle, last)
+        if stored is not None or size is None:
+            return stored
+    try:
+        cached = decode_state(bundle.state_path.read_bytes(), lazy_steps=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if cached.run_id != bundle.run_id:
+        return None
     if cached.trace_seq > last:
         return None
     if cached.trace_seq == last:
@@ -412,6 +428,18 @@ def fast_state(bundle: Bundle) -> RunState | None:
     except _DECODE_ERRORS:
         return None
     return fold_more(cached, tail)
+
+
+def _checkpoint_state(bundle: Bundle, last: int) -> RunState | None:
+    """The state at ``last`` from a trusted fold checkpoint at most ``foldcache.CHECKPOINT_EVERY`` events before
+    it, else ``None`` (nothing folded)."""
+    try:
+        found = foldcache.replay_near_end(bundle.path, bundle.run_id, last - foldcache.CHECKPOINT_EVERY)
+    except Exception:  # a cache: state.json instead
+        return None
+    if found is None or found.damage is not None or found.state.trace_seq != last:
+        return None
+    return found.state if found.state.run_id == bundle.run_id else None
 
 
 def open_run(home: Path, run_id: str) -> RunReader:

@@ -28,6 +28,7 @@ import hashlib
 import os
 import re
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -334,6 +335,8 @@ def _decode_head(data: bytes, steps: StepList) -> tuple[RunState, bool]:
 
 
 _STEPS_DECODER = msgspec.msgpack.Decoder(list[StepRecord])
+_PEEKED_SEGMENTS = 4
+"""Checkpoint segments a restored state keeps decoded for steps read by index (a page can straddle two)."""
 
 
 def _load_steps(chain: list[_Found]) -> list[StepRecord]:
@@ -357,21 +360,47 @@ def _load_steps(chain: list[_Found]) -> list[StepRecord]:
 
 def _restore(bundle_path: Path, chain: list[_Found]) -> tuple[RunState, bool] | None:
     """The state of the chain's last checkpoint and whether its prefix holds an artifact ref; ``None`` when the
-    head does not agree with its header."""
+    head does not agree with its header.
+
+    A step read by index decodes only its own checkpoint's segment (the last few are kept), so a pager showing
+    one page of a long run does not decode every step; iterating them loads them all."""
     base = chain[-1]
     count = base.header.step_start + base.header.step_count
     trace = bundle_path / "trace.ndjson"
+    loaded: list[list[StepRecord]] = []
 
     def load() -> list[StepRecord]:
+        if loaded:
+            return loaded[0]
         try:
-            return _load_steps(chain)
+            steps = _load_steps(chain)
         except (OSError, *_DECODE_ERRORS, msgspec.DecodeError):
             # damaged or changed since it was checked: the trace alone rebuilds them
             prefix = fold(event for _, batch in _read(trace, 0, 1, base.header.seq)[0] for event in batch)
-            return list(prefix.steps)
+            steps = list(prefix.steps)
+        loaded.append(steps)
+        return steps
+
+    starts = [found.header.step_start for found in chain]
+    segments: dict[int, list[StepRecord]] = {}
+
+    def peek(index: int) -> StepRecord:
+        if loaded:
+            return loaded[0][index]
+        at = bisect_right(starts, index) - 1
+        segment = segments.get(at)
+        if segment is None:
+            try:
+                segment = _load_steps(chain[at : at + 1])
+            except (OSError, *_DECODE_ERRORS, msgspec.DecodeError):
+                return load()[index]
+            if len(segments) >= _PEEKED_SEGMENTS:
+                segments.pop(next(iter(segments)))
+            segments[at] = segment
+        return segment[index - starts[at]]
 
     try:
-        state, artifact_refs = _decode_head(base.head, StepList.lazy(count, load))
+        state, artifact_refs = _decode_head(base.head, StepList.lazy(count, load, peek))
     except (*_DECODE_ERRORS, msgspec.DecodeError):
         return None
     if state.trace_seq != base.header.seq or state.run_id != base.header.run_id:
@@ -523,7 +552,31 @@ def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool
     ``write`` is false), so the next read of this run, at any point, folds at most that many events.
     """
     chain = _chain(bundle_path, run_id, at, remember=write)
-    restored = _restore(bundle_path, chain) if chain else None
+    return _replay_from(bundle_path, chain, _restore(bundle_path, chain) if chain else None, at, write)
+
+
+def replay_near_end(bundle_path: Path, run_id: str, since: int) -> Replay | None:
+    """``replay(bundle_path, run_id, write=False)`` when a trusted checkpoint at or after ``since`` exists, so
+    at most the events after it are folded; ``None`` otherwise, having folded nothing (the viewer's first
+    screen of a long run: a checkpoint's head and the tail instead of a long ``state.json``)."""
+    found = _headers(bundle_path, run_id)
+    if not found or found[-1].header.seq < since:
+        return None  # (before hashing a prefix for a checkpoint too far back to use)
+    chain = _chain(bundle_path, run_id, None, remember=False)
+    if not chain or chain[-1].header.seq < since:
+        return None
+    restored = _restore(bundle_path, chain)
+    return None if restored is None else _replay_from(bundle_path, chain, restored, None, False)
+
+
+def _replay_from(
+    bundle_path: Path,
+    chain: list[_Found],
+    restored: tuple[RunState, bool] | None,
+    at: int | None,
+    write: bool,
+) -> Replay:
+    """:func:`replay` from the verified ``chain`` and the state :func:`_restore` made of it."""
     if restored is None:
         chain, (state, refs_before) = [], (RunState(), False)
     else:
