@@ -76,7 +76,9 @@ class RunsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.table.set_source(TextSource(["Reading the runs…"]))
         self._heading()
-        self._background_reload()
+        # After the next frame of the top screen: `piw view RUN` stacks the run screen on this one at once, and
+        # reading every run's row beside it would slow down its first frame, not this list's.
+        self.app.call_after_refresh(self._background_reload)
         self.table.focus()
         if self.refresh_s > 0:
             self.set_interval(self.refresh_s, self._background_reload)
