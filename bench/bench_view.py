@@ -10,11 +10,14 @@ Two shapes of run are measured:
 - **loop**: ``bench/bundles.py``'s compute loop (node_started/node_finished pairs: 500,000 steps at 1,000,000
   events), the worst case for the state the first screen needs.
 
-Two openings of each are measured, each in fresh processes:
+Three openings of each are measured, each in fresh processes:
 
-- **warm**: the bundle has its ``state.json`` (every run a writer left behind has one), so the first screen comes
-  from it and the end of the trace; the trace is then indexed in a worker thread;
-- **cold**: ``state.json`` deleted, so the first screen says it is replaying and fills in when the index is done.
+- **fresh**: the bundle as its writer left it, with its ``state.json`` and no fold checkpoints, so the first screen
+  comes from ``state.json`` and the end of the trace; the trace is then indexed in a worker thread;
+- **warm**: after ``piw inspect``, which leaves fold checkpoints: a long ``state.json`` (the loop's) gives way to
+  the newest checkpoint and the events after it; a short one (the monitor's) is still the one read;
+- **cold**: ``state.json`` deleted: the first screen comes from the checkpoints, or without them says it is
+  replaying and fills in when the index is done.
 
 A child process imports the app, opens the run headless at 120×40 (Textual's ``run_test``), and reports: seconds
 from process start to the first painted run screen, seconds until the index (offsets, fold checkpoints) is
@@ -226,12 +229,15 @@ def report(shape: str, home: Path, run_id: str, runs: int) -> None:
     size = bundle.trace_path.stat().st_size / 1e6
     state = fold(iter_trace(bundle.trace_path))
     print(f"{shape}: {state.trace_seq:,} events, {len(state.steps):,} steps, {size:.0f} MB trace")
-    inspect_s, inspect_mb = inspect_peak(home, run_id)
-    cold = measure(home, run_id, runs)
     bundle.write_state(state)
     del state
+    fresh = measure(home, run_id, runs)
+    inspect_s, inspect_mb = inspect_peak(home, run_id)
     warm = measure(home, run_id, runs)
-    for name, result in (("warm (state.json)", warm), ("cold (no state.json)", cold)):
+    bundle.state_path.unlink()
+    cold = measure(home, run_id, runs)
+    openings = (("fresh (state.json)", fresh), ("warm (+ checkpoints)", warm), ("cold (no state.json)", cold))
+    for name, result in openings:
         print(
             f"  {name:21} first screen {result['first_screen_s']:.2f} s wall, {result['cpu_first_s']:.2f} s CPU "
             f"(RSS {result['rss_first_mb']:.0f} MB) · trace indexed {result['indexed_s']:.1f} s wall, "
