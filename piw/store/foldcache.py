@@ -394,8 +394,8 @@ def _restore(bundle_path: Path, chain: list[_Found]) -> tuple[RunState, bool] | 
                 segment = _load_steps(chain[at : at + 1])
             except (OSError, *_DECODE_ERRORS, msgspec.DecodeError):
                 return load()[index]
-            if len(segments) >= _PEEKED_SEGMENTS:
-                segments.pop(next(iter(segments)))
+            if len(segments) >= _PEEKED_SEGMENTS:  # (the UI and a worker thread may both be reading)
+                segments.pop(next(iter(segments), at), None)
             segments[at] = segment
         return segment[index - starts[at]]
 
