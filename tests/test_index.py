@@ -164,7 +164,9 @@ def test_a_running_run_with_a_live_writer_is_listed_from_its_row_not_refolded(
     from piw.store.index import indexed_rows
 
     listed: list[tuple[int, int]] = []
-    assert indexed_rows(piw_home) == []  # the database exists before the run (a new one is rebuilt when first read)
+    assert (
+        indexed_rows(piw_home) == []
+    )  # the database exists before the run (a new one is rebuilt when first read)
 
     def observe(event: Any, state: Any) -> None:
         row = next(row for row in indexed_rows(piw_home) if row.run_id == state.run_id)
