@@ -110,9 +110,19 @@ def is_plain(value: Any) -> bool:
         magnitude: float = abs(value)
         return magnitude == 0.0 or SAFE_FLOAT_MIN <= magnitude < SAFE_FLOAT_MAX
     if kind is dict:
-        return all(type(key) is str and is_plain(item) for key, item in value.items())
+        for key, item in value.items():  # a loop, not all(genexpr): this runs for every line and every row
+            if type(key) is not str:
+                return False
+            inner = type(item)
+            if not (inner is str or inner is int or inner is bool or item is None or is_plain(item)):
+                return False
+        return True
     if kind is list:
-        return all(is_plain(item) for item in value)
+        for item in value:
+            inner = type(item)
+            if not (inner is str or inner is int or inner is bool or item is None or is_plain(item)):
+                return False
+        return True
     return False
 
 

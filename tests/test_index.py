@@ -105,3 +105,75 @@ def test_database_files_are_private_after_a_run(
     for path in piw_home.glob("piw.sqlite*"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE(piw_home.stat().st_mode) == 0o700
+
+
+LOOP = """
+from piw import compute, define_workflow, edge
+
+workflow = define_workflow(name="loop", start_at="s0", nodes={
+    f"s{i}": compute(lambda ctx: {"n": 1}) for i in range(6)
+}, edges=[edge(f"s{i}", f"s{i + 1}") for i in range(5)])
+"""
+
+
+def _row_seq(home: Path, run_id: str) -> int:
+    conn = sqlite3.connect(home / "piw.sqlite")
+    try:
+        return int(conn.execute("SELECT trace_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _run_observing(
+    monkeypatch: Any, make_workflow: WorkflowMaker, piw_home: Path, observe: Any, index_interval: float
+) -> Any:
+    """A six-step run whose state.json is written only where it must be (start, end); ``observe(event, state)``
+    runs after each committed ``node_finished``."""
+    from piw.run.runner import ForegroundOptions, start_run
+    from piw.store import writer
+
+    monkeypatch.setattr(writer, "STATE_CACHE_INTERVAL_S", 1e6)
+    monkeypatch.setattr(writer, "INDEX_INTERVAL_S", index_interval)
+
+    def listener(event: Any, state: Any) -> None:
+        if event.type == "node_finished":
+            observe(event, state)
+
+    flow = make_workflow("loop", LOOP)
+    return start_run(
+        str(flow), piw_home, {}, None, ForegroundOptions(listeners=[listener], record_origin=False)
+    )
+
+
+def test_the_writer_upserts_its_row_on_its_own_cadence_not_only_with_state_json(
+    monkeypatch: Any, make_workflow: WorkflowMaker, piw_home: Path
+) -> None:
+    """On a long run state.json is rewritten rarely (its cost grows with the run); the index row still follows."""
+    seen: list[tuple[int, int]] = []
+    _run_observing(
+        monkeypatch, make_workflow, piw_home,
+        lambda event, state: seen.append((event.seq, _row_seq(piw_home, state.run_id))), index_interval=0.0,
+    )  # fmt: skip
+    assert len(seen) == 6 and all(row == seq for seq, row in seen), seen
+
+
+def test_a_running_run_with_a_live_writer_is_listed_from_its_row_not_refolded(
+    monkeypatch: Any, make_workflow: WorkflowMaker, piw_home: Path
+) -> None:
+    """Refolding a long running run on every listing cost seconds and hundreds of MB; its writer keeps the row."""
+    from piw.store.index import indexed_rows
+
+    listed: list[tuple[int, int]] = []
+    assert (
+        indexed_rows(piw_home) == []
+    )  # the database exists before the run (a new one is rebuilt when first read)
+
+    def observe(event: Any, state: Any) -> None:
+        row = next(row for row in indexed_rows(piw_home) if row.run_id == state.run_id)
+        listed.append((event.seq, row.trace_seq))
+
+    state = _run_observing(monkeypatch, make_workflow, piw_home, observe, index_interval=1e6)
+    # the writer's row is from the run's start (its cadence is out of reach here), and it is what is listed
+    assert [row for _, row in listed] == [1] * 6 and listed[-1][0] > 1
+    final = next(row for row in indexed_rows(piw_home) if row.run_id == state.run_id)
+    assert (final.status, final.trace_seq) == ("completed", state.trace_seq)  # no live writer: refolded

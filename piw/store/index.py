@@ -6,7 +6,9 @@ traces. The run writer upserts a run's row (write order step 5: a failure is log
 :func:`indexed_summaries` also reconciles the table with the ``runs/`` directory on every listing — a bundle
 with no row (written while the database was unusable, or copied in) is folded and indexed, a row whose bundle is
 gone is dropped, a row whose trace changed since (its size and mtime, one ``stat`` per bundle) is refolded — so
-the index never hides, invents or misreports a run. It is never used for recovery decisions.
+the index never hides, invents or misreports a run. The one exception is a running run whose writer holds a live
+claim: that writer upserts its own row every second, so its row is listed as it stands (refolding a long running
+run on every listing cost seconds and hundreds of MB). It is never used for recovery decisions.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from piw.errors import PiwError
 from piw.store import foldcache
 from piw.store.bundle import Bundle, current_state, list_bundles
 from piw.store.damage import Damage
-from piw.store.database import Database, open_database
+from piw.store.database import Database, now_ms, open_database
 from piw.store.home import RUN_ID_PATTERN
 from piw.store.replay import RunState
 from piw.wire import parse_time
@@ -238,6 +240,31 @@ def _scan(home: Path) -> dict[str, str | None]:
     return found
 
 
+def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
+    """The runs among ``run_ids`` whose queue row holds an unexpired claim of a holder not known to be dead."""
+    if not run_ids:
+        return set()
+    from piw.store.queue import HELD_STATUSES, holder_is_dead
+
+    marks = ", ".join("?" * len(run_ids))
+    try:
+        found = conn.execute(
+            f"SELECT run_id, status, claim_expires_at, runner_id FROM run_queue WHERE run_id IN ({marks})",
+            run_ids,
+        ).fetchall()
+    except Exception:  # no queue table (an index-only database): every row is refolded, as before
+        return set()
+    now = now_ms()
+    return {
+        run_id
+        for run_id, status, expires, holder in found
+        if status in HELD_STATUSES
+        and isinstance(expires, int)
+        and expires > now
+        and not holder_is_dead(holder if isinstance(holder, str) else None)
+    }
+
+
 def indexed_rows(home: Path) -> list[IndexRow]:
     """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module)."""
     db = open_database(home)
@@ -253,11 +280,13 @@ def indexed_rows(home: Path) -> list[IndexRow]:
     # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
     # row lags its trace by up to a second (the writer coalesces upserts), a crashed writer never caught up,
     # and a trace damaged or repaired behind the index's back must not be listed from the old row.
-    changed = [
-        Bundle(run_id, root / run_id)
-        for run_id, values in rows.items()
-        if run_id in stamps and values[_STAMP] != stamps[run_id]
+    changed_ids = [
+        run_id for run_id, values in rows.items() if run_id in stamps and values[_STAMP] != stamps[run_id]
     ]
+    # ... except a running run whose writer is alive: it upserts its own row every second (writer.py
+    # INDEX_INTERVAL_S), and refolding a long run's row on every listing cost ~1.5 s and ~300 MB each time.
+    maintained = _live_writers(conn, [run_id for run_id in changed_ids if rows[run_id][3] == "running"])
+    changed = [Bundle(run_id, root / run_id) for run_id in changed_ids if run_id not in maintained]
     fresh = [row for row in (_fold_row(bundle) for bundle in [*missing, *changed]) if row is not None]
     fresh = [row for row in fresh if rows.get(row[0]) != row]
     if fresh or gone:

@@ -42,6 +42,10 @@ STATE_CACHE_COST_FACTOR = 20
 """``state.json`` is rewritten whole, so its cost grows with the run: after a write that took ``d`` seconds the
 next one waits at least ``20 × d`` (and at least a second), which keeps cache writes under ~5 % of a run
 however long it gets. Readers fold the trace tail past a stale cache (``persistence.md`` §3)."""
+INDEX_INTERVAL_S = 1.0
+"""The run's ``runs`` index row is upserted at least this often while events come, whatever the state-cache
+interval: a row costs a small SQLite write, not a rewrite of the run, and readers list a running run whose
+writer is live from its row (``piw.store.index``) instead of refolding it."""
 FORCED_STATE_TYPES = frozenset({"run_started", "run_resumed", "run_paused"}) | RUN_TERMINAL_TYPES
 """Events after which ``state.json`` is written at once: the run starts, continues, or lets go of its claim."""
 KILL_BEFORE_APPEND_ENV = "PIW_TEST_KILL_BEFORE_APPEND"
@@ -88,6 +92,7 @@ class RunWriter:
         self.listeners: list[Listener] = []
         self._mutex = threading.RLock()
         self._state_due = 0.0
+        self._index_due = 0.0
         """``time.monotonic()`` after which the next ``state.json`` write may happen."""
         self._state_seq = -1
         """The ``traceSeq`` of the last ``state.json`` written (so ``close`` never writes the same one twice)."""
@@ -235,7 +240,8 @@ class RunWriter:
             log.warning("run %s: caches not refreshed: %s", self.bundle.run_id, exc)
 
     def _write_caches(self, force: bool) -> None:
-        refreshed = force or time.monotonic() >= self._state_due
+        now = time.monotonic()
+        refreshed = force or now >= self._state_due
         if refreshed:
             self._write_state()
         state = self.state
@@ -254,8 +260,9 @@ class RunWriter:
             )
             self.bundle.write_manifest(self.manifest)
             refreshed = True
-        if refreshed:
+        if refreshed or now >= self._index_due:
             self.refresh_index()
+            self._index_due = now + INDEX_INTERVAL_S
 
     def refresh_index(self) -> None:
         """Upsert the ``runs`` index row from the current state; a cache, so a failure only logs."""

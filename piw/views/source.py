@@ -223,6 +223,8 @@ class RunData:
     def update_events(self) -> Iterable[TraceEvent]:
         """The ``update_published`` events up to ``at``: found by a byte search of the folded prefix when the replay
         validated it (a long run's other lines are never decoded), else filtered from :meth:`events`."""
+        if self.folded_bytes is not None and not self.state.updates:
+            return ()  # the fold keeps every (type, key) it saw: none means the folded prefix holds no update
         return _UpdateEvents(self.bundle.trace_path, self.folded_bytes, self.events())
 
     def events(self) -> RecordStream[TraceEvent]:

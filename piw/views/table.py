@@ -104,8 +104,26 @@ def _cells(value: str) -> int:
     return width
 
 
+_SHORT_CELLS: dict[tuple[str, int, bool], str] = {}
+
+
 def _plain_cell(value: str, size: int, right: bool) -> str:
-    """:func:`_cell` for plain text: the same clipping (``…``) and padding, no ``Text`` built."""
+    """:func:`_cell` for plain text: the same clipping (``…``) and padding, no ``Text`` built.
+
+    A short cell is laid out once per (text, width, side): ``✓ ok`` is on every row of a long run.
+    """
+    if len(value) <= 24:
+        key = (value, size, right)
+        laid = _SHORT_CELLS.get(key)
+        if laid is None:
+            if len(_SHORT_CELLS) > 4096:
+                _SHORT_CELLS.clear()
+            laid = _SHORT_CELLS[key] = _lay_out(value, size, right)
+        return laid
+    return _lay_out(value, size, right)
+
+
+def _lay_out(value: str, size: int, right: bool) -> str:
     if "\n" in value:
         value = value.replace("\n", " ")
     width = len(value) if value.isascii() else _cells(value)
@@ -123,10 +141,11 @@ def table_plain(columns: Sequence[Column], rows: Iterable[Sequence[str]], width:
     gap = " " * GAP
     yield gap.join(_plain_cell(columns[i].name, size, right) for i, size, right in plan).rstrip()
     for row in rows:
-        # an ASCII cell that fits is padded by str.ljust/rjust (one cell per character); others take _plain_cell
+        # an ASCII cell (one cell per character) is padded by str.ljust/rjust or cut with "…" right here;
+        # others take _plain_cell
         yield gap.join([
-            (value.rjust(size) if right else value.ljust(size))
-            if (value := row[i]).isascii() and len(value) <= size and "\n" not in value
+            ((value.rjust(size) if right else value.ljust(size)) if len(value) <= size else value[: size - 1] + "…")
+            if (value := row[i]).isascii() and size > 0 and "\n" not in value
             else _plain_cell(value, size, right)
             for i, size, right in plan
         ]).rstrip()  # fmt: skip
