@@ -123,7 +123,7 @@ class StepsView(View):
         for number, step in enumerate(self.state.steps, start=1):
             outcome = step.outcome
             if outcome == "ok":
-                detail = single_line(compact(step.output, 400))
+                detail = compact(step.output, 400)  # one sanitized line already
             else:
                 location = where(step.traceback)
                 detail = single_line(step.error or "") + (f"  at {location}" if location else "")
