@@ -351,3 +351,48 @@ def test_a_damaged_step_segment_read_by_index_is_rebuilt_from_the_trace(tmp_path
     expected = _reference(bundle)
     restored = replay(bundle, RUN_ID, write=False).state
     assert [restored.steps[i] for i in range(len(expected.steps))] == list(expected.steps)
+
+
+LONG = """
+from piw import action, compute, define_workflow, edge
+
+def effect(ctx):
+    return {"did": ctx.node_id}
+
+workflow = define_workflow(name="long", start_at="n0", nodes={
+    **{f"n{i}": (action(effect) if i % 3 else compute(lambda ctx: {"n": 1})) for i in range(9)},
+}, edges=[edge(f"n{i}", f"n{i + 1}") for i in range(8)])
+"""
+# 1 run_started, 2..19 nine steps (started/finished), 20 run_completed
+
+
+def test_a_run_leaves_its_own_checkpoints_so_its_first_reader_starts_near_the_end(
+    make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path
+) -> None:
+    state = run_workflow(make_workflow("long", LONG), {})
+    bundle = piw_home / "runs" / state.run_id
+    assert [path.name for path in _checkpoint_files(bundle)] == [f"seq-{n}.ckpt" for n in (4, 8, 12, 16, 20)]
+    first = replay(bundle, state.run_id, write=False)  # nobody has read the run yet
+    assert first.checkpoint_seq == 20
+    _same(first, _reference(bundle))
+    for at in range(1, 21):
+        _same(replay(bundle, state.run_id, at, write=False), _reference(bundle, at))
+
+
+def test_a_resumed_run_continues_the_checkpoints_of_the_writer_that_crashed(
+    make_workflow: WorkflowMaker, cli: Cli, piw_home: Path
+) -> None:
+    path = make_workflow("long", LONG)
+    crashed = cli.process(
+        "run", str(path), env={"PIW_TEST_KILL_AFTER_APPEND": "10", "PIW_TEST_CHECKPOINT_EVERY": "4"}
+    )
+    assert crashed.returncode == -9, crashed.stderr
+    run_id = next((piw_home / "runs").iterdir()).name
+    bundle = piw_home / "runs" / run_id
+    assert [p.name for p in _checkpoint_files(bundle)] == ["seq-4.ckpt", "seq-8.ckpt"]  # left by the writer
+    done = cli("resume", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    final = replay(bundle, run_id, write=False)
+    expected = _reference(bundle)
+    assert expected.status == "completed" and final.checkpoint_seq == expected.trace_seq // 4 * 4
+    _same(final, expected)

@@ -1,10 +1,11 @@
 """Fold checkpoints: snapshots of the folded state at known ``seq``\\ s, kept in the bundle as a cache.
 
 Replaying a long trace costs seconds; every reader (``inspect`` and its views, ``--at``, ``watch``, the viewer)
-needs the state at some point of it. Every :data:`CHECKPOINT_EVERY` events a reader that folded past that point
-leaves ``fold-checkpoints/seq-<seq>.ckpt``: the state at that ``seq`` plus the byte offset and a digest of the
-trace prefix it covers. The next reader starts from the newest checkpoint at or before where it wants to be and
-folds only the tail, so ``fold_more(checkpoint, tail) == fold(trace)`` gives the same state as a full replay.
+needs the state at some point of it. Every :data:`CHECKPOINT_EVERY` events the run's writer
+(:class:`CheckpointTrail`), or a reader that folded past that point, leaves ``fold-checkpoints/seq-<seq>.ckpt``:
+the state at that ``seq`` plus the byte offset and a digest of the trace prefix it covers. The next reader
+starts from the newest checkpoint at or before where it wants to be and folds only the tail, so
+``fold_more(checkpoint, tail) == fold(trace)`` gives the same state as a full replay.
 
 A checkpoint is only a cache that one pure fold can always rebuild, so it is never trusted: it is used only when
 its own digests match (damage), it names this run and this fold version (foreign, or written by a piw whose
@@ -42,8 +43,9 @@ from piw.store.state import CurrentAttempt, RunState, StepList, StepRecord, Upda
 from piw.store.trace import TraceEvent, decode_event, decode_lines, paused_gc
 
 FOLD_CHECKPOINT_SCHEMA = "piw.fold-checkpoint.v1"
-CHECKPOINT_EVERY = 20_000
-"""Events between checkpoints: a reader folds at most this many events past the one it starts from."""
+CHECKPOINT_EVERY = int(os.environ.get("PIW_TEST_CHECKPOINT_EVERY", "") or 20_000)
+"""Events between checkpoints: a reader folds at most this many events past the one it starts from.
+(``PIW_TEST_CHECKPOINT_EVERY`` lowers it for the tests that crash a ``piw`` process.)"""
 DIRECTORY = "fold-checkpoints"
 _FOLD_CODE = 2
 """Bump when the fold gives a different state for the same events, or the head holds something new: older
@@ -673,3 +675,97 @@ def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:
 
 
 _ENVELOPE = msgspec.json.Decoder(TraceEvent)
+
+
+# ---- checkpoints left by the run's own writer -----------------------------------------------------------------
+
+
+class CheckpointTrail:
+    """The fold checkpoints a run's writer leaves as it appends, so that no reader ever starts a long run cold.
+
+    Readers leave checkpoints too, but only once someone has read the run; a run read for the first time after
+    it finished (``piw inspect``, the viewer, ``piw watch``) replayed it whole: seconds and hundreds of MB on a
+    run of a million events. The writer has everything a checkpoint needs as it goes: the folded state after
+    each line, the bytes it appended (hashed as they are written, so nothing is read back) and their offsets.
+    Every :data:`CHECKPOINT_EVERY` events it writes one, exactly as :func:`replay` would; at close it records
+    that this very trace file hashed to the chain (``verified.json``), so the first reader does not hash it again.
+
+    A trail is opened only when the trace ends exactly at the state's last line (a torn or longer tail would make
+    offsets lie); it continues the newest valid checkpoint of a resumed run. It is a cache: any failure turns the
+    trail off and the run goes on, and readers trust a checkpoint only after their own checks, as always.
+    """
+
+    def __init__(self, bundle_path: Path, state: RunState) -> None:
+        self.bundle_path = bundle_path
+        self.active = False
+        trace = bundle_path / "trace.ndjson"
+        size = trace.stat().st_size if trace.exists() else 0
+        if size and not _ends_at(trace, size, state.trace_seq):
+            return
+        chain = _chain(bundle_path, state.run_id, state.trace_seq, remember=False) if size else []
+        restored = _restore(bundle_path, chain) if chain else None
+        base = chain[-1].header if chain and restored is not None else None
+        self.link = bytes.fromhex(base.prefix_sha256) if base else _ZERO
+        self.previous_seq = base.seq if base else 0
+        self.step_start = base.step_start + base.step_count if base else 0
+        self.artifact_refs = restored[1] if base and restored else False
+        self.position = base.offset if base else 0
+        self.segment = hashlib.sha256()
+        self.last: CheckpointHeader | None = base
+        if self.position < size:  # a resumed run: the lines after the last checkpoint, read once
+            with trace.open("rb") as handle:
+                handle.seek(self.position)
+                while piece := handle.read(min(_CHUNK, size - self.position)):
+                    self.appended_bytes(piece)
+        self.active = self.position == size
+
+    def appended_bytes(self, data: bytes) -> None:
+        self.segment.update(data)
+        self.position += len(data)
+        if not self.artifact_refs and _ARTIFACT_KEY in data:
+            self.artifact_refs = True
+
+    def appended(self, line: bytes, state: RunState) -> None:
+        """One line was appended and folded into ``state``: at a boundary, leave a checkpoint."""
+        if not self.active:
+            return
+        self.appended_bytes(line)
+        if state.trace_seq % CHECKPOINT_EVERY:
+            return
+        self.link = hashlib.sha256(self.link + self.segment.digest()).digest()
+        where = {"offset": self.position, "previous_seq": self.previous_seq, "prefix_sha256": self.link.hex(),
+                 "step_start": self.step_start}  # fmt: skip
+        _write(self.bundle_path, state, where, state.steps.after(self.step_start), self.artifact_refs)
+        self.last = CheckpointHeader(schema=FOLD_CHECKPOINT_SCHEMA, fold_version=FOLD_VERSION,
+                                     run_id=state.run_id, seq=state.trace_seq, offset=self.position,
+                                     previous_seq=self.previous_seq, prefix_sha256=self.link.hex(),
+                                     step_start=self.step_start, step_count=len(state.steps) - self.step_start,
+                                     head_bytes=0, head_sha256="", steps_bytes=0, steps_sha256="")  # fmt: skip
+        self.previous_seq, self.step_start = state.trace_seq, len(state.steps)
+        self.segment = hashlib.sha256()
+
+    def close(self) -> None:
+        """The trace is complete for now: remember that it hashes to the chain, for the next reader."""
+        if not self.active or self.last is None:
+            return
+        stamp = _trace_stamp(self.bundle_path / "trace.ndjson")
+        if (
+            stamp is not None
+            and stamp[2] >= self.last.offset
+            and (checkpoint_dir(self.bundle_path) / f"seq-{self.last.seq}.ckpt").is_file()
+        ):
+            _remember(self.bundle_path, stamp, self.last)
+
+
+def _ends_at(trace: Path, size: int, seq: int) -> bool:
+    """Whether the trace's last byte ends a line and that line is ``seq``."""
+    from piw.store.trace import last_seq
+
+    try:
+        with trace.open("rb") as handle:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                return False
+    except OSError:
+        return False
+    return last_seq(trace) == seq

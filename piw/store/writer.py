@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from piw.errors import ClaimLost, PiwError, RunLocked
 from piw.store.artifacts import ArtifactStore, externalize_plain
 from piw.store.bundle import Bundle, WriterLock
+from piw.store.foldcache import CheckpointTrail
 from piw.store.replay import RunState, fold_more
 from piw.store.trace import (
     NODE_TERMINAL_TYPES,
@@ -104,6 +105,12 @@ class RunWriter:
         self._notifications: set[str] | None = None
         self._kill_before = _kill_point(KILL_BEFORE_APPEND_ENV)
         self._kill_after = _kill_point(KILL_AFTER_APPEND_ENV)
+        self._trail: CheckpointTrail | None = None
+        """Fold checkpoints left as the run goes (a cache: ``None`` once anything about it fails)."""
+        try:
+            self._trail = CheckpointTrail(bundle.path, state)
+        except Exception as exc:  # a cache never stops a run
+            log.warning("run %s: no fold checkpoints from the writer: %s", bundle.run_id, exc)
 
     @property
     def mutex(self) -> threading.RLock:
@@ -177,12 +184,23 @@ class RunWriter:
         if seq == self._kill_after:
             _die()
         self.state = fold_more(self.state, [event])
+        if self._trail is not None:
+            self._leave_checkpoint(line)
         if type == "notification_queued" and self._notifications is not None:
             self._notifications.add(str(payload.get("notificationId")))
         self._refresh_caches(force=type in FORCED_STATE_TYPES)
         for listener in list(self.listeners):
             listener(event, self.state)
         return event
+
+    def _leave_checkpoint(self, line: bytes) -> None:
+        trail = self._trail
+        assert trail is not None
+        try:
+            trail.appended(line, self.state)
+        except Exception as exc:  # a cache never stops a run: the trail is dropped, the run goes on
+            log.warning("run %s: fold checkpoints stopped: %s", self.bundle.run_id, exc)
+            self._trail = None
 
     def adopt(self, event: TraceEvent) -> TraceEvent:
         """Commit a copy of another run's event (a fork's adopted prefix) under this run's id and next ``seq``.
@@ -298,4 +316,9 @@ class RunWriter:
                 log.warning("run %s: closing after a write error: %s", self.bundle.run_id, exc)
             finally:
                 self.trace.close()
+            if self._trail is not None and self._failed is None:
+                try:
+                    self._trail.close()
+                except Exception as exc:  # the cache's own record; readers check the prefix without it
+                    log.warning("run %s: fold checkpoints not recorded: %s", self.bundle.run_id, exc)
             self.refresh_index()
