@@ -12,10 +12,11 @@ Two shapes of run are measured:
 
 Three openings of each are measured, each in fresh processes:
 
-- **fresh**: the bundle as its writer left it, with its ``state.json`` and no fold checkpoints, so the first screen
-  comes from ``state.json`` and the end of the trace; the trace is then indexed in a worker thread;
-- **warm**: after ``piw inspect``, which leaves fold checkpoints: a long ``state.json`` (the loop's) gives way to
-  the newest checkpoint and the events after it; a short one (the monitor's) is still the one read;
+- **fresh**: ``state.json`` and no fold checkpoints (a run left by a piw before its writer left checkpoints), so the
+  first screen comes from ``state.json`` and the end of the trace; the trace is then indexed in a worker thread;
+- **warm**: after ``piw inspect``, which leaves fold checkpoints (as the run's writer now does as it goes): a long
+  ``state.json`` (the loop's) gives way to the newest checkpoint and the events after it; a short one (the
+  monitor's) is still the one read;
 - **cold**: ``state.json`` deleted: the first screen comes from the checkpoints, or without them says it is
   replaying and fills in when the index is done.
 
@@ -236,7 +237,11 @@ def report(shape: str, home: Path, run_id: str, runs: int) -> None:
     warm = measure(home, run_id, runs)
     bundle.state_path.unlink()
     cold = measure(home, run_id, runs)
-    openings = (("fresh (state.json)", fresh), ("warm (+ checkpoints)", warm), ("cold (no state.json)", cold))
+    openings = (
+        ("state.json only (older piw)", fresh),
+        ("+ checkpoints (as written)", warm),
+        ("cold (no state.json)", cold),
+    )
     for name, result in openings:
         print(
             f"  {name:21} first screen {result['first_screen_s']:.2f} s wall, {result['cpu_first_s']:.2f} s CPU "
