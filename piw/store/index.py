@@ -244,7 +244,7 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
     """The runs among ``run_ids`` whose queue row holds an unexpired claim of a holder not known to be dead."""
     if not run_ids:
         return set()
-    from piw.store.queue import HELD_STATUSES, holder_is_dead
+    from piw.store.queue import claim_is_live
 
     marks = ", ".join("?" * len(run_ids))
     try:
@@ -255,14 +255,7 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
     except Exception:  # no queue table (an index-only database): every row is refolded, as before
         return set()
     now = now_ms()
-    return {
-        run_id
-        for run_id, status, expires, holder in found
-        if status in HELD_STATUSES
-        and isinstance(expires, int)
-        and expires > now
-        and not holder_is_dead(holder if isinstance(holder, str) else None)
-    }
+    return {run_id for run_id, status, expires, holder in found if claim_is_live(status, expires, holder, now)}
 
 
 def indexed_rows(home: Path) -> list[IndexRow]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from piw.store.bundle import Bundle, run_is_live
 from piw.store.database import DATABASE_NAME, now_ms
-from piw.store.queue import HELD_STATUSES, holder_is_dead
+from piw.store.queue import claim_is_live
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,7 @@ def liveness(bundle: Bundle) -> Liveness:
         live = run_is_live(bundle)
         return Liveness(live, "live" if live else "interrupted")
     status, expires, holder, pause, park_reason = row
-    held = status in HELD_STATUSES and isinstance(expires, int) and expires > now_ms()
-    if held and not holder_is_dead(holder if isinstance(holder, str) else None):
+    if claim_is_live(status, expires, holder, now_ms()):
         return Liveness(True, "live")
     if pause:
         return Liveness(False, "paused")

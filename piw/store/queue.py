@@ -88,6 +88,17 @@ def runner_id(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{pid}:{process_start_time(pid) or '?'}"
 
 
+def claim_is_live(status: object, expires: object, holder: object, now: int) -> bool:
+    """A queue row's claim is held by a process that may still be writing: a held status, a lease that has not
+    expired, and a holder not known to be dead (values as read from the row, of any type)."""
+    return (
+        status in HELD_STATUSES
+        and isinstance(expires, int)
+        and expires > now
+        and not holder_is_dead(holder if isinstance(holder, str) else None)
+    )
+
+
 def holder_is_dead(holder: str | None) -> bool:
     """True only for a holder on this host whose process is gone (or is another process with that pid)."""
     if not holder:
@@ -151,13 +162,8 @@ class QueueRow:
         return self.status in FINAL_STATUSES
 
     def has_live_claim(self, now: int) -> bool:
-        """Held by a process that may still be writing: lease not expired and the holder not known dead."""
-        return (
-            self.status in HELD_STATUSES
-            and self.claim_expires_at is not None
-            and self.claim_expires_at > now
-            and not holder_is_dead(self.runner_id)
-        )
+        """Held by a process that may still be writing (:func:`claim_is_live`)."""
+        return claim_is_live(self.status, self.claim_expires_at, self.runner_id, now)
 
 
 @dataclass(frozen=True)
@@ -490,7 +496,7 @@ class SqliteQueue:
                 (now, runner),
             ).fetchall()
             for run_id, status, generation, expires, holder in candidates:
-                if status in HELD_STATUSES and (expires or 0) > now and not holder_is_dead(holder):
+                if claim_is_live(status, expires, holder, now):
                     continue  # a live lease
                 return self._take(conn, run_id, runner, int(generation or 0), now, holder)
         return None
