@@ -258,7 +258,7 @@ def _chain(bundle_path: Path, run_id: str, upto_seq: int | None, *, remember: bo
             break
         chain.append(found)
     if remember and candidates and chain and stamp is not None:
-        _remember(bundle_path, stamp, chain[-1].header)
+        _remember(bundle_path, stamp, chain[-1].header.seq, chain[-1].header.prefix_sha256)
     return chain
 
 
@@ -288,15 +288,10 @@ def _verified(bundle_path: Path, stamp: list[int] | None) -> tuple[int, str] | N
     return (seq, digest) if isinstance(seq, int) and isinstance(digest, str) else None
 
 
-def _remember(bundle_path: Path, stamp: list[int], header: CheckpointHeader) -> None:
+def _remember(bundle_path: Path, stamp: list[int], seq: int, prefix_sha256: str) -> None:
     from piw.store.bundle import write_private_file
 
-    record = {
-        "trace": stamp,
-        "foldVersion": FOLD_VERSION,
-        "seq": header.seq,
-        "prefixSha256": header.prefix_sha256,
-    }
+    record = {"trace": stamp, "foldVersion": FOLD_VERSION, "seq": seq, "prefixSha256": prefix_sha256}
     try:
         write_private_file(checkpoint_dir(bundle_path) / _VERIFIED, msgspec.json.encode(record))
     except OSError:
@@ -454,6 +449,45 @@ def _write(
         return
 
 
+# ---- extending the chain: what replay and the writer's trail share ---------------------------------------------
+
+
+class _Extension:
+    """The growing end of a checkpoint chain: the link so far, where the next segment starts, and its hash.
+
+    :func:`replay` (a reader folding past the last checkpoint) and :class:`CheckpointTrail` (the writer, as it
+    appends) both feed it the trace bytes after the last checkpoint and ask it to :meth:`leave` one at each
+    boundary, so a checkpoint is built one way whoever writes it.
+    """
+
+    def __init__(self, base: CheckpointHeader | None, artifact_refs: bool) -> None:
+        self.link = bytes.fromhex(base.prefix_sha256) if base else _ZERO
+        self.previous_seq = base.seq if base else 0
+        self.step_start = base.step_start + base.step_count if base else 0
+        self.position = base.offset if base else 0
+        self.artifact_refs = artifact_refs
+        self.segment = hashlib.sha256()
+        self.last: tuple[int, str] | None = (base.seq, base.prefix_sha256) if base else None
+        """``(seq, prefixSha256)`` of the newest checkpoint of the chain."""
+
+    def feed(self, data: bytes) -> None:
+        """Trace bytes that follow those fed before (the next lines after the last checkpoint)."""
+        self.segment.update(data)
+        self.position += len(data)
+        if not self.artifact_refs and _ARTIFACT_KEY in data:
+            self.artifact_refs = True
+
+    def leave(self, bundle_path: Path, state: RunState) -> None:
+        """Write the checkpoint of ``state``, the fold of exactly the bytes fed so far, and start a new segment."""
+        self.link = hashlib.sha256(self.link + self.segment.digest()).digest()
+        where = {"offset": self.position, "previous_seq": self.previous_seq, "prefix_sha256": self.link.hex(),
+                 "step_start": self.step_start}  # fmt: skip
+        _write(bundle_path, state, where, state.steps.after(self.step_start), self.artifact_refs)
+        self.last = (state.trace_seq, self.link.hex())
+        self.previous_seq, self.step_start = state.trace_seq, len(state.steps)
+        self.segment = hashlib.sha256()
+
+
 # ---- reading the trace from an offset -----------------------------------------------------------------------
 
 
@@ -585,14 +619,10 @@ def _replay_from(
         state, refs_before = restored
     base = chain[-1].header if chain else None
     offset = base.offset if base else 0
-    next_seq = (base.seq if base else 0) + 1
-    previous_seq = base.seq if base else 0
-    steps_before = len(state.steps)
-    link = bytes.fromhex(base.prefix_sha256) if base else _ZERO
+    extension = _Extension(base, refs_before)
     trace = bundle_path / "trace.ndjson"
-    stream, found = _read(trace, offset, next_seq, at)
-    segment = hashlib.sha256()
-    segment_start = position = offset
+    stream, found = _read(trace, offset, (base.seq if base else 0) + 1, at)
+    position = offset
     batch: list[TraceEvent] = []
     with paused_gc():
         try:
@@ -602,29 +632,23 @@ def _replay_from(
         try:
             for position, events in stream:
                 batch.extend(events)
-                event = events[-1]
-                boundary = not event.seq % CHECKPOINT_EVERY and handle is not None
+                boundary = not events[-1].seq % CHECKPOINT_EVERY and handle is not None
                 if len(batch) >= _BATCH or boundary:
-                    # a megabyte of events at most: they are dropped as soon as they are folded (bounded memory)
+                    # a chunk of events at most: they are dropped as soon as they are folded (bounded memory)
                     state = fold_more(state, batch)
                     batch = []
                 if not boundary or handle is None:
                     continue
-                handle.seek(segment_start)
-                remaining = position - segment_start
-                while remaining > 0:
-                    piece = handle.read(min(remaining, _CHUNK))
-                    if not piece:
-                        break
-                    segment.update(piece)
-                    remaining -= len(piece)
-                link = hashlib.sha256(link + segment.digest()).digest()
-                steps = state.steps.after(steps_before)
-                where = {"offset": position, "previous_seq": previous_seq, "prefix_sha256": link.hex(),
-                         "step_start": steps_before}  # fmt: skip
-                _write(bundle_path, state, where, steps, refs_before or found.artifact_refs)
-                previous_seq, steps_before, segment_start = event.seq, len(state.steps), position
-                segment = hashlib.sha256()
+                handle.seek(extension.position)
+                while extension.position < position and (
+                    piece := handle.read(min(position - extension.position, _CHUNK))
+                ):
+                    extension.feed(piece)
+                if extension.position != position:  # the trace got shorter while it was read: no checkpoint
+                    handle.close()
+                    handle = None
+                    continue
+                extension.leave(bundle_path, state)
         finally:
             if handle is not None:
                 handle.close()
@@ -705,56 +729,30 @@ class CheckpointTrail:
         chain = _chain(bundle_path, state.run_id, state.trace_seq, remember=False) if size else []
         restored = _restore(bundle_path, chain) if chain else None
         base = chain[-1].header if chain and restored is not None else None
-        self.link = bytes.fromhex(base.prefix_sha256) if base else _ZERO
-        self.previous_seq = base.seq if base else 0
-        self.step_start = base.step_start + base.step_count if base else 0
-        self.artifact_refs = restored[1] if base and restored else False
-        self.position = base.offset if base else 0
-        self.segment = hashlib.sha256()
-        self.last: CheckpointHeader | None = base
-        if self.position < size:  # a resumed run: the lines after the last checkpoint, read once
+        self.extension = _Extension(base, restored[1] if base and restored else False)
+        if self.extension.position < size:  # a resumed run: the lines after the last checkpoint, read once
             with trace.open("rb") as handle:
-                handle.seek(self.position)
-                while piece := handle.read(min(_CHUNK, size - self.position)):
-                    self.appended_bytes(piece)
-        self.active = self.position == size
-
-    def appended_bytes(self, data: bytes) -> None:
-        self.segment.update(data)
-        self.position += len(data)
-        if not self.artifact_refs and _ARTIFACT_KEY in data:
-            self.artifact_refs = True
+                handle.seek(self.extension.position)
+                while piece := handle.read(min(_CHUNK, size - self.extension.position)):
+                    self.extension.feed(piece)
+        self.active = self.extension.position == size
 
     def appended(self, line: bytes, state: RunState) -> None:
         """One line was appended and folded into ``state``: at a boundary, leave a checkpoint."""
         if not self.active:
             return
-        self.appended_bytes(line)
-        if state.trace_seq % CHECKPOINT_EVERY:
-            return
-        self.link = hashlib.sha256(self.link + self.segment.digest()).digest()
-        where = {"offset": self.position, "previous_seq": self.previous_seq, "prefix_sha256": self.link.hex(),
-                 "step_start": self.step_start}  # fmt: skip
-        _write(self.bundle_path, state, where, state.steps.after(self.step_start), self.artifact_refs)
-        self.last = CheckpointHeader(schema=FOLD_CHECKPOINT_SCHEMA, fold_version=FOLD_VERSION,
-                                     run_id=state.run_id, seq=state.trace_seq, offset=self.position,
-                                     previous_seq=self.previous_seq, prefix_sha256=self.link.hex(),
-                                     step_start=self.step_start, step_count=len(state.steps) - self.step_start,
-                                     head_bytes=0, head_sha256="", steps_bytes=0, steps_sha256="")  # fmt: skip
-        self.previous_seq, self.step_start = state.trace_seq, len(state.steps)
-        self.segment = hashlib.sha256()
+        self.extension.feed(line)
+        if not state.trace_seq % CHECKPOINT_EVERY:
+            self.extension.leave(self.bundle_path, state)
 
     def close(self) -> None:
         """The trace is complete for now: remember that it hashes to the chain, for the next reader."""
-        if not self.active or self.last is None:
+        last = self.extension.last if self.active else None
+        if last is None:
             return
         stamp = _trace_stamp(self.bundle_path / "trace.ndjson")
-        if (
-            stamp is not None
-            and stamp[2] >= self.last.offset
-            and (checkpoint_dir(self.bundle_path) / f"seq-{self.last.seq}.ckpt").is_file()
-        ):
-            _remember(self.bundle_path, stamp, self.last)
+        if stamp is not None and (checkpoint_dir(self.bundle_path) / f"seq-{last[0]}.ckpt").is_file():
+            _remember(self.bundle_path, stamp, *last)
 
 
 def _ends_at(trace: Path, size: int, seq: int) -> bool:
