@@ -255,7 +255,9 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
     except Exception:  # no queue table (an index-only database): every row is refolded, as before
         return set()
     now = now_ms()
-    return {run_id for run_id, status, expires, holder in found if claim_is_live(status, expires, holder, now)}
+    return {
+        run_id for run_id, status, expires, holder in found if claim_is_live(status, expires, holder, now)
+    }
 
 
 def indexed_rows(home: Path) -> list[IndexRow]:

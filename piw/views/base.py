@@ -8,6 +8,7 @@ long trace page by page without building one huge renderable, and workflow data 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -224,8 +225,12 @@ def ms_between(start: str | None, end: datetime | None) -> float | None:
     return (end - began).total_seconds() * 1000
 
 
+@functools.lru_cache(maxsize=4096)
 def node_label(node_id: str) -> str:
-    """A flat node id as shown to people: mount path joined with `` › ``."""
+    """A flat node id as shown to people: mount path joined with `` › ``.
+
+    Remembered: a long run's tables show the same few node ids on every one of their rows.
+    """
     return single_line(node_id).replace("/", " › ")
 
 

@@ -8,6 +8,7 @@ each failed attempt is followed by its whole traceback (workflow frames only).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -47,6 +48,12 @@ def _columns(rows: int) -> tuple[Column, ...]:
     if digits <= COLUMNS[0].max:
         return COLUMNS
     return (Column("#", 3, digits, priority=1, right=True), *COLUMNS[1:])
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_outcome(outcome: str) -> str:
+    """The outcome cell as plain text (remembered: it is one of a handful on every row of a long run)."""
+    return f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}"
 
 
 def _outcome(outcome: str) -> Text:
@@ -118,8 +125,6 @@ class StepsView(View):
         yield from table_plain(_columns(self.count()), self._plain_rows(), width)
 
     def _plain_rows(self) -> Iterator[list[str]]:
-        labels: dict[str, str] = {}  # node ids and outcomes repeat on every row of a long run
-        outcomes: dict[str, str] = {}
         for number, step in enumerate(self.state.steps, start=1):
             outcome = step.outcome
             if outcome == "ok":
@@ -127,24 +132,12 @@ class StepsView(View):
             else:
                 location = where(step.traceback)
                 detail = single_line(step.error or "") + (f"  at {location}" if location else "")
-            label = labels.get(step.node_id)
-            if label is None:
-                label = labels[step.node_id] = node_label(step.node_id)
-            shown = outcomes.get(outcome)
-            if shown is None:
-                shown = outcomes[outcome] = f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}"
-            yield [
-                str(number),
-                label,
-                shown,
-                fmt_duration(step.duration_ms),
-                short_id(step.attempt_id),
-                detail,
-            ]
+            yield [str(number), node_label(step.node_id), _plain_outcome(outcome), fmt_duration(step.duration_ms),
+                   short_id(step.attempt_id), detail]  # fmt: skip
         current = self.state.current
         if current is not None:
             elapsed = fmt_duration(ms_between(current.started_at, self.now))
-            yield [str(len(self.state.steps) + 1), node_label(current.node_id), f"{OUTCOME_MARKS['running']} running",
+            yield [str(len(self.state.steps) + 1), node_label(current.node_id), _plain_outcome("running"),
                    elapsed, short_id(current.attempt_id), single_line(current.status_detail or "")]  # fmt: skip
 
     def _has_node(self) -> bool:

@@ -84,19 +84,10 @@ def _rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -
 
 def _plain_rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -> Iterator[list[str]]:
     """:func:`_rows` as plain strings (the same text, no styles)."""
-    kinds: dict[str, str] = {}  # types and node ids repeat on every row of a long trace: shown once each
-    labels: dict[str, str] = {}
     for event in events:
         if matches(event, node, attempt):
-            kind = kinds.get(event.type)
-            if kind is None:
-                kind = kinds[event.type] = single_line(event.type)
-            node_id = event.node_id or ""
-            label = labels.get(node_id)
-            if label is None:
-                label = labels[node_id] = node_label(node_id)
-            yield [str(event.seq), fmt_clock(event.at), kind, label, short_id(event.attempt_id),
-                   single_line(summary(event))]  # fmt: skip
+            yield [str(event.seq), fmt_clock(event.at), single_line(event.type), node_label(event.node_id or ""),
+                   short_id(event.attempt_id), single_line(summary(event))]  # fmt: skip
 
 
 def trace_header(width: int) -> Text:
