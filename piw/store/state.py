@@ -523,6 +523,12 @@ def _decode_step(raw: msgspec.Raw) -> StepRecord:
         step = _TYPED_STEP.decode(raw)
     except msgspec.ValidationError:
         return step_from_json(msgspec.json.decode(raw))
+    return _mended(step)
+
+
+def _mended(step: StepRecord) -> StepRecord:
+    """An empty ``traceback`` read as ``step_from_json`` reads it (``None``): the one value both decoders accept
+    but read differently."""
     return msgspec.structs.replace(step, traceback=None) if step.traceback == () else step
 
 
@@ -538,7 +544,7 @@ def _decode_steps(raw: msgspec.Raw) -> list[StepRecord]:
     except msgspec.ValidationError:
         return [step_from_json(msgspec.json.decode(item)) for item in _RAWS.decode(raw)]
     if any(step.traceback == () for step in steps):
-        steps = [msgspec.structs.replace(s, traceback=None) if s.traceback == () else s for s in steps]
+        steps = [_mended(step) for step in steps]
     return steps
 
 
