@@ -159,3 +159,28 @@ def test_an_impossible_timestamp_is_shown_as_its_text(text: str) -> None:
     from piw.views.base import fmt_clock
 
     assert fmt_clock(text) == text[:12]
+
+
+def test_every_printable_character_below_u0300_is_one_cell_wide_in_rich() -> None:
+    """The plain tables measure such text by ``len`` (``piw.views.table._lay_out``); if rich ever measured one
+    of these characters otherwise, the plain and the rich tables would stop lining up the same way."""
+    from rich.cells import cell_len
+
+    wide_or_empty = [
+        hex(code) for code in range(0x20, 0x300) if chr(code).isprintable() and cell_len(chr(code)) != 1
+    ]
+    assert wide_or_empty == []
+
+
+@pytest.mark.parametrize("width", (60, 33, 9, 2))
+def test_plain_cells_of_narrow_and_wide_text_are_the_rich_cells(width: int) -> None:
+    """Latin text with `` · ``, wide characters and combining marks: clipped and padded as rich does (cells are
+    sanitized text: every view passes them through ``single_line`` first)."""
+    from piw.views.table import Column, table_lines, table_plain
+
+    columns = (Column("n", 2, 4, right=True), Column("text", 4, 80, flex=True))
+    values = ['ok · 3ms · {"n":3}', "naïve café ÿ ǅ ʘ ˥" * 3, "漢字かな" * 5, "e\u0301" * 30, "x\\x1by", ""]
+    rows = [[str(n), value] for n, value in enumerate(values)]
+    plain = list(table_plain(columns, rows, width))
+    rich = [line.plain for line in table_lines(columns, rows, width)]
+    assert plain == rich

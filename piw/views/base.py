@@ -155,27 +155,29 @@ def compact(value: Any, limit: int | None = None) -> str:
     """
     fast = None if isinstance(value, str) else _fast_json(value)
     if fast is not None:
-        text = fast
-    elif isinstance(value, str):
-        text = value
+        text = (
+            fast if fast.isprintable() else single_line(fast)
+        )  # (printable: single_line would not change it)
     else:
-        value = _artifact_placeholders(value)
-        try:
-            text = (
-                value
-                if isinstance(value, str)
-                else json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
-            )
-        except (TypeError, ValueError):
-            text = repr(value)
-    text = single_line(text)
+        text = single_line(value if isinstance(value, str) else _json_or_repr(_artifact_placeholders(value)))
     if limit is not None and len(text) > limit:
         return text[: max(0, limit - 1)] + "…"
     return text
 
 
+def _json_or_repr(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def fmt_duration(ms: float | None) -> str:
     """A short elapsed time: ``850ms``, ``12.3s``, ``4m05s``, ``2h03m``."""
+    if type(ms) is int and 0 <= ms < 1000:  # most steps of a long run (``max(0.0, 0)`` is 0.0: the same text)
+        return f"{ms}ms"
     if ms is None or not math.isfinite(ms):
         return "—"
     ms = max(0.0, ms)
@@ -235,6 +237,8 @@ def node_label(node_id: str) -> str:
 
 
 def short_id(identifier: str | None, size: int = 8) -> str:
+    if identifier and identifier.isprintable():  # an attempt id as piw writes it: nothing to sanitize
+        return identifier[:size]
     return single_line(identifier or "")[:size]
 
 

@@ -123,29 +123,57 @@ def _plain_cell(value: str, size: int, right: bool) -> str:
     return _lay_out(value, size, right)
 
 
+_NARROW_BELOW = "\u0300"
+"""Every printable character below U+0300 (ASCII, Latin-1, the Latin extensions, IPA, spacing modifiers) is one
+cell wide in rich (``tests/test_views_render.py`` checks each one), so such text is measured by ``len``."""
+
+
 def _lay_out(value: str, size: int, right: bool) -> str:
     if "\n" in value:
         value = value.replace("\n", " ")
-    width = len(value) if value.isascii() else _cells(value)
-    if width > size:
-        # set_cell_size gives exactly size - 1 cells and the ellipsis is one: no need to measure the result
-        value, width = (set_cell_size(value, size - 1) + "…", size) if size > 0 else ("", 0)
+    if value.isprintable() and (value.isascii() or max(value) < _NARROW_BELOW):
+        # one cell per character (a trace summary's `` · `` is on most rows): cut by slicing
+        width = len(value)
+        if width > size:
+            value, width = (value[: size - 1] + "…", size) if size > 0 else ("", 0)
+    else:
+        width = len(value) if value.isascii() else _cells(value)
+        if width > size:
+            # set_cell_size gives exactly size - 1 cells and the ellipsis is one: no need to measure the result
+            value, width = (set_cell_size(value, size - 1) + "…", size) if size > 0 else ("", 0)
     pad = " " * (size - width)
     return pad + value if right else value + pad
 
 
 def table_plain(columns: Sequence[Column], rows: Iterable[Sequence[str]], width: int) -> Iterator[str]:
     """:func:`table_lines` as plain strings, for output that is not a terminal: the same text, a fraction of
-    the cost (``inspect --view steps`` of a long run prints hundreds of thousands of rows)."""
-    plan = [(i, size, columns[i].right) for i, size in layout(columns, width)]
+    the cost (``inspect --view steps`` of a long run prints hundreds of thousands of rows).
+
+    Each column remembers how it laid out its short cells, keyed by the text alone: a node, an outcome and a
+    duration repeat on almost every row of a long run, so most cells are one dictionary read.
+    """
+    plan: list[tuple[int, int, bool, dict[str, str]]] = [
+        (i, size, columns[i].right, {}) for i, size in layout(columns, width)
+    ]
     gap = " " * GAP
-    yield gap.join(_plain_cell(columns[i].name, size, right) for i, size, right in plan).rstrip()
+    yield gap.join(_plain_cell(columns[i].name, size, right) for i, size, right, _ in plan).rstrip()
     for row in rows:
-        # an ASCII cell (one cell per character) is padded by str.ljust/rjust or cut with "…" right here;
-        # others take _plain_cell
-        yield gap.join([
-            ((value.rjust(size) if right else value.ljust(size)) if len(value) <= size else value[: size - 1] + "…")
-            if (value := row[i]).isascii() and size > 0 and "\n" not in value
-            else _plain_cell(value, size, right)
-            for i, size, right in plan
-        ]).rstrip()  # fmt: skip
+        cells = []
+        for i, size, right, laid_out in plan:
+            value = row[i]
+            laid = laid_out.get(value)
+            if laid is None:
+                # an ASCII cell (one cell per character) is padded or cut with "…" right here; others take
+                # _lay_out, which measures them
+                if value.isascii() and size > 0 and "\n" not in value:
+                    laid = (
+                        (value.rjust(size) if right else value.ljust(size))
+                        if len(value) <= size
+                        else (value[: size - 1] + "…")
+                    )
+                else:
+                    laid = _lay_out(value, size, right)
+                if len(value) <= 24 and len(laid_out) < 4096:
+                    laid_out[value] = laid
+            cells.append(laid)
+        yield gap.join(cells).rstrip()
