@@ -184,3 +184,19 @@ def test_plain_cells_of_narrow_and_wide_text_are_the_rich_cells(width: int) -> N
     plain = list(table_plain(columns, rows, width))
     rich = [line.plain for line in table_lines(columns, rows, width)]
     assert plain == rich
+
+
+@pytest.mark.parametrize("ms", [0, 1, 7, 999, 1000, 61_000, -3])
+def test_a_whole_number_of_milliseconds_reads_as_the_same_number_as_a_float(ms: int) -> None:
+    """``fmt_duration`` has a shortcut for whole milliseconds under a second (most steps of a long run)."""
+    from piw.views.base import fmt_duration
+
+    assert fmt_duration(ms) == fmt_duration(float(ms))
+    assert fmt_duration(7) == "7ms" and fmt_duration(-3) == "0ms" and fmt_duration(1000) == "1.0s"
+
+
+def test_short_ids_are_sanitized_before_they_are_cut() -> None:
+    from piw.views.base import short_id
+
+    assert short_id("a3d1335777104567af92b4dba556e8b3") == "a3d13357"
+    assert short_id("\x1b[2Jabcdef") == "\\x1b[2Ja" and short_id("ab\ncd") == "ab cd" and short_id(None) == ""
