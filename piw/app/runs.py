@@ -23,9 +23,8 @@ from piw.store.history import RunSummary
 from piw.store.index import indexed_rows
 from piw.store.replay import fold
 from piw.store.state import RUN_STATUSES
-from piw.store.trace import decode_event
 from piw.terminal import single_line
-from piw.views.source import RecordStream
+from piw.views.source import trace_stream
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *RUN_STATUSES)
 """What ``f`` cycles through on the runs list: every run, then one status at a time."""
@@ -138,7 +137,7 @@ def bundle_rows(home: Path) -> list[RunRow]:
 def _folded_row(bundle: Bundle) -> RunRow | None:
     """A row from a streamed fold of the trace (memory stays bounded however long it is); a trace damaged in the
     middle gives its valid prefix and a notice, an empty one no row."""
-    stream = RecordStream(bundle.trace_path, decode_event)
+    stream = trace_stream(bundle.trace_path)
     state = fold(stream)
     if not state.run_id:
         return None

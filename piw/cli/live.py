@@ -31,12 +31,12 @@ from piw.progress import (
 from piw.store.bundle import open_bundle, piw_home
 from piw.store.replay import RunState
 from piw.store.session import SessionEntry
-from piw.store.trace import TraceEvent, decode_event
+from piw.store.trace import TraceEvent
 from piw.terminal import single_line
 from piw.views.base import Lines
 from piw.views.failure import where
 from piw.views.frame import FrameModel, FrameView
-from piw.views.source import RecordStream, Tail, session_tail
+from piw.views.source import Tail, session_tail, trace_stream
 
 _MARKS = {
     "ok": ("✓", "green"),
@@ -238,7 +238,7 @@ class LiveDisplay:
             if not self.interactive:
                 return
             model = FrameModel(bundle.read_snapshot(), state)
-            model.tracks.feed(RecordStream(bundle.trace_path, decode_event, limit=event.seq - 1))
+            model.tracks.feed(trace_stream(bundle.trace_path, limit=event.seq - 1))
         except PiwError:
             return  # the step lines still work without the bundle
         self._model = model

@@ -27,7 +27,7 @@ from piw.store.foldcache import events_of_type, replay
 from piw.store.lineage import forks_of
 from piw.store.replay import RunState
 from piw.store.session import SessionEntry
-from piw.store.trace import TraceEvent, decode_event
+from piw.store.trace import TraceEvent, decode_event, decode_lines
 
 T = TypeVar("T")
 Decoder = Callable[[bytes, int], T]
@@ -67,12 +67,24 @@ def read_lines(path: Path, start: int = 0) -> Iterator[tuple[int, bytes]]:
 
 
 class RecordStream(Generic[T]):
-    """A re-iterable stream of the valid records of an NDJSON file, optionally only the first ``limit``."""
+    """A re-iterable stream of the valid records of an NDJSON file, optionally only the first ``limit``.
 
-    def __init__(self, path: Path, decode: Decoder[T], limit: int | None = None) -> None:
+    With ``decode_many`` (:func:`trace_stream` gives :func:`piw.store.trace.decode_lines`), each chunk of about
+    125 lines is decoded in one call; a chunk that call refuses (a bad or blank line, or one past ``limit``) is
+    read line by line with ``decode``, so what is found and reported is the same either way.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        decode: Decoder[T],
+        limit: int | None = None,
+        decode_many: Callable[[bytes, int], list[T] | None] | None = None,
+    ) -> None:
         self.path = path
         self.decode = decode
         self.limit = limit
+        self.decode_many = decode_many
         self.damage: Damage | None = None
         """Set after an iteration that stopped at a damaged line which was not the last one."""
 
@@ -84,19 +96,56 @@ class RecordStream(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         self.damage = None
         expected, damaged = 1, 0
-        for _, line in read_lines(self.path):
-            if damaged:
-                self.damage = line_damage(self.path.name, damaged)
-                return
-            if self.limit is not None and expected > self.limit:
-                return
-            try:
-                record = self.decode(line, expected)
-            except _DECODE_ERRORS:
-                damaged = expected
-                continue
-            expected += 1
-            yield record
+        limit, decode_many = self.limit, self.decode_many
+        for body in _line_chunks(self.path, CHUNK if decode_many is None else _BATCH_CHUNK):
+            if decode_many is not None and not damaged:
+                batch = decode_many(body, expected)
+                if batch is not None and (limit is None or expected + len(batch) - 1 <= limit):
+                    expected += len(batch)
+                    yield from batch
+                    continue
+            begin = 0
+            while (end := body.find(b"\n", begin)) >= 0:
+                line = body[begin:end]
+                begin = end + 1
+                if damaged:
+                    self.damage = line_damage(self.path.name, damaged)
+                    return
+                if limit is not None and expected > limit:
+                    return
+                try:
+                    record = self.decode(line, expected)
+                except _DECODE_ERRORS:
+                    damaged = expected
+                    continue
+                expected += 1
+                yield record
+
+
+_BATCH_CHUNK = 1 << 15
+"""Bytes decoded in one ``decode_many`` call: the events are used while they are still in the cache."""
+
+
+def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
+    """The file's complete lines from the start, a chunk of about ``size`` bytes at a time (an unterminated
+    tail is never yielded)."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        rest = b""
+        while chunk := handle.read(size):
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield data[:cut]
+            rest = data[cut:]
+
+
+def trace_stream(path: Path, limit: int | None = None) -> RecordStream[TraceEvent]:
+    """The trace's events (up to ``limit``), decoded a chunk at a time."""
+    return RecordStream(path, decode_event, limit, decode_lines)
 
 
 @dataclass
@@ -229,7 +278,7 @@ class RunData:
 
     def events(self) -> RecordStream[TraceEvent]:
         """A fresh stream of the trace events up to ``at``."""
-        return RecordStream(self.bundle.trace_path, decode_event, self.at)
+        return trace_stream(self.bundle.trace_path, self.at)
 
     def entries(self) -> EntryStream:
         """Session entries written before the event after ``at`` (all of them without ``at``)."""
