@@ -161,6 +161,20 @@ def test_an_impossible_timestamp_is_shown_as_its_text(text: str) -> None:
     assert fmt_clock(text) == text[:12]
 
 
+@pytest.mark.parametrize(
+    "odd", ["2026-01-01T10:00:00.1x0Z", "2026-01-01T10:00:00.\u0661\u0662\u0663Z", "2026-01-01T10:00:00,123Z"]
+)
+def test_a_clock_read_once_per_second_still_checks_every_timestamps_milliseconds(odd: str) -> None:
+    """The second ``2026-01-01T10:00:00`` is known valid after the first call; the odd one is still parsed."""
+    from piw.progress import parse_instant
+    from piw.views.base import fmt_clock
+
+    assert fmt_clock("2026-01-01T10:00:00.123Z") == "10:00:00.123"
+    parsed = parse_instant(odd)
+    expected = parsed.strftime("%H:%M:%S.") + f"{parsed.microsecond // 1000:03d}" if parsed else odd[:12]
+    assert fmt_clock(odd) == expected
+
+
 def test_every_printable_character_below_u0300_is_one_cell_wide_in_rich() -> None:
     """The plain tables measure such text by ``len`` (``piw.views.table._lay_out``); if rich ever measured one
     of these characters otherwise, the plain and the rich tables would stop lining up the same way."""

@@ -52,11 +52,12 @@ def summary(event: TraceEvent) -> str:
     for key in keys:
         if key in payload:
             value = payload[key]
-            parts.append(
-                fmt_duration(value)
-                if key == "durationMs" and isinstance(value, int | float)
-                else compact(value)
-            )
+            if type(value) is str:
+                parts.append(value)  # sanitized with the rest below (single_line maps each character alone)
+            elif key == "durationMs" and isinstance(value, int | float):
+                parts.append(fmt_duration(value))
+            else:
+                parts.append(compact(value))
     return compact(" · ".join(parts), 200)
 
 
