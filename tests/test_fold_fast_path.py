@@ -1,8 +1,8 @@
 """The fold's fast path gives exactly the state its handlers give.
 
-``fold_more`` folds a ``node_started`` followed by the terminal event of the same attempt in its own loop, and
-hands every other event to its handler in ``_HANDLERS``; ``_Folder.node_terminal`` is what a terminal event
-means. Here generated traces, including the orders a real writer never produces (a terminal event without its
+``fold_more``'s loop (``_fold_into``) folds a ``node_started`` followed by the terminal event of the same attempt
+itself, and hands every other event to its handler in ``_HANDLERS``; ``_Folder.node_terminal`` is what a terminal
+event means. Here generated traces, including the orders a real writer never produces (a terminal event without its
 start, two starts in a row, a terminal event of another attempt, a resume that abandons the attempt, unknown
 event types, odd payload values), are folded both ways at every split, and the states must be equal.
 """
@@ -105,6 +105,9 @@ def test_the_fast_path_folds_every_trace_as_the_handlers_do(ops: list[tuple[Any,
     events = _events(ops)
     whole = fold_more(RunState(), events)
     assert whole == _by_handlers(RunState(), events)
+    assert (
+        fold_more(RunState(), iter(events)) == whole
+    )  # (a stream, not a list: folded with the collector paused)
     for split in range(1, len(events)):
         head, tail = events[:split], events[split:]
         expected = _by_handlers(_by_handlers(RunState(), head), tail)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
+from piw.store.artifacts import resolve as resolve_artifacts
 from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
 from piw.store.home import home_path as home_path  # re-exported: callers of piw.store.bundle keep working
 from piw.store.home import piw_home as piw_home
@@ -186,9 +187,9 @@ class Bundle:
 
     def resolve(self, value: Any) -> Any:
         """Load artifact refs inside a persisted value."""
-        from piw.store.artifacts import resolve
-
-        return resolve(value, lambda ref: self.artifacts.read(ref))  # the store only when a ref is met
+        return resolve_artifacts(
+            value, lambda ref: self.artifacts.read(ref)
+        )  # the store only when a ref is met
 
 
 def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: Manifest) -> Bundle:

@@ -367,7 +367,20 @@ _HANDLERS = {
 
 
 def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
-    """Apply more events to a state; pure (the input state is never changed).
+    """Apply more events to a state; pure (the input state is never changed)."""
+    folder = _Folder(state)
+    if type(events) is list and len(events) <= 16:
+        # the engine folds one event at a time: pausing the collector (a context manager, 1.8 us) would cost
+        # more than it saves there
+        last = _fold_into(folder, events)
+    else:
+        with paused_gc():  # keeps the collector from walking the growing result again and again
+            last = _fold_into(folder, events)
+    return folder.result(last)
+
+
+def _fold_into(folder: _Folder, events: Iterable[TraceEvent]) -> TraceEvent | None:
+    """Fold ``events`` into ``folder``; the last event, if any.
 
     Every event goes to its handler in ``_HANDLERS``, which is what the fold means, except the two that make up
     almost all of a long trace: a ``node_started`` and the terminal event of that same attempt with nothing in
@@ -376,7 +389,7 @@ def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
     generated traces), in half the time: the handler calls, attribute reads and helper calls it skips are most
     of what a cold replay spends in the fold.
     """
-    folder = _Folder(state)
+    state = folder.state
     handlers = _HANDLERS
     last: TraceEvent | None = None
     # While in this loop the pending ``node_started`` is the local ``started`` and ``folder.started`` is None;
@@ -385,55 +398,54 @@ def fold_more(state: RunState, events: Iterable[TraceEvent]) -> RunState:
     steps = folder.new_steps
     outputs, results, stats = folder.outputs, folder.results, folder.node_stats
     bound = False  # whether those are the owned containers yet (``own`` copies them once, before a change)
-    with paused_gc():
-        for last in events:
-            kind = last.type
-            if kind == "node_started":
-                started = last
-                folder.current = None
-                continue
-            if (
-                started is not None
-                and (kind == "node_finished" or kind == "node_failed")
-                and started.attempt_id == last.attempt_id
-            ):
-                if not bound:
-                    folder.own()
-                    outputs, results, stats = folder.outputs, folder.results, folder.node_stats
-                    bound = True
-                get = last.payload.get
-                node_id = intern(last.node_id or "")
-                outcome = get("outcome", "ok" if kind == "node_finished" else "failed")
-                node_type = started.payload.get("nodeType", "")
-                duration: Any = get("durationMs")
-                usage = get("usage")
-                step = StepRecord(
-                    attempt_id=last.attempt_id or "", node_id=node_id,
-                    node_type=intern(node_type) if type(node_type) is str else node_type,
-                    outcome=intern(outcome) if type(outcome) is str else outcome, started_at=started.at,
-                    finished_at=last.at, duration_ms=duration, prompt=None, output=get("output"),
-                    error=get("error"), action=get("action"), conversation=get("conversation"), usage=usage,
-                    traceback=_frames(tb) if (tb := get("traceback")) else None,
-                )  # fmt: skip
-                started = None
-                steps.append(step)
-                attempts, total = stats.get(node_id, (0, 0.0))
-                stats[node_id] = (attempts + 1, total + duration if type(duration) in (int, float) else total)
-                results[node_id] = step
-                if outcome == "ok":
-                    outputs[node_id] = step.output
-                else:
-                    outputs.pop(node_id, None)
-                if usage is not None:
-                    folder.fields["usage"] = add_usage(folder.fields.get("usage", state.usage), usage)
-                continue
-            handler = handlers.get(kind)
-            if handler is not None:
-                folder.started = started
-                handler(folder, last)
-                started, folder.started = folder.started, None
-        folder.started = started
-    return folder.result(last)
+    for last in events:
+        kind = last.type
+        if kind == "node_started":
+            started = last
+            folder.current = None
+            continue
+        if (
+            started is not None
+            and (kind == "node_finished" or kind == "node_failed")
+            and started.attempt_id == last.attempt_id
+        ):
+            if not bound:
+                folder.own()
+                outputs, results, stats = folder.outputs, folder.results, folder.node_stats
+                bound = True
+            get = last.payload.get
+            node_id = intern(last.node_id or "")
+            outcome = get("outcome", "ok" if kind == "node_finished" else "failed")
+            node_type = started.payload.get("nodeType", "")
+            duration: Any = get("durationMs")
+            usage = get("usage")
+            step = StepRecord(
+                attempt_id=last.attempt_id or "", node_id=node_id,
+                node_type=intern(node_type) if type(node_type) is str else node_type,
+                outcome=intern(outcome) if type(outcome) is str else outcome, started_at=started.at,
+                finished_at=last.at, duration_ms=duration, prompt=None, output=get("output"),
+                error=get("error"), action=get("action"), conversation=get("conversation"), usage=usage,
+                traceback=_frames(tb) if (tb := get("traceback")) else None,
+            )  # fmt: skip
+            started = None
+            steps.append(step)
+            attempts, total = stats.get(node_id, (0, 0.0))
+            stats[node_id] = (attempts + 1, total + duration if type(duration) in (int, float) else total)
+            results[node_id] = step
+            if outcome == "ok":
+                outputs[node_id] = step.output
+            else:
+                outputs.pop(node_id, None)
+            if usage is not None:
+                folder.fields["usage"] = add_usage(folder.fields.get("usage", state.usage), usage)
+            continue
+        handler = handlers.get(kind)
+        if handler is not None:
+            folder.started = started
+            handler(folder, last)
+            started, folder.started = folder.started, None
+    folder.started = started
+    return last
 
 
 def fold(events: Iterable[TraceEvent]) -> RunState:

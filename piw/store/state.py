@@ -7,7 +7,6 @@ converts it to and from the cached ``state.json`` (``persistence.md`` §4).
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, cast, overload
@@ -266,8 +265,24 @@ class RunState:
 
 
 _STATE_FIELDS = tuple(f.name for f in fields(RunState))
-_state_values = operator.attrgetter(*_STATE_FIELDS)
-_state_setters = tuple(getattr(RunState, name).__set__ for name in _STATE_FIELDS)
+_STATE_SETTERS = {name: getattr(RunState, name).__set__ for name in _STATE_FIELDS}
+
+
+def _copy_function() -> Callable[[RunState], RunState]:
+    """A function that copies every slot of a ``RunState`` in straight-line code, generated once from its fields
+    (as ``dataclasses`` generates ``__init__``): a loop over the 34 slots cost twice as much per event."""
+    namespace: dict[str, Any] = {"new_object": object.__new__, "RunState": RunState}
+    lines = ["def copy_state(state):", "    new = new_object(RunState)"]
+    for index, name in enumerate(_STATE_FIELDS):
+        namespace[f"set_{index}"] = _STATE_SETTERS[name]
+        lines.append(f"    set_{index}(new, state.{name})")
+    lines.append("    return new")
+    exec("\n".join(lines), namespace)  # (text built above from RunState's own field names)
+    copy: Callable[[RunState], RunState] = namespace["copy_state"]
+    return copy
+
+
+_copy_state = _copy_function()
 
 
 def evolve(state: RunState, changes: Mapping[str, Any]) -> RunState:
@@ -275,13 +290,11 @@ def evolve(state: RunState, changes: Mapping[str, Any]) -> RunState:
 
     The engine folds every event into a new state, and ``replace`` (keyword arguments through the frozen
     ``__init__``) was the largest cost of a step after printing; copying the slots with their descriptors is
-    about three times faster and gives an equal value.
+    about four times faster (2.9 us against 12 us) and gives an equal value.
     """
-    new = object.__new__(RunState)
-    for setter, value in zip(_state_setters, _state_values(state), strict=True):
-        setter(new, value)
+    new = _copy_state(state)
     for name, value in changes.items():
-        object.__setattr__(new, name, value)
+        _STATE_SETTERS[name](new, value)
     return new
 
 
