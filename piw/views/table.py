@@ -123,16 +123,23 @@ def _plain_cell(value: str, size: int, right: bool) -> str:
     return _lay_out(value, size, right)
 
 
-_NARROW_BELOW = "\u0300"
-"""Every printable character below U+0300 (ASCII, Latin-1, the Latin extensions, IPA, spacing modifiers) is one
-cell wide in rich (``tests/test_views_render.py`` checks each one), so such text is measured by ``len``."""
+def _one_cell_each(value: str) -> bool:
+    """Whether every character of ``value`` is printable Latin-1 (ASCII included), which rich measures as one cell
+    each (``tests/test_views_render.py`` checks every one), so its width is ``len``.
+
+    Encoding is the quick test: a copy for a one-byte string, an early refusal for a wider one.
+    """
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return value.isprintable()
 
 
 def _lay_out(value: str, size: int, right: bool) -> str:
     if "\n" in value:
         value = value.replace("\n", " ")
-    if value.isprintable() and (value.isascii() or max(value) < _NARROW_BELOW):
-        # one cell per character (a trace summary's `` · `` is on most rows): cut by slicing
+    if _one_cell_each(value):  # (a trace summary's `` · `` is on most rows): cut by slicing
         width = len(value)
         if width > size:
             value, width = (value[: size - 1] + "…", size) if size > 0 else ("", 0)

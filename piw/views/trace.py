@@ -6,8 +6,9 @@ in full is in ``trace.ndjson`` itself. Filtering happens while streaming, so the
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
 
 from rich.console import Console
 from rich.text import Text
@@ -17,8 +18,6 @@ from piw.terminal import single_line
 from piw.views.base import View, compact, fmt_clock, fmt_duration, node_label, safe, short_id
 from piw.views.table import Column, table_lines, table_plain
 from piw.views.updates import EventSource
-
-_Row = TypeVar("_Row")
 
 COLUMNS = (
     Column("seq", 4, 7, priority=8, right=True),
@@ -84,11 +83,18 @@ def _rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -
 
 
 def _plain_rows(events: Iterable[TraceEvent], node: str | None, attempt: str | None) -> Iterator[list[str]]:
-    """:func:`_rows` as plain strings (the same text, no styles)."""
+    """:func:`_rows` as plain strings (the same text, no styles; ``summary`` is one sanitized line already)."""
+    if node is not None or attempt is not None:
+        events = (event for event in events if matches(event, node, attempt))
     for event in events:
-        if matches(event, node, attempt):
-            yield [str(event.seq), fmt_clock(event.at), single_line(event.type), node_label(event.node_id or ""),
-                   short_id(event.attempt_id), single_line(summary(event))]  # fmt: skip
+        yield [str(event.seq), fmt_clock(event.at), _type_label(event.type), node_label(event.node_id or ""),
+               short_id(event.attempt_id), summary(event)]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _type_label(kind: str) -> str:
+    """An event type as shown (a handful of types fill a long trace)."""
+    return single_line(kind)
 
 
 def trace_header(width: int) -> Text:
@@ -113,7 +119,7 @@ class TraceView(View):
         if first is None:
             yield Text(self._nothing(), style="dim")
             return
-        yield from table_lines(COLUMNS, _chain(first, rows), width)
+        yield from table_lines(COLUMNS, itertools.chain((first,), rows), width)
 
     def plain_lines(self, width: int) -> Iterator[str]:
         """The same lines as :meth:`lines` as plain text, for output that is not a terminal: a million-event
@@ -123,7 +129,7 @@ class TraceView(View):
         if first is None:
             yield self._nothing()
             return
-        yield from table_plain(COLUMNS, _chain(first, rows), width)
+        yield from table_plain(COLUMNS, itertools.chain((first,), rows), width)
 
     def _nothing(self) -> str:
         if self.node is not None or self.attempt is not None:
@@ -134,11 +140,6 @@ class TraceView(View):
             )
             return f"No trace events for {safe(what).plain}."
         return "No trace events."
-
-
-def _chain(first: _Row, rest: Iterator[_Row]) -> Iterator[_Row]:
-    yield first
-    yield from rest
 
 
 def trace_view(events: EventSource, node: str | None = None, attempt: str | None = None) -> TraceView:
