@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import typer
-from conftest import Cli
+from conftest import Cli, WorkflowMaker
 
 from piw.cli.app import app
 from piw.cli.commands import COMMAND_MODULES, command_group, command_name, register_all
@@ -89,3 +89,27 @@ def test_option_values_are_converted_and_refused_as_before(cli: Cli) -> None:
     )
     assert cli("inspect", "x", "--at", "0").stderr.startswith("Error: --at takes a trace sequence number")
     assert cli("inspect", "x", "--at", " +1_0 ").stderr.startswith("Error: No run 'x'")
+
+
+COMPUTE_ONLY = """
+from piw import compute, define_workflow, edge
+
+workflow = define_workflow(
+    name="small",
+    start_at="a",
+    nodes={"a": compute(lambda ctx: {"n": 1}), "b": compute(lambda ctx: {"n": ctx.outputs["a"]["n"] + 1})},
+    edges=[edge("a", "b")],
+)
+"""
+
+
+def test_a_run_without_agent_or_action_steps_does_not_import_the_agent_stack(
+    cli: Cli, make_workflow: WorkflowMaker
+) -> None:
+    """The providers, the agent loop and its display are imported only for a workflow that may ask a model."""
+    path = make_workflow("small", COMPUTE_ONLY)
+    modules = _modules_after("run", str(path))
+    assert not {"piw.agent.setup", "piw.agent.executor", "piw.agent.loop", "piw.agent.display"} & modules
+    assert "piw.agent.factory" in modules
+    (bundle,) = (cli.home / "runs").iterdir()  # and the run itself happened, to the end
+    assert json.loads((bundle / "state.json").read_text())["outputs"] == {"a": {"n": 1}, "b": {"n": 2}}

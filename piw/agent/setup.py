@@ -13,6 +13,7 @@ from rich.console import Console
 
 from piw.agent.display import AgentDisplay, StreamSink
 from piw.agent.executor import AgentExecutor, AgentSettings
+from piw.agent.factory import needs_agent_executor
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
 from piw.providers.base import Provider
@@ -87,10 +88,9 @@ def agent_executor_factory(
     listeners = [AgentDisplay(console, verbose=verbose, sink=sink)]
 
     def build(workflow: LoadedWorkflow) -> Executor | None:
-        nodes = [gnode.node for gnode in workflow.graph.nodes.values()]
-        if not any(isinstance(node, AgentNode | ActionNode) for node in nodes):
+        if not needs_agent_executor(workflow):
             return None
-        needs_agent = any(isinstance(node, AgentNode) for node in nodes)
+        needs_agent = any(isinstance(gnode.node, AgentNode) for gnode in workflow.graph.nodes.values())
         if provider == RECORDED_PROVIDER:
             return AgentExecutor(_settings(load_config(home), _recorded(home, replay_from), listeners))
         try:

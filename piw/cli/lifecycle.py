@@ -57,7 +57,7 @@ def host(
     concurrency: Annotated[int, typer.Option("--concurrency", help="Runs executed at the same time.")] = 1,
 ) -> int:
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
-    from piw.agent.setup import agent_executor_factory
+    from piw.agent.factory import agent_executor_factory
     from piw.run.host import HostOptions, serve
     from piw.store.queue import QueueRow
 

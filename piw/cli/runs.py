@@ -64,7 +64,7 @@ def _foreground(
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from rich.text import Text
 
-    from piw.agent.setup import agent_executor_factory
+    from piw.agent.factory import agent_executor_factory
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
 
@@ -266,7 +266,7 @@ def _detach(
     budget: Budget | None = None,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
-    from piw.agent.setup import agent_executor_factory
+    from piw.agent.factory import agent_executor_factory
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
 
     home = piw_home()
