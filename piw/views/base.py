@@ -155,9 +155,8 @@ def compact(value: Any, limit: int | None = None) -> str:
     """
     fast = None if isinstance(value, str) else _fast_json(value)
     if fast is not None:
-        text = (
-            fast if fast.isprintable() else single_line(fast)
-        )  # (printable: single_line would not change it)
+        # printable text is what single_line would return unchanged
+        text = fast if fast.isprintable() else single_line(fast)
     else:
         text = single_line(value if isinstance(value, str) else _json_or_repr(_artifact_placeholders(value)))
     if limit is not None and len(text) > limit:
