@@ -33,14 +33,14 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
 from piw.store.damage import Damage, line_damage
 from piw.store.replay import fold, fold_more
 from piw.store.state import CurrentAttempt, RunState, StepList, StepRecord, UpdateRecord
-from piw.store.trace import TraceEvent, decode_event, decode_lines, paused_gc
+from piw.store.trace import TraceEvent, decode_event, decode_lines, last_seq, paused_gc
 
 FOLD_CHECKPOINT_SCHEMA = "piw.fold-checkpoint.v1"
 CHECKPOINT_EVERY = int(os.environ.get("PIW_TEST_CHECKPOINT_EVERY", "") or 20_000)
@@ -62,9 +62,9 @@ _SEQUENCE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
 _NAME = re.compile(r"seq-(\d{1,12})\.ckpt")
 _ZERO = bytes(32)
 _CHUNK = 1 << 20
-_DECODE_CHUNK = (
-    1 << 15
-)  # decoded in one call: ~125 lines (a megabyte at once was slower: the events left the cache before the fold)
+_DECODE_CHUNK = 1 << 15
+"""Bytes decoded in one call: about 125 lines (a megabyte at once was slower: the events left the cache before
+the fold used them)."""
 _BATCH = 256
 _DECODE_ERRORS = (ValueError, UnicodeDecodeError, KeyError, TypeError)
 
@@ -477,6 +477,14 @@ class _Extension:
         if not self.artifact_refs and _ARTIFACT_KEY in data:
             self.artifact_refs = True
 
+    def catch_up(self, handle: BinaryIO, end: int) -> bool:
+        """Feed the trace bytes from where the fed ones end up to offset ``end``, read from ``handle``; false when
+        the file ended first (it got shorter while it was read)."""
+        handle.seek(self.position)
+        while self.position < end and (piece := handle.read(min(end - self.position, _CHUNK))):
+            self.feed(piece)
+        return self.position == end
+
     def leave(self, bundle_path: Path, state: RunState) -> None:
         """Write the checkpoint of ``state``, the fold of exactly the bytes fed so far, and start a new segment."""
         self.link = hashlib.sha256(self.link + self.segment.digest()).digest()
@@ -639,12 +647,7 @@ def _replay_from(
                     batch = []
                 if not boundary or handle is None:
                     continue
-                handle.seek(extension.position)
-                while extension.position < position and (
-                    piece := handle.read(min(position - extension.position, _CHUNK))
-                ):
-                    extension.feed(piece)
-                if extension.position != position:  # the trace got shorter while it was read: no checkpoint
+                if not extension.catch_up(handle, position):  # the trace got shorter meanwhile: no checkpoint
                     handle.close()
                     handle = None
                     continue
@@ -732,9 +735,7 @@ class CheckpointTrail:
         self.extension = _Extension(base, restored[1] if base and restored else False)
         if self.extension.position < size:  # a resumed run: the lines after the last checkpoint, read once
             with trace.open("rb") as handle:
-                handle.seek(self.extension.position)
-                while piece := handle.read(min(_CHUNK, size - self.extension.position)):
-                    self.extension.feed(piece)
+                self.extension.catch_up(handle, size)
         self.active = self.extension.position == size
 
     def appended(self, line: bytes, state: RunState) -> None:
@@ -757,8 +758,6 @@ class CheckpointTrail:
 
 def _ends_at(trace: Path, size: int, seq: int) -> bool:
     """Whether the trace's last byte ends a line and that line is ``seq``."""
-    from piw.store.trace import last_seq
-
     try:
         with trace.open("rb") as handle:
             handle.seek(size - 1)
