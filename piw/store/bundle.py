@@ -187,9 +187,8 @@ class Bundle:
 
     def resolve(self, value: Any) -> Any:
         """Load artifact refs inside a persisted value."""
-        return resolve_artifacts(
-            value, lambda ref: self.artifacts.read(ref)
-        )  # the store only when a ref is met
+        # (the artifact store is opened only when a ref is met)
+        return resolve_artifacts(value, lambda ref: self.artifacts.read(ref))
 
 
 def create_bundle(home: Path, run_id: str, snapshot: dict[str, Any], manifest: Manifest) -> Bundle:

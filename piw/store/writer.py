@@ -93,8 +93,9 @@ class RunWriter:
         self.listeners: list[Listener] = []
         self._mutex = threading.RLock()
         self._state_due = 0.0
-        self._index_due = 0.0
         """``time.monotonic()`` after which the next ``state.json`` write may happen."""
+        self._index_due = 0.0
+        """``time.monotonic()`` after which the next ``runs`` index upsert is due (:data:`INDEX_INTERVAL_S`)."""
         self._state_seq = -1
         """The ``traceSeq`` of the last ``state.json`` written (so ``close`` never writes the same one twice)."""
         self._closed = False

@@ -57,7 +57,7 @@ def _plain_outcome(outcome: str) -> str:
 
 
 def _outcome(outcome: str) -> Text:
-    return Text(f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}", style=STATUS_STYLES.get(outcome, ""))
+    return Text(_plain_outcome(outcome), style=STATUS_STYLES.get(outcome, ""))
 
 
 def _detail(step: StepRecord) -> Text:
