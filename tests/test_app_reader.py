@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import RunWorkflow, WorkflowMaker
 from test_views_support import RUN_IDS, Runs, shared_runs
 
 from piw.app import reader as reader_module
@@ -176,3 +177,34 @@ def test_a_checkpoint_far_from_the_end_is_not_used_for_the_first_screen(
     )
     bundle.state_path.unlink()
     assert fast_state(bundle) is None and not folded, "nothing to start from: the index pass folds"
+
+
+def test_the_runs_list_without_an_index_folds_a_bundle_with_no_state_json(
+    piw_home: Path, make_workflow: WorkflowMaker, run_workflow: RunWorkflow
+) -> None:
+    """``bundle_rows`` (the viewer's runs list when ``piw.sqlite`` cannot be read): a bundle whose ``state.json`` is
+    gone is folded from its trace, and a line damaged in the middle shows the valid prefix with a notice."""
+    from piw.app.runs import bundle_rows
+
+    source = """
+    from piw import compute, define_workflow, edge
+
+    workflow = define_workflow(
+        name="rows",
+        start_at="a",
+        nodes={"a": compute(lambda ctx: 1), "b": compute(lambda ctx: 2), "c": compute(lambda ctx: 3)},
+        edges=[edge("a", "b"), edge("b", "c")],
+    )
+    """
+    intact = run_workflow(make_workflow("rows", source)).run_id
+    damaged = run_workflow(make_workflow("rows", source)).run_id
+    for run_id in (intact, damaged):
+        (piw_home / "runs" / run_id / "state.json").unlink()
+    trace = piw_home / "runs" / damaged / "trace.ndjson"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    lines[4] = b"not json\n"  # b's node_finished: the valid prefix is a run that started b
+    trace.write_bytes(b"".join(lines))
+    rows = {row.run_id: row for row in bundle_rows(piw_home)}
+    assert rows[intact].status == "completed" and rows[intact].notice is None
+    assert rows[damaged].status == "running" and rows[damaged].current_node == "b"
+    assert rows[damaged].notice is not None and "line 5" in rows[damaged].notice

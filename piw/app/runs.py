@@ -18,13 +18,12 @@ import orjson
 
 from piw.app.reader import last_seq
 from piw.progress import format_remaining, parse_instant
+from piw.store import foldcache
 from piw.store.bundle import Bundle, list_bundles, run_is_live
 from piw.store.history import RunSummary
 from piw.store.index import indexed_rows
-from piw.store.replay import fold
 from piw.store.state import RUN_STATUSES
 from piw.terminal import single_line
-from piw.views.source import trace_stream
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *RUN_STATUSES)
 """What ``f`` cycles through on the runs list: every run, then one status at a time."""
@@ -135,16 +134,17 @@ def bundle_rows(home: Path) -> list[RunRow]:
 
 
 def _folded_row(bundle: Bundle) -> RunRow | None:
-    """A row from a streamed fold of the trace (memory stays bounded however long it is); a trace damaged in the
-    middle gives its valid prefix and a notice, an empty one no row."""
-    stream = trace_stream(bundle.trace_path)
-    state = fold(stream)
+    """A row from the checkpoint reader's fold of the trace (streamed from the newest valid fold checkpoint,
+    read-only, as the index folds a run); a trace damaged in the middle gives its valid prefix and a notice, an
+    empty one no row."""
+    found = foldcache.replay(bundle.path, bundle.run_id, write=False)
+    state = found.state
     if not state.run_id:
         return None
     live = state.status != "running" or run_is_live(bundle)
     summary = RunSummary(
         state.run_id, state.workflow_name, state.run_title, state.status, state.started_at, state.finished_at,
-        state.current.node_id if state.current else None, notice=stream.corruption, interrupted=not live,
+        state.current.node_id if state.current else None, notice=found.notice, interrupted=not live,
         cost=_cost(state.spent if state.budget else state.usage),
     )  # fmt: skip
     return row_of(summary, forked=bool(state.forked_from))
