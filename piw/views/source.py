@@ -49,21 +49,13 @@ def decode_entry(line: bytes, expected_seq: int) -> SessionEntry:
 def read_lines(path: Path, start: int = 0) -> Iterator[tuple[int, bytes]]:
     """``(end offset, line)`` for each terminated line from ``start``; reads in chunks, ignores an open
     tail."""
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        handle.seek(start)
-        offset, rest = start, b""
-        while chunk := handle.read(CHUNK):
-            data = rest + chunk
-            begin = 0
-            while (end := data.find(b"\n", begin)) >= 0:
-                offset += end + 1 - begin
-                yield offset, data[begin:end]
-                begin = end + 1
-            rest = data[begin:]
+    offset = start
+    for body in _line_chunks(path, CHUNK, start):
+        begin = 0
+        while (end := body.find(b"\n", begin)) >= 0:
+            offset += end + 1 - begin
+            yield offset, body[begin:end]
+            begin = end + 1
 
 
 class RecordStream(Generic[T]):
@@ -126,14 +118,15 @@ _BATCH_CHUNK = 1 << 15
 """Bytes decoded in one ``decode_many`` call: the events are used while they are still in the cache."""
 
 
-def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
-    """The file's complete lines from the start, a chunk of about ``size`` bytes at a time (an unterminated
+def _line_chunks(path: Path, size: int, start: int = 0) -> Iterator[bytes]:
+    """The file's complete lines from byte ``start``, a chunk of about ``size`` bytes at a time (an unterminated
     tail is never yielded)."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
         return
     with handle:
+        handle.seek(start)
         rest = b""
         while chunk := handle.read(size):
             data = rest + chunk
