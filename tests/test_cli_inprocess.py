@@ -85,3 +85,54 @@ def test_stdin_is_not_a_terminal(cli: Cli, make_workflow: WorkflowMaker) -> None
     done = cli("run", str(path), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["finalOutput"] == {"tty": False, "in": {}}
+
+
+LOOP = """
+from piw import compute, define_workflow, switch
+
+def step(ctx):
+    n = ctx.outputs.get("step", {"n": 0})["n"] + 1
+    return {"n": n, "label": "item " + str(n), "more": n < 40}
+
+workflow = define_workflow(
+    name="loop",
+    start_at="step",
+    max_steps=60,
+    nodes={"step": compute(step), "done": compute(lambda ctx: ctx.outputs["step"])},
+    edges=[switch("step", on="$.more", cases={"true": "step", "false": "done"})],
+)
+"""
+
+
+@pytest.mark.parametrize("damaged", [False, True], ids=["intact", "damaged"])
+def test_read_only_views_print_all_of_their_output_before_a_real_process_ends(
+    cli: Cli, make_workflow: WorkflowMaker, damaged: bool
+) -> None:
+    # A real ``piw`` ends after a view without freeing the state it built (piw/cli/quick_exit.py): whatever it
+    # printed, to stdout and stderr, must be complete all the same, and its exit code the same.
+    run_id = json.loads(cli("run", str(make_workflow("loop", LOOP)), "--json").stdout)["runId"]
+    if damaged:  # a bad line in the middle: the views show the prefix and warn on stderr
+        trace = cli.home / "runs" / run_id / "trace.ndjson"
+        lines = trace.read_bytes().splitlines(keepends=True)
+        lines[31] = b"{not json\n"  # a node_started: the readable prefix ends with a finished step
+        trace.write_bytes(b"".join(lines))
+    commands = [
+        ("inspect", run_id, "--json"),
+        ("inspect", run_id, "--view", "steps"),
+        ("inspect", run_id, "--view", "trace"),
+        ("inspect", run_id, "--at", "20", "--view", "steps"),
+    ]
+    if (
+        not damaged
+    ):  # (a damaged run looks interrupted: these show how long its current step has been running)
+        commands += [("inspect", run_id), ("watch", run_id, "--once")]
+    for args in commands:
+        inside, outside = cli(*args), cli.process(*args)
+        assert len(outside.stdout) > 200, args
+        assert (outside.returncode, outside.stdout, outside.stderr) == (
+            inside.returncode,
+            inside.stdout,
+            inside.stderr,
+        ), args
+        # (``--at 20`` reads only lines before the damaged one)
+        assert ("Warning:" in outside.stderr) == (damaged and "--view" in args and "--at" not in args), args

@@ -8,6 +8,7 @@ from types import FrameType
 
 import typer
 
+from piw.cli import quick_exit
 from piw.cli.args import protect_run_refs
 from piw.cli.commands import command_group
 from piw.errors import PiwError
@@ -25,7 +26,10 @@ def _one_line(message: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``piw`` console script."""
+    """Entry point of the ``piw`` console script; ``main(argv)`` runs one command in the caller's process.
+
+    Called without ``argv`` it is the process's entry point: a command that built a large state ends the process
+    without freeing it (``piw.cli.quick_exit``)."""
     signal.signal(signal.SIGTERM, _sigterm)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -60,4 +64,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"Error: {_one_line(str(storage))}", file=sys.stderr)
         sys.exit(storage.exit_code)
-    sys.exit(result if isinstance(result, int) else 0)
+    code = result if isinstance(result, int) else 0
+    if argv is None and quick_exit.requested():
+        quick_exit.end_process(code)
+    sys.exit(code)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from piw.cli import quick_exit
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.errors import UsageError
@@ -110,6 +111,7 @@ def inspect(
 
     home = piw_home()
     run = load_run(home, resolve_run_id(home, run_id), at)
+    quick_exit.keep_until_exit(run)  # a long run's state: the process ends without freeing it
     from piw.cli.waiting import decision_summary, wait_view
 
     decision = decision_summary(home, run.state) if at is None else None
@@ -126,7 +128,9 @@ def inspect(
     if run.notice:  # in full on stderr: the state view clips its notice line to the width
         make_console(sys.stderr).print(f"Warning: {run.notice}", soft_wrap=True)
     console = make_console()
-    print_view(console, view_for(view, run, node=node, attempt=attempt, expanded=expanded, verbose=verbose))
+    shown = view_for(view, run, node=node, attempt=attempt, expanded=expanded, verbose=verbose)
+    quick_exit.keep_until_exit(shown)
+    print_view(console, shown)
     if view == "state" and decision is not None:
         wait = wait_view(home, run.state)
         if wait is not None:
@@ -160,7 +164,12 @@ def watch(
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        Watcher(bundle, make_console()).run(once=once, stop=stop)
+        watcher = Watcher(bundle, make_console())
+        if (
+            once
+        ):  # one frame of a long run: the process ends without freeing its state (a live watch has threads)
+            quick_exit.keep_until_exit(watcher)
+        watcher.run(once=once, stop=stop)
     except WatchInterrupted:
         return 130
     finally:

@@ -1,0 +1,40 @@
+"""Ending the ``piw`` process without freeing, one object at a time, what a command built.
+
+A view of a long run holds a large graph of small objects: the state of a 500,000-event run is about 160 MB of
+dicts and strings. Freeing it when the command returns, and then at interpreter shutdown, took 0.2–0.45 s of a
+2.3 s ``inspect --json``, all of it after the output was complete. A command that built such data hands it to
+:func:`keep_until_exit`, and the console script's entry point (``main()`` called without ``argv``) then flushes
+the standard streams and ends the process with ``os._exit``, the way mypy ends its own runs (``hard_exit``).
+
+Only read-only commands ask for it: nothing of theirs waits on ``atexit`` or on a thread. A command run in
+process (``main(argv)``, as the tests do) never ends the caller's process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_kept: list[object] = []
+
+
+def keep_until_exit(*objects: object) -> None:
+    """Hold ``objects`` until the process ends, and ask the entry point to end it without freeing them."""
+    _kept.extend(objects)
+
+
+def requested() -> bool:
+    return bool(_kept)
+
+
+def end_process(code: int) -> None:
+    """Flush stdout and stderr, then end the process with ``code`` at once; return if a flush fails.
+
+    A failed flush (a closed pipe, a full disk) is left to the ordinary exit, which reports it as it always has.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code)
