@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         ActionContext,
         NodeContext,
     )
+    from piw.workflow.decision_request import DecisionRequest, FieldsBlock, PreformattedBlock, SectionBlock
     from piw.workflow.definition import (
         AssistantMessage,
         ShellCommand,
@@ -72,10 +73,6 @@ if TYPE_CHECKING:
     )
     from piw.workflow.gates import (
         Choice,
-        DecisionRequest,
-        FieldsBlock,
-        PreformattedBlock,
-        SectionBlock,
         TextInput,
         TimeoutPolicy,
         choice,
@@ -107,10 +104,10 @@ _LAZY = {
     "shell": "piw.workflow.definition",
     "switch": "piw.workflow.definition",
     "Choice": "piw.workflow.gates",
-    "DecisionRequest": "piw.workflow.gates",
-    "FieldsBlock": "piw.workflow.gates",
-    "PreformattedBlock": "piw.workflow.gates",
-    "SectionBlock": "piw.workflow.gates",
+    "DecisionRequest": "piw.workflow.decision_request",
+    "FieldsBlock": "piw.workflow.decision_request",
+    "PreformattedBlock": "piw.workflow.decision_request",
+    "SectionBlock": "piw.workflow.decision_request",
     "TextInput": "piw.workflow.gates",
     "TimeoutPolicy": "piw.workflow.gates",
     "choice": "piw.workflow.gates",

@@ -340,7 +340,7 @@ class _AttemptRun:
         gate = self.attempt.budget
         if gate is None or not gate.active:
             return self.executor.provider
-        from piw.run.budget import BudgetedProvider
+        from piw.agent.budgeted import BudgetedProvider
 
         owner = self.update_owner or self.attempt
         child_key = self.attempt.gnode.local_id if self.child else None

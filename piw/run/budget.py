@@ -6,21 +6,22 @@ see the same totals and a crash never resets them. Before each request the gate 
 the request needs; a request the budget cannot cover is not sent: the gate cancels the attempt (``run_agent``
 siblings included, they share its cancel event) and the engine ends the run ``waiting`` on the budget, with what
 was spent and on what. ``piw answer RUN '{"topUp": {...}}'`` continues it with more.
+The provider wrapper that asks the gate is ``piw.agent.budgeted``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent, WrappedProvider
-from piw.providers.builder import MessageBuilder
-from piw.providers.messages import AssistantMessage
 from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
 
-if TYPE_CHECKING:
+if (
+    TYPE_CHECKING
+):  # the provider layer is imported by the agent steps that use the gate, never for a plain run
+    from piw.providers.base import ChatRequest
+    from piw.providers.messages import AssistantMessage
     from piw.run.executors import Attempt
     from piw.store.writer import RunWriter
 
@@ -129,37 +130,7 @@ def _shortfall(limits: Budget, spent: dict[str, Any], first: bool, estimate: int
     return None
 
 
-class BudgetedProvider(WrappedProvider):
-    """Wraps a provider for one agent step: the gate admits each request and records what it spent."""
-
-    def __init__(self, inner: Provider, gate: BudgetGate, owner: Attempt, step_key: str,
-                 child_key: str | None = None) -> None:  # fmt: skip
-        super().__init__(inner)
-        self.gate = gate
-        self.owner = owner
-        self.step_key = step_key
-        self.child_key = child_key
-
-    def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
-        refusal = self.gate.admit(request, self.owner, self.step_key)
-        if refusal is not None:
-            # Not sent: the attempt (and any sibling child step) stops, and the run waits on its budget.
-            self.owner.cancel.set()
-            builder = MessageBuilder(self.inner.name, request.model)
-            yield from builder.start()
-            yield from builder.fail(f"Not sent: {refusal}.", aborted=True)
-            return
-        self.owner.writer.sync()  # the usage of earlier requests is durable before another one is sent
-        final: AssistantMessage | None = None
-        for event in self.inner.stream(request, cancel):
-            if isinstance(event, DoneEvent | ErrorEvent):
-                final = event.message
-            yield event
-        if final is not None:
-            self.gate.record(final, self.owner, self.step_key, self.child_key)
-
-
 SPENT_KEYS = ("requests", "tokens", "input", "output", "cacheRead", "cacheWrite", "cost", "agentSteps")
 """The keys of ``RunState.spent`` (``unpricedRequests`` counts requests whose cost is unknown)."""
 
-__all__ = ["BUDGET_WAIT", "SPENT_KEYS", "WIRE_KEYS", "BudgetGate", "BudgetedProvider"]
+__all__ = ["BUDGET_WAIT", "SPENT_KEYS", "WIRE_KEYS", "BudgetGate"]

@@ -34,7 +34,6 @@ from piw.run.executors.checkpoint import CheckpointExecutor, DecisionBook
 from piw.run.executors.compute import ComputeExecutor
 from piw.run.executors.function import FunctionActionExecutor
 from piw.run.executors.notify import NotifyExecutor, Outbox
-from piw.run.executors.shell import ShellActionExecutor
 from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
 from piw.run.tracebacks import redact, workflow_files, workflow_traceback
@@ -145,7 +144,7 @@ class Engine:
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }
         self._function = FunctionActionExecutor()
-        self._shell = ShellActionExecutor(self._publish_shell_update)
+        self._shell_executor: Executor | None = None
 
     # ---- public entry points ----------------------------------------------------------------------------
 
@@ -759,7 +758,7 @@ class Engine:
             timeout_error = NO_ORIGIN_SESSION  # fails before prompting: no request, routes like any failure
         try:
             if isinstance(node, ActionNode):
-                executor: Executor = self._shell if node.shell is not None else self._function
+                executor: Executor = self._shell() if node.shell is not None else self._function
             else:
                 executor = self.executors[node.node_type]
             outcome = NodeOutcome.failed(timeout_error) if timeout_error else executor.execute(attempt)
@@ -860,6 +859,15 @@ class Engine:
             extra: dict[str, Any] = {"waiter": self.options.waiter} if self.options.waiter else {}
             return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
         return NodeContext(**common)
+
+    def _shell(self) -> Executor:
+        """The shell executor, made (and its line framing and update envelope imported) for a run's first shell
+        step: a run without one never imports them."""
+        if self._shell_executor is None:
+            from piw.run.executors.shell import ShellActionExecutor
+
+            self._shell_executor = ShellActionExecutor(self._publish_shell_update)
+        return self._shell_executor
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
         assert self.publisher is not None

@@ -354,6 +354,8 @@ def configured_durability(home: Path, warn: Callable[[str], None] | None = None)
     A config file that cannot be read does not stop a run that needs no provider: the problem goes to ``warn``
     (one line) and the defaults apply. A run that needs a provider already failed on it when selecting one.
     """
+    if not (home / "config.toml").exists():  # (``config_path``): no file, no key, no provider layer to import
+        return None
     from piw.providers.config import load_config
 
     try:
@@ -370,11 +372,16 @@ def resolved_outcome(home: Path, state: RunState) -> tuple[Any, Any]:
     return bundle.resolve(state.final_output), bundle.resolve(state.error)
 
 
-def tools_known() -> Callable[[str], bool] | None:
-    """Whether a tool name is registered (the run-start check of agent ``tools=``)."""
-    try:
+def tools_known() -> Callable[[str], bool]:
+    """Whether a tool name is registered (the run-start check of agent ``tools=``).
+
+    A live check: a workflow file may register its own tools when it is imported, after this is called. The
+    registry (and the built-in tools it registers) is imported by the first check, so a workflow without agent
+    tools never imports it."""
+
+    def known(name: str) -> bool:
         from piw.tools import registry
-    except ImportError:  # pragma: no cover - the tools package ships with piw
-        return None
-    # A live check: a workflow file may register its own tools when it is imported, after this is called.
-    return lambda name: name in registry.registered_names()
+
+        return name in registry.registered_names()
+
+    return known

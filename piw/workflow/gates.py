@@ -13,14 +13,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from piw.errors import DefinitionError
 
 if TYPE_CHECKING:
     from piw.workflow.context import NodeContext
+    from piw.workflow.decision_request import DecisionRequest
 
 CHOICE_ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 INPUT_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -203,82 +202,17 @@ def _seconds_to_minutes(seconds: Any) -> float:
     return float(seconds) / 60.0
 
 
-# ---- the structured request ---------------------------------------------------------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FieldItem(_Strict):
-    label: Annotated[str, Field(min_length=1, max_length=100)]
-    value: Annotated[str, Field(max_length=2_000)]
-
-
-class FieldsBlock(_Strict):
-    """Short label/value pairs (digest, revision, mode)."""
-
-    kind: Literal["fields"] = "fields"
-    items: Annotated[list[FieldItem], Field(min_length=1, max_length=32)]
-
-
-class PreformattedBlock(_Strict):
-    """Text shown as is, in a monospace block (a plan as JSON)."""
-
-    kind: Literal["preformatted"] = "preformatted"
-    text: Annotated[str, Field(max_length=100_000)]
-
-
-class SectionBlock(_Strict):
-    """A titled section: plain text, and/or preformatted blocks."""
-
-    kind: Literal["section"] = "section"
-    title: Annotated[str, Field(min_length=1, max_length=200)]
-    text: Annotated[str | None, Field(max_length=20_000)] = None
-    blocks: Annotated[list[PreformattedBlock], Field(max_length=8)] = []
-
-
-Block = Annotated[FieldsBlock | SectionBlock | PreformattedBlock, Field(discriminator="kind")]
-
-
-class DecisionRequest(_Strict):
-    """What the person deciding is shown: a title, a subject, a summary and a few blocks."""
-
-    title: Annotated[str, Field(min_length=1, max_length=2_000)]
-    subject: Annotated[str | None, Field(max_length=2_000)] = None
-    summary: Annotated[str | None, Field(max_length=20_000)] = None
-    blocks: Annotated[list[Block], Field(max_length=32)] = []
-
-    @field_validator("title")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("title must not be blank")
-        return value
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True, exclude_defaults=False)
+# ---- the structured request (``piw.workflow.decision_request``) ----------------------------------------------
 
 
 def as_request(value: Any, where: str) -> DecisionRequest:
     """A request string (its title), a ``DecisionRequest`` or an equivalent mapping; errors name the field."""
-    if isinstance(value, DecisionRequest):
-        return value
-    if isinstance(value, str):
-        value = {"title": value}
-    if not isinstance(value, Mapping):
-        raise ValueError(
-            f"{where}: request must be a string, a DecisionRequest or a mapping, got {type(value).__name__}"
-        )
-    try:
-        return DecisionRequest.model_validate(dict(value))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        path = ".".join(str(part) for part in first.get("loc", ())) or "request"
-        raise ValueError(f"{where}: request.{path}: {first.get('msg', 'invalid')}") from None
+    from piw.workflow.decision_request import as_request as checked
+
+    return checked(value, where)
 
 
-RequestArg = str | DecisionRequest | Mapping[str, Any] | Callable[["NodeContext"], Any]
+RequestArg: TypeAlias = "str | DecisionRequest | Mapping[str, Any] | Callable[[NodeContext], Any]"
 AudienceArg = str | Callable[["NodeContext"], str]
 GateTimeoutArg = TimeoutPolicy | Mapping[str, Any] | Callable[["NodeContext"], Any] | None
 
@@ -319,6 +253,8 @@ def make_human_decision(
             "human_decision audience must be a non-empty string (at most 200 characters) or a function of the context"
         )
     options = as_choices(choices)
+    from piw.workflow.decision_request import DecisionRequest
+
     if not (callable(request) or isinstance(request, str | DecisionRequest | Mapping)):
         raise DefinitionError(
             "human_decision request must be a str, a DecisionRequest, a mapping or a function of the node context"
