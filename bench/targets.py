@@ -54,6 +54,18 @@ workflow = define_workflow(
 """
 
 
+TWO_STEPS = """
+from piw import compute, define_workflow, edge
+
+workflow = define_workflow(
+    name="two-steps",
+    start_at="a",
+    nodes={"a": compute(lambda ctx: {"n": 1}), "b": compute(lambda ctx: {"n": ctx.outputs["a"]["n"] + 1})},
+    edges=[edge("a", "b")],
+)
+"""
+
+
 @dataclass
 class Row:
     target: str
@@ -399,6 +411,20 @@ def startup(args: argparse.Namespace, folder: Path) -> None:
     row("piw inspect, small run", f"{wall * 1000:.0f} ms", "limit 350 ms", wall <= 0.35)
     floor, _ = median_of(args.runs, lambda: measured([sys.executable, "-c", "pass"], env))
     NOTES.append(f"interpreter start-up alone: {floor * 1000:.0f} ms")
+    # Not a target of the issue, but what every `piw run` costs before its first step: mostly imports.
+    source = folder / "two-steps.workflow.py"
+    source.write_text(TWO_STEPS, encoding="utf-8")
+    wall, _ = median_of(args.runs, lambda: measured([*piw, "run", str(source)], env))
+    imports, _ = median_of(
+        args.runs,
+        lambda: measured([sys.executable, "-c", "import piw.cli.main, piw.run.runner, piw.cli.live"], env),
+    )
+    row(
+        "piw run, 2 compute steps (start-up included)",
+        f"{wall * 1000:.0f} ms",
+        f"importing the CLI, the runner and the display alone {imports * 1000:.0f} ms; no limit",
+        None,
+    )
     # typer (0.29) converts every parameter through pydantic TypeAdapters (typer._adapters imports pydantic);
     # piw.cli.coercion gives piw's parameters a plain converter instead, so no command imports pydantic.
     bare, _ = median_of(args.runs, lambda: measured([sys.executable, "-c", "import typer"], env))
