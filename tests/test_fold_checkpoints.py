@@ -247,6 +247,24 @@ def test_a_damaged_trace_line_still_shows_the_notice_with_checkpoints(tmp_path: 
     assert result.state.trace_seq == 3 and result.checkpoint_seq == 0
 
 
+@pytest.mark.parametrize("limit", ["at", "damage"])
+def test_a_first_read_that_stops_early_leaves_checkpoints_the_next_read_trusts(tmp_path: Path, limit: str) -> None:
+    # The chunk that holds the line past ``--at`` (or a damaged line) is read line by line: the checkpoints left
+    # on the way must cover exactly the bytes of the lines folded, or the next read would not trust them.
+    bundle = _bundle(tmp_path, _events(["start", "ok"] * 12, RUN_ID))
+    expected = _reference(bundle, 10)
+    if limit == "damage":
+        lines = (bundle / "trace.ndjson").read_bytes().splitlines(keepends=True)
+        lines[10] = b"{broken\n"  # line 11, with lines after it
+        (bundle / "trace.ndjson").write_bytes(b"".join(lines))
+    first = replay(bundle, RUN_ID, 10 if limit == "at" else None)
+    assert first.state.trace_seq == 10 and first.checkpoint_seq == 0
+    assert [h.seq for h in valid_checkpoints(bundle, RUN_ID)] == [4, 8]
+    again = replay(bundle, RUN_ID, 10 if limit == "at" else None, write=False)
+    assert again.checkpoint_seq == 8
+    _same(again, expected)
+
+
 @pytest.mark.parametrize("region", ["header", "head", "steps"])
 def test_a_checkpoint_edited_to_say_something_else_is_not_believed(tmp_path: Path, region: str) -> None:
     """Still well-formed after the edit: only the digests can tell, and they do."""

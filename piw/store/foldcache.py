@@ -514,9 +514,12 @@ _ARTIFACT_KEY = b'"$artifact"'
 
 
 def _read(
-    trace: Path, offset: int, seq: int, at: int | None
+    trace: Path, offset: int, seq: int, at: int | None, feed: Callable[[bytes], None] | None = None
 ) -> tuple[Iterator[tuple[int, list[TraceEvent]]], _ReadOutcome]:
     """Stream ``(end offset, events)`` batches from ``offset`` (whose line has ``seq``) up to ``at``.
+
+    ``feed``, when given, gets the bytes of each batch's lines just before the batch is yielded, so a reader that
+    leaves checkpoints hashes exactly the bytes it decoded without reading the file a second time.
 
     A batch is the lines of one chunk decoded in one call (:func:`piw.store.trace.decode_lines`), cut after
     every checkpoint boundary (``seq`` a multiple of :data:`CHECKPOINT_EVERY`), so a boundary event always ends
@@ -543,7 +546,12 @@ def _read(
                     outcome.artifact_refs = True
                 batch = None if damaged or not body else decode_lines(body, expected)
                 if batch is not None and (at is None or batch[-1].seq <= at):
-                    yield from _cut_at_boundaries(body, position, batch)
+                    fed = position
+                    for end, events in _cut_at_boundaries(body, position, batch):
+                        if feed is not None:
+                            feed(body if end - fed == len(body) else body[fed - position : end - position])
+                            fed = end
+                        yield end, events
                     position += len(body)
                     expected += len(batch)
                     continue
@@ -564,6 +572,8 @@ def _read(
                         return
                     position += len(line)
                     expected += 1
+                    if feed is not None:
+                        feed(line)
                     yield position, [event]
 
     return events(), outcome
@@ -629,32 +639,20 @@ def _replay_from(
     offset = base.offset if base else 0
     extension = _Extension(base, refs_before)
     trace = bundle_path / "trace.ndjson"
-    stream, found = _read(trace, offset, (base.seq if base else 0) + 1, at)
+    stream, found = _read(trace, offset, (base.seq if base else 0) + 1, at, extension.feed if write else None)
     position = offset
     batch: list[TraceEvent] = []
     with paused_gc():
-        try:
-            handle = trace.open("rb") if write else None
-        except OSError:
-            handle = None
-        try:
-            for position, events in stream:
-                batch.extend(events)
-                boundary = not events[-1].seq % CHECKPOINT_EVERY and handle is not None
-                if len(batch) >= _BATCH or boundary:
-                    # a chunk of events at most: they are dropped as soon as they are folded (bounded memory)
-                    state = fold_more(state, batch)
-                    batch = []
-                if not boundary or handle is None:
-                    continue
-                if not extension.catch_up(handle, position):  # the trace got shorter meanwhile: no checkpoint
-                    handle.close()
-                    handle = None
-                    continue
+        for end, events in stream:
+            position = end
+            batch.extend(events)
+            boundary = write and not events[-1].seq % CHECKPOINT_EVERY
+            if len(batch) >= _BATCH or boundary:
+                # a chunk of events at most: they are dropped as soon as they are folded (bounded memory)
+                state = fold_more(state, batch)
+                batch = []
+            if boundary:  # the extension was fed exactly the bytes of the events folded so far
                 extension.leave(bundle_path, state)
-        finally:
-            if handle is not None:
-                handle.close()
         state = fold_more(state, batch)
     return Replay(
         state,
