@@ -118,3 +118,11 @@ def test_a_run_without_agent_or_action_steps_does_not_import_the_agent_stack(
     assert "piw.agent.factory" in modules
     (bundle,) = (cli.home / "runs").iterdir()  # and the run itself happened, to the end
     assert json.loads((bundle / "state.json").read_text())["outputs"] == {"a": {"n": 1}, "b": {"n": 2}}
+
+
+def test_inspect_json_imports_neither_rich_nor_pydantic(cli: Cli, make_workflow: WorkflowMaker) -> None:
+    """``inspect --json`` writes the replayed state with msgspec: the views' renderer and pydantic are not needed."""
+    run_id = json.loads(cli("run", str(make_workflow("small", COMPUTE_ONLY)), "--json").stdout)["runId"]
+    modules = _modules_after("inspect", run_id, "--json")
+    assert "msgspec" in modules and "piw.store.foldcache" in modules  # the run was read
+    assert not {"rich", "pydantic", "piw.views.base"} & modules

@@ -112,9 +112,11 @@ def inspect(
     home = piw_home()
     run = load_run(home, resolve_run_id(home, run_id), at)
     quick_exit.keep_until_exit(run)  # a long run's state: the process ends without freeing it
-    from piw.cli.waiting import decision_summary, wait_view
+    decision = None
+    if at is None and run.state.status == "waiting":  # (the decision views, and rich, only for a waiting run)
+        from piw.cli.waiting import decision_summary
 
-    decision = decision_summary(home, run.state) if at is None else None
+        decision = decision_summary(home, run.state)
     if as_json or view == "state":
         run = with_artifact_check(run)
     if as_json:
@@ -132,6 +134,8 @@ def inspect(
     quick_exit.keep_until_exit(shown)
     print_view(console, shown)
     if view == "state" and decision is not None:
+        from piw.cli.waiting import wait_view
+
         wait = wait_view(home, run.state)
         if wait is not None:
             console.print(wait)

@@ -19,12 +19,24 @@ walks the imports). One module per view; :func:`view_for` picks one by name for 
 
 from __future__ import annotations
 
-from piw.views.base import View
+from typing import TYPE_CHECKING, Any
+
 from piw.views.source import RunData, load_run
+
+if TYPE_CHECKING:  # rich, which every view renders with, is imported with the first view made (not for --json)
+    from piw.views.base import View
 
 VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation", "output")
 
 __all__ = ["VIEW_NAMES", "RunData", "View", "load_run", "view_for"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "View":
+        from piw.views.base import View
+
+        return View
+    raise AttributeError(f"module 'piw.views' has no attribute {name!r}")
 
 
 def view_for(
