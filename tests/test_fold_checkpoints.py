@@ -248,7 +248,9 @@ def test_a_damaged_trace_line_still_shows_the_notice_with_checkpoints(tmp_path: 
 
 
 @pytest.mark.parametrize("limit", ["at", "damage"])
-def test_a_first_read_that_stops_early_leaves_checkpoints_the_next_read_trusts(tmp_path: Path, limit: str) -> None:
+def test_a_first_read_that_stops_early_leaves_checkpoints_the_next_read_trusts(
+    tmp_path: Path, limit: str
+) -> None:
     # The chunk that holds the line past ``--at`` (or a damaged line) is read line by line: the checkpoints left
     # on the way must cover exactly the bytes of the lines folded, or the next read would not trust them.
     bundle = _bundle(tmp_path, _events(["start", "ok"] * 12, RUN_ID))
