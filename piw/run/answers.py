@@ -22,11 +22,12 @@ from pydantic import BaseModel, ValidationError
 
 from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, RunNotFound, UsageError
 from piw.run.continuation import ContinuationSpec
+from piw.run.decision_book import new_decision
 from piw.store.bundle import new_run_id, open_bundle
-from piw.store.decisions import AnswerRecord, NewDecision
+from piw.store.decisions import AnswerRecord
 from piw.store.queue import NewRun, RunQueue
 from piw.store.replay import RunState, fold
-from piw.wire import digest, format_time, parse_time
+from piw.wire import digest, format_time
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
 from piw.workflow.gates import check_answer, is_gate_request
 
@@ -299,26 +300,6 @@ def existing_run(home: Path, run_id: str) -> bool:
 # ---- recording the winner -----------------------------------------------------------------------------------
 
 
-def new_decision(run_id: str, node_id: str, attempt_id: str, opened: dict[str, Any]) -> NewDecision:
-    """The decision row of an opened gate; its deadline is the request's ``onTimeout.expiresAt``."""
-    timeout = opened.get("onTimeout") if isinstance(opened.get("onTimeout"), dict) else None
-    expires = None
-    if timeout is not None and timeout.get("expiresAt"):
-        expires = int(parse_time(str(timeout["expiresAt"])).timestamp() * 1000)
-    return NewDecision(
-        decision_id=str(opened["decisionId"]),
-        run_id=run_id,
-        node_id=node_id,
-        attempt_id=attempt_id,
-        request=opened,
-        request_sha256=str(opened.get("requestSha256", "")),
-        expires_at=expires,
-        on_timeout=None
-        if timeout is None
-        else {"choice": timeout.get("choice"), "afterMinutes": timeout.get("afterMinutes")},
-    )
-
-
 FOREGROUND_HOLD_MS = 60_000
 """How long hosts leave a continuation queued for the foreground process that answered to claim it."""
 
@@ -398,16 +379,3 @@ def record_answer(
     raise ContinuationExists(
         f"Run {run_id} was already answered differently; its continuation is run {other}.", str(other)
     )
-
-
-def open_decision_book(queue: RunQueue) -> Any:
-    """The checkpoint executor's decision book over the queue: a gate's request is recorded once."""
-
-    class _Book:
-        def open_decision(
-            self, *, run_id: str, node_id: str, attempt_id: str, decision_id: str, request: dict[str, Any]
-        ) -> dict[str, Any]:
-            row = queue.open_decision(new_decision(run_id, node_id, attempt_id, request))
-            return row.request
-
-    return _Book()

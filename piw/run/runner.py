@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import LoadError, PiwError, ProviderError, ResumeRefused, RunFinished, RunLocked, RunNotFound
-from piw.run.answers import open_decision_book
 from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec
+from piw.run.decision_book import open_decision_book
 from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
