@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from piw.store.artifacts import externalize, externalize_plain
@@ -108,6 +108,10 @@ def test_long_strings_become_artifact_refs_on_the_fast_path() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(PLAIN_VALUES)
+@example({"k": "a\x7fb"})  # ASCII, but DEL: sanitized
+@example({"k": "\x1b[31m", "\x07": 1})  # C0 controls: JSON escapes them, the text is printable ASCII
+@example(["\u202e", "\x85", "é"])  # bidi, C1, Latin-1: not ASCII
+@example({"$": "$artifact", "k": "$5"})  # a dollar that is no artifact ref
 def test_the_views_fast_compact_text_is_what_json_gives(value: Any) -> None:
     """``compact`` (every table cell of a value) writes plain data with orjson: the same text as ``json``."""
     from piw.terminal import single_line

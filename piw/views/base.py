@@ -142,7 +142,9 @@ def _fast_json(value: Any) -> str | None:
     if not is_plain(value):
         return None
     data = orjson.dumps(value)
-    if b'"$artifact"' in data:
+    if (
+        b"$" in data and b'"$artifact"' in data
+    ):  # a one-byte search first: the 11-byte one costs ~0.3 µs a row
         return None
     return data.decode("utf-8")
 
@@ -155,8 +157,10 @@ def compact(value: Any, limit: int | None = None) -> str:
     """
     fast = None if isinstance(value, str) else _fast_json(value)
     if fast is not None:
-        # printable text is what single_line would return unchanged
-        text = fast if fast.isprintable() else single_line(fast)
+        # printable text is what single_line would return unchanged; orjson escapes every C0 control, so ASCII
+        # text without DEL is printable (``isascii`` is a flag, DEL one byte to find: cheaper than ``isprintable``)
+        printable = (fast.isascii() and "\x7f" not in fast) or fast.isprintable()
+        text = fast if printable else single_line(fast)
     else:
         text = single_line(value if isinstance(value, str) else _json_or_repr(_artifact_placeholders(value)))
     if limit is not None and len(text) > limit:
