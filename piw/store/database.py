@@ -401,9 +401,9 @@ def open_database(home: Path) -> Database:
 
     Raises ``StateSchemaMismatch`` (one line, exit 2) for a corrupt or foreign ``piw.sqlite``.
     """
-    from piw.store.bundle import ensure_private_dir
-
     if not home.is_dir():  # an existing home is left as it is (piw_home tightened it; it may be read-only)
+        from piw.store.bundle import ensure_private_dir  # (with the fold: not for a home that exists)
+
         ensure_private_dir(home)
     path = database_path(home)
     with _OPEN_LOCK:

@@ -14,14 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError, TraceCorrupt
-from piw.store.bundle import list_bundles, load_state, run_is_live
 from piw.store.damage import Damage, line_damage
 from piw.store.database import now_ms
 from piw.store.index import IndexRow, indexed_rows, usage_cost
 from piw.store.queue import QueueRow, SqliteQueue
-from piw.store.replay import fold
 from piw.store.storage import storage_error
-from piw.store.trace import read_trace_prefix
 
 
 @dataclass(frozen=True)
@@ -127,6 +124,14 @@ def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary
 
 def folded_summaries(home: Path) -> list[RunSummary]:
     """Every run folded from its bundle (the listing before the index existed; the benchmark's baseline)."""
+    from piw.store.bundle import (
+        list_bundles,
+        load_state,
+        run_is_live,
+    )  # (the fold: not for a listing by index)
+    from piw.store.replay import fold
+    from piw.store.trace import read_trace_prefix
+
     out: list[RunSummary] = []
     for bundle in list_bundles(home):
         damage: Damage | None = None

@@ -21,16 +21,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from piw.errors import PiwError
-from piw.store import foldcache
-from piw.store.bundle import Bundle, current_state, list_bundles
-from piw.store.damage import Damage
 from piw.store.database import Database, now_ms, open_database
 from piw.store.home import RUN_ID_PATTERN
-from piw.store.replay import RunState
 from piw.wire import parse_time
+
+if TYPE_CHECKING:  # the bundle and the fold are imported only to refold a row: a current index needs neither
+    from piw.store.bundle import Bundle
+    from piw.store.damage import Damage
+    from piw.store.replay import RunState
 
 log = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -134,6 +135,9 @@ def _fold_row(bundle: Bundle) -> tuple[Any, ...] | None:
     into a list took about 2 GB for one such run, in ``piw runs`` and in the viewer's runs list). Read-only:
     no checkpoint or ``verified.json`` is written, so a reader of the index (``piw view``) writes no bundle.
     """
+    from piw.store import foldcache
+    from piw.store.bundle import current_state
+
     stamp = trace_stamp(
         bundle.trace_path
     )  # before reading: a line appended meanwhile makes it differ next time
@@ -207,6 +211,8 @@ class RunIndex:
 
 def rebuild_run_index(home: Path) -> int:
     """Fold every bundle and replace the ``runs`` table with what they say; returns the rows written."""
+    from piw.store.bundle import list_bundles
+
     db = open_database(home)
     rows = [row for row in (_fold_row(bundle) for bundle in list_bundles(home)) if row is not None]
     with db.transaction() as conn:
@@ -270,7 +276,7 @@ def indexed_rows(home: Path) -> list[IndexRow]:
     stamps = _scan(home)
     rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
     root = home / "runs"
-    missing = [Bundle(run_id, root / run_id) for run_id in stamps.keys() - rows.keys()]
+    missing_ids = stamps.keys() - rows.keys()
     gone = [run_id for run_id in rows.keys() - stamps.keys()]
     # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
     # row lags its trace by up to a second (the writer coalesces upserts), a crashed writer never caught up,
@@ -281,8 +287,14 @@ def indexed_rows(home: Path) -> list[IndexRow]:
     # ... except a running run whose writer is alive: it upserts its own row every second (writer.py
     # INDEX_INTERVAL_S), and refolding a long run's row on every listing cost ~1.5 s and ~300 MB each time.
     maintained = _live_writers(conn, [run_id for run_id in changed_ids if rows[run_id][3] == "running"])
-    changed = [Bundle(run_id, root / run_id) for run_id in changed_ids if run_id not in maintained]
-    fresh = [row for row in (_fold_row(bundle) for bundle in [*missing, *changed]) if row is not None]
+    refold = [*missing_ids, *(run_id for run_id in changed_ids if run_id not in maintained)]
+    fresh: list[tuple[Any, ...]] = []
+    if refold:
+        from piw.store.bundle import Bundle  # the fold comes with it: imported only when a row is refolded
+
+        fresh = [
+            row for row in (_fold_row(Bundle(run_id, root / run_id)) for run_id in refold) if row is not None
+        ]
     fresh = [row for row in fresh if rows.get(row[0]) != row]
     if fresh or gone:
         try:
