@@ -169,9 +169,8 @@ def watch(
         previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         watcher = Watcher(bundle, make_console())
-        if (
-            once
-        ):  # one frame of a long run: the process ends without freeing its state (a live watch has threads)
+        # One frame of a long run: the process ends without freeing its state (not a live watch: it has threads).
+        if once:
             quick_exit.keep_until_exit(watcher)
         watcher.run(once=once, stop=stop)
     except WatchInterrupted:

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
 
-if (
-    TYPE_CHECKING
-):  # the provider layer is imported by the agent steps that use the gate, never for a plain run
+# The provider layer is imported by the agent steps that use the gate, never for a plain run.
+if TYPE_CHECKING:
     from piw.providers.base import ChatRequest
     from piw.providers.messages import AssistantMessage
     from piw.run.executors import Attempt

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from piw.views.source import RunData, load_run
 
-if (
-    TYPE_CHECKING
-):  # rich, which every view renders with, is imported with the first view made (not for --json)
+# rich, which every view renders with, is imported with the first view made (not for --json).
+if TYPE_CHECKING:
     from piw.views.base import View
 
 VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conversation", "output")

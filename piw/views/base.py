@@ -142,9 +142,8 @@ def _fast_json(value: Any) -> str | None:
     if not is_plain(value):
         return None
     data = orjson.dumps(value)
-    if (
-        b"$" in data and b'"$artifact"' in data
-    ):  # a one-byte search first: the 11-byte one costs ~0.3 µs a row
+    # A one-byte search first: the 11-byte one costs ~0.3 µs a row.
+    if b"$" in data and b'"$artifact"' in data:
         return None
     return data.decode("utf-8")
 
