@@ -251,19 +251,24 @@ def set_aside_incomplete(home: Path, now: float | None = None) -> list[Path]:
     moment = time.time() if now is None else now
     moved: list[Path] = []
     try:
-        entries = list(root.iterdir())
+        names = [entry.name for entry in os.scandir(root)]
     except OSError:
         return moved
-    for entry in entries:
-        if not is_bundle_dir(entry):
+    folder = os.fspath(root)
+    for name in names:
+        if name.startswith(".") or RUN_ID_PATTERN.fullmatch(name) is None:
             continue
         try:
-            # One stat per bundle: a started run's trace is never empty (a torn first line is left alone).
-            if (entry / "trace.ndjson").stat().st_size > 0:
+            # One stat per bundle, with a plain string path: every run start scans a home that keeps every run it
+            # ever had. A started run's trace is never empty (a torn first line is left alone).
+            if os.stat(os.path.join(folder, name, "trace.ndjson")).st_size > 0:
                 continue
         except FileNotFoundError:
             pass
         except OSError:
+            continue
+        entry = root / name
+        if not is_bundle_dir(entry):
             continue
         try:
             if moment - entry.stat().st_mtime < INCOMPLETE_MIN_AGE_S:
