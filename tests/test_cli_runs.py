@@ -420,9 +420,14 @@ def test_runs_tells_a_crashed_run_from_a_live_one(cli: Cli, make_workflow: Workf
     )
     process = cli.popen("run", str(path))
     try:
-        deadline = time.monotonic() + 20
+        # The writer refreshes the index row within about a second even while the step runs and nothing is
+        # appended (persistence.md §3): the listing shows the step, not the moment before it.
+        deadline = time.monotonic() + 15
         while time.monotonic() < deadline and [row["currentNode"] for row in cli.json("runs")] != ["a"]:
             time.sleep(0.05)
+        assert [row["currentNode"] for row in cli.json("runs")] == ["a"]
+        state = json.loads((cli.home / "runs" / cli.json("runs")[0]["runId"] / "state.json").read_text())
+        assert state["currentNode"] == "a"  # state.json too
         live = cli("runs").stdout
         assert "running" in live and "interrupted" not in live
     finally:

@@ -8,6 +8,7 @@ threads an action starts (updates, child agents) get one total order.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -43,6 +44,8 @@ STATE_CACHE_COST_FACTOR = 20
 """``state.json`` is rewritten whole, so its cost grows with the run: after a write that took ``d`` seconds the
 next one waits at least ``20 × d`` (and at least a second), which keeps cache writes under ~5 % of a run
 however long it gets. Readers fold the trace tail past a stale cache (``persistence.md`` §3)."""
+_IDLE_CHECK_S = 1.0
+"""How often a writer's idle flusher looks at its caches when nothing is due (:meth:`RunWriter._flush_when_idle`)."""
 INDEX_INTERVAL_S = 1.0
 """The run's ``runs`` index row is upserted at least this often while events come, whatever the state-cache
 interval: a row costs a small SQLite write, not a rewrite of the run, and readers list a running run whose
@@ -98,6 +101,11 @@ class RunWriter:
         """``time.monotonic()`` after which the next ``runs`` index upsert is due (:data:`INDEX_INTERVAL_S`)."""
         self._state_seq = -1
         """The ``traceSeq`` of the last ``state.json`` written (so ``close`` never writes the same one twice)."""
+        self._index_seq = -1
+        """The ``traceSeq`` of the last ``runs`` index row upserted."""
+        self._idle = threading.Condition(self._mutex)
+        self._flusher: threading.Thread | None = None
+        """Writes the caches an append left behind when no next append comes to do it (:meth:`_flush_when_idle`)."""
         self._closed = False
         self._failed: OSError | None = None
         """The write error that stopped this writer (a full disk); every later append re-raises it."""
@@ -141,7 +149,13 @@ class RunWriter:
             if self._failed is not None:
                 raise self._failed
             self.lock.fence()
-            return self._commit(scope, type, payload, node_id, attempt_id, sync, at, externalized)
+            event = self._commit(scope, type, payload, node_id, attempt_id, sync, at, externalized)
+            if self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_when_idle, name="piw-cache-flush", daemon=True
+                )
+                self._flusher.start()
+            return event
 
     def _commit(
         self,
@@ -260,7 +274,7 @@ class RunWriter:
 
     def _write_caches(self, force: bool) -> None:
         now = time.monotonic()
-        refreshed = force or now >= self._state_due
+        refreshed = force or (now >= self._state_due and self.state.trace_seq != self._state_seq)
         if refreshed:
             self._write_state()
         state = self.state
@@ -289,8 +303,41 @@ class RunWriter:
             return
         try:
             self.index(self.state)
+            self._index_seq = self.state.trace_seq
         except Exception as exc:  # the index is a cache: never fail the run for it
             log.warning("run %s: runs index not updated: %s", self.bundle.run_id, exc)
+
+    def _flush_when_idle(self) -> None:
+        """Refresh ``state.json`` and the index row that appends left stale, once they are due, when no append
+        comes to do it: a step that runs for minutes must not leave ``piw runs`` showing the node before it.
+
+        Appends coalesce these writes (:data:`STATE_CACHE_INTERVAL_S`, :data:`INDEX_INTERVAL_S`) and write them
+        only on a later append, so without this a long step kept the caches behind for as long as it ran, where
+        ``persistence.md`` §3 allows about a second. This thread wakes at most once a second, holds the writer's
+        mutex only while it writes, and stops when the writer closes or may no longer write.
+        """
+        with self._idle:
+            while not self._closed and self._failed is None:
+                seq = self.state.trace_seq
+                due = min(
+                    self._state_due if seq != self._state_seq else math.inf,
+                    self._index_due if self.index is not None and seq != self._index_seq else math.inf,
+                )
+                now = time.monotonic()
+                if due > now:
+                    self._idle.wait(min(due - now, _IDLE_CHECK_S))  # appends move the dues: look again soon
+                    continue
+                try:
+                    self.lock.fence()
+                except (ClaimLost, RunLocked):
+                    return  # the claim moved on (or the lock was released): the new holder owns the caches
+                except Exception as exc:  # a fence that cannot be checked: write nothing rather than guess
+                    log.warning("run %s: caches not refreshed while idle: %s", self.bundle.run_id, exc)
+                    return
+                self._refresh_caches(force=False)
+                if self.state.trace_seq != self._state_seq and self._state_due <= now:
+                    # The write failed (a full disk): try again in a while, not at once.
+                    self._state_due = now + STATE_CACHE_INTERVAL_S
 
     def close(self) -> None:
         """Flush caches and release the file; the caller releases the writer lock.
@@ -301,6 +348,7 @@ class RunWriter:
             if self._closed:
                 return
             self._closed = True
+            self._idle.notify_all()  # the idle flusher stops
             try:
                 self.lock.fence()
             except (ClaimLost, RunLocked):
