@@ -258,7 +258,12 @@ class RunWriter:
 
     def _write_state(self) -> None:
         started = time.monotonic()
-        self.bundle.write_state(self.state)
+        try:
+            self.bundle.write_state(self.state)
+        except OSError:
+            # A failed write (a full disk) is tried again after the usual interval, not on the very next event.
+            self._state_due = time.monotonic() + STATE_CACHE_INTERVAL_S
+            raise
         finished = time.monotonic()
         cost = finished - started
         self._state_due = finished + max(STATE_CACHE_INTERVAL_S, STATE_CACHE_COST_FACTOR * cost)
@@ -334,10 +339,7 @@ class RunWriter:
                 except Exception as exc:  # a fence that cannot be checked: write nothing rather than guess
                     log.warning("run %s: caches not refreshed while idle: %s", self.bundle.run_id, exc)
                     return
-                self._refresh_caches(force=False)
-                if self.state.trace_seq != self._state_seq and self._state_due <= now:
-                    # The write failed (a full disk): try again in a while, not at once.
-                    self._state_due = now + STATE_CACHE_INTERVAL_S
+                self._refresh_caches(force=False)  # (a failed write sets its own next due: no spin)
 
     def close(self) -> None:
         """Flush caches and release the file; the caller releases the writer lock.
