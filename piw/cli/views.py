@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
@@ -58,6 +58,12 @@ def write_json_stream(pieces: Iterable[bytes]) -> None:
 
 def print_view(console: Console, view: View) -> None:
     """Print a view page by page, so a long trace never sits in memory as one renderable."""
+    if not console.is_terminal:
+        plain_blocks = getattr(view, "plain_blocks", None)
+        blocks = plain_blocks(console.width) if plain_blocks is not None else None
+        if blocks is not None:
+            _write_blocks(console.file, blocks)
+            return
     plain_lines = getattr(view, "plain_lines", None)
     plain = plain_lines(console.width) if plain_lines is not None and not console.is_terminal else None
     if plain is not None:
@@ -75,6 +81,18 @@ def print_view(console: Console, view: View) -> None:
         return
     for page in view.pages(console, console.width):
         console.print(page)
+
+
+def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
+    """Write UTF-8 blocks of lines (a view's cached rows among them) as bytes when the stream has a buffer."""
+    out.flush()
+    binary = getattr(out, "buffer", None)
+    for block in blocks:
+        if binary is not None:
+            binary.write(block)
+        else:
+            out.write(bytes(block).decode("utf-8"))
+    (binary or out).flush()
 
 
 @app.command()

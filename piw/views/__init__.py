@@ -66,7 +66,7 @@ def view_for(
     if name == "steps":
         from piw.views.steps import steps_view
 
-        return steps_view(state, run.now, node=node, verbose=verbose)
+        return steps_view(state, run.now, node=node, verbose=verbose, source=run.row_source())
     if name == "updates":
         from piw.views.updates import updates_view
 
@@ -80,7 +80,7 @@ def view_for(
     if name == "trace":
         from piw.views.trace import trace_view
 
-        return trace_view(run.events(), node, attempt)
+        return trace_view(run.events(), node, attempt, source=run.row_source(), events_after=run.events_after)
     if name == "conversation":
         from piw.views.conversation import conversation_view
 

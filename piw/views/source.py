@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from piw.errors import StoreError
 from piw.progress import parse_instant
@@ -28,6 +28,9 @@ from piw.store.lineage import forks_of
 from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event, decode_lines
+
+if TYPE_CHECKING:
+    from piw.views.row_cache import RowSource
 
 T = TypeVar("T")
 Decoder = Callable[[bytes, int], T]
@@ -72,8 +75,12 @@ class RecordStream(Generic[T]):
         decode: Decoder[T],
         limit: int | None = None,
         decode_many: Callable[[bytes, int], list[T] | None] | None = None,
+        *,
+        start: int = 0,
+        first_seq: int = 1,
     ) -> None:
         self.path = path
+        self.start, self.first_seq = start, first_seq
         self.decode = decode
         self.limit = limit
         self.decode_many = decode_many
@@ -87,9 +94,9 @@ class RecordStream(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         self.damage = None
-        expected, damaged = 1, 0
+        expected, damaged = self.first_seq, 0
         limit, decode_many = self.limit, self.decode_many
-        for body in _line_chunks(self.path, CHUNK if decode_many is None else _BATCH_CHUNK):
+        for body in _line_chunks(self.path, CHUNK if decode_many is None else _BATCH_CHUNK, self.start):
             if decode_many is not None and not damaged:
                 batch = decode_many(body, expected)
                 if batch is not None and (limit is None or expected + len(batch) - 1 <= limit):
@@ -136,9 +143,12 @@ def _line_chunks(path: Path, size: int, start: int = 0) -> Iterator[bytes]:
             rest = data[cut:]
 
 
-def trace_stream(path: Path, limit: int | None = None) -> RecordStream[TraceEvent]:
-    """The trace's events (up to ``limit``), decoded a chunk at a time."""
-    return RecordStream(path, decode_event, limit, decode_lines)
+def trace_stream(
+    path: Path, limit: int | None = None, *, start: int = 0, first_seq: int = 1
+) -> RecordStream[TraceEvent]:
+    """The trace's events (up to ``limit``), decoded a chunk at a time; from byte ``start`` on, where the line of
+    ``first_seq`` begins, when given."""
+    return RecordStream(path, decode_event, limit, decode_lines, start=start, first_seq=first_seq)
 
 
 @dataclass
@@ -272,6 +282,18 @@ class RunData:
     def events(self) -> RecordStream[TraceEvent]:
         """A fresh stream of the trace events up to ``at``."""
         return trace_stream(self.bundle.trace_path, self.at)
+
+    def events_after(self, offset: int, seq: int) -> RecordStream[TraceEvent]:
+        """The trace events up to ``at`` from byte ``offset`` on, where the line of event ``seq`` begins."""
+        return trace_stream(self.bundle.trace_path, self.at, start=offset, first_seq=seq)
+
+    def row_source(self) -> RowSource | None:
+        """What a view's rendered-row cache is checked against: the folded prefix of an undamaged trace."""
+        if self.damage is not None or self.folded_bytes is None:
+            return None
+        from piw.views.row_cache import RowSource
+
+        return RowSource(self.bundle.path, self.state.run_id, self.state.trace_seq, self.folded_bytes)
 
     def entries(self) -> EntryStream:
         """Session entries written before the event after ``at`` (all of them without ``at``)."""

@@ -9,6 +9,7 @@ each failed attempt is followed by its whole traceback (workflow frames only).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -29,7 +30,8 @@ from piw.views.base import (
     short_id,
 )
 from piw.views.failure import traceback_lines, where
-from piw.views.table import Column, table_lines, table_plain
+from piw.views.row_cache import RowSource, cached_table, layout_key
+from piw.views.table import Column, layout, table_lines, table_plain
 
 COLUMNS = (
     Column("#", 3, 5, priority=1, right=True),
@@ -85,9 +87,17 @@ class StepsView(View):
     """``node`` keeps only that node's attempts; with ``node`` or ``verbose`` a failure's traceback follows it."""
 
     def __init__(
-        self, state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
+        self,
+        state: RunState,
+        now: datetime,
+        *,
+        node: str | None = None,
+        verbose: bool = False,
+        source: RowSource | None = None,
     ) -> None:
         self.state, self.now, self.node, self.verbose = state, now, node, verbose
+        self.source = source
+        """Where ``state`` was folded from, for the rendered-row cache (``None``: no cache is read or left)."""
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         state = self.state
@@ -124,8 +134,34 @@ class StepsView(View):
             return
         yield from table_plain(_columns(self.count()), self._plain_rows(), width)
 
+    def plain_blocks(self, width: int) -> Iterator[bytes | memoryview] | None:
+        """:meth:`plain_lines` as UTF-8 blocks, the finished attempts' rows from the bundle's rendered-row cache
+        when it has them (:mod:`piw.views.row_cache`); ``None`` where :meth:`plain_lines` is ``None``."""
+        if self.node is not None or self.verbose:
+            return None
+        state = self.state
+        if not state.steps and state.current is None:
+            return iter((b"No steps yet.\n",))
+        columns = _columns(self.count())
+        header = next(table_plain(columns, (), width))
+        key = layout_key("steps", layout(columns, width))
+
+        def settled(start: int, _cached: object) -> Iterator[str]:
+            return itertools.islice(table_plain(columns, self._plain_steps(start), width), 1, None)
+
+        running = itertools.islice(table_plain(columns, self._plain_running(), width), 1, None)
+        return cached_table(self.source, "steps", key, header, len(state.steps), settled, running)
+
     def _plain_rows(self) -> Iterator[list[str]]:
-        for number, step in enumerate(self.state.steps, start=1):
+        yield from self._plain_steps(0)
+        yield from self._plain_running()
+
+    def _plain_steps(self, start: int) -> Iterator[list[str]]:
+        """The plain rows of the finished attempts from index ``start`` on (a lazy list is read by index then, so
+        only the checkpoint segments after ``start`` are decoded)."""
+        steps = self.state.steps
+        records = iter(steps) if start == 0 else (steps[i] for i in range(start, len(steps)))
+        for number, step in enumerate(records, start=start + 1):
             outcome = step.outcome
             if outcome == "ok":
                 detail = compact(step.output, 400)  # one sanitized line already
@@ -134,6 +170,8 @@ class StepsView(View):
                 detail = single_line(step.error or "") + (f"  at {location}" if location else "")
             yield [str(number), node_label(step.node_id), _plain_outcome(outcome), fmt_duration(step.duration_ms),
                    short_id(step.attempt_id), detail]  # fmt: skip
+
+    def _plain_running(self) -> Iterator[list[str]]:
         current = self.state.current
         if current is not None:
             elapsed = fmt_duration(ms_between(current.started_at, self.now))
@@ -186,6 +224,11 @@ class StepsView(View):
 
 
 def steps_view(
-    state: RunState, now: datetime, *, node: str | None = None, verbose: bool = False
+    state: RunState,
+    now: datetime,
+    *,
+    node: str | None = None,
+    verbose: bool = False,
+    source: RowSource | None = None,
 ) -> StepsView:
-    return StepsView(state, now, node=node, verbose=verbose)
+    return StepsView(state, now, node=node, verbose=verbose, source=source)

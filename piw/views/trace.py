@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from rich.console import Console
 from rich.text import Text
 
 from piw.store.trace import TraceEvent
+from piw.store.viewcache import CachedRows
 from piw.terminal import single_line
 from piw.views.base import View, compact, fmt_clock, fmt_duration, node_label, safe, short_id
-from piw.views.table import Column, table_lines, table_plain
+from piw.views.row_cache import RowSource, cached_table, layout_key
+from piw.views.table import Column, layout, table_lines, table_plain
 from piw.views.updates import EventSource
 
 COLUMNS = (
@@ -110,8 +112,20 @@ def trace_rows(
 
 
 class TraceView(View):
-    def __init__(self, events: EventSource, node: str | None = None, attempt: str | None = None) -> None:
+    """``source`` and ``events_after`` (the events from a trace offset on, numbered from a ``seq``) let the plain
+    table of the whole trace use the bundle's rendered-row cache (:mod:`piw.views.row_cache`)."""
+
+    def __init__(
+        self,
+        events: EventSource,
+        node: str | None = None,
+        attempt: str | None = None,
+        *,
+        source: RowSource | None = None,
+        events_after: Callable[[int, int], Iterable[TraceEvent]] | None = None,
+    ) -> None:
         self.events, self.node, self.attempt = events, node, attempt
+        self.source, self.events_after = source, events_after
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         rows = _rows(self.events, self.node, self.attempt)
@@ -131,6 +145,28 @@ class TraceView(View):
             return
         yield from table_plain(COLUMNS, itertools.chain((first,), rows), width)
 
+    def plain_blocks(self, width: int) -> Iterator[bytes | memoryview] | None:
+        """:meth:`plain_lines` of the whole trace as UTF-8 blocks, the rows of the events a cache holds from the
+        cache; ``None`` (use :meth:`plain_lines`) when filtered, or with nothing to check a cache against."""
+        source, events_after = self.source, self.events_after
+        if self.node is not None or self.attempt is not None or source is None or events_after is None:
+            return None
+        if source.seq == 0:
+            return None
+        header = next(table_plain(COLUMNS, (), width))
+
+        def settled(start: int, cached: CachedRows | None) -> Iterator[str]:
+            if start == 0:
+                events: Iterable[TraceEvent] = self.events
+            elif cached is not None and start == cached.rows:
+                events = events_after(cached.header.offset, start + 1)
+            else:
+                return iter(())
+            return itertools.islice(table_plain(COLUMNS, _plain_rows(events, None, None), width), 1, None)
+
+        key = layout_key("trace", layout(COLUMNS, width))
+        return cached_table(source, "trace", key, header, source.seq, settled, iter(()))
+
     def _nothing(self) -> str:
         if self.node is not None or self.attempt is not None:
             what = " and ".join(
@@ -142,5 +178,12 @@ class TraceView(View):
         return "No trace events."
 
 
-def trace_view(events: EventSource, node: str | None = None, attempt: str | None = None) -> TraceView:
-    return TraceView(events, node, attempt)
+def trace_view(
+    events: EventSource,
+    node: str | None = None,
+    attempt: str | None = None,
+    *,
+    source: RowSource | None = None,
+    events_after: Callable[[int, int], Iterable[TraceEvent]] | None = None,
+) -> TraceView:
+    return TraceView(events, node, attempt, source=source, events_after=events_after)
