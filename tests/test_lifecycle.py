@@ -139,9 +139,14 @@ def test_pause_takes_effect_at_a_step_boundary_and_resume_continues(
     runner = cli.popen("run", str(flow))
     run_id = only_run(piw_home)
     wait_for(lambda: Path(str(gate) + ".started").exists(), what="the gated step")
-    paused = cli.process("pause", run_id[:22])  # a unique prefix names the run
-    assert paused.returncode == 0, paused.stderr
+    pauser = cli.popen("pause", run_id[:22])  # a unique prefix names the run
+    wait_for(lambda: queue_row(piw_home, run_id)["pause_requested"], what="the pause request")
     gate.write_text("open")  # the step finishes normally: a pause never interrupts a node
+    said, err = pauser.communicate(timeout=60)  # pause waits (up to 10 s) for the run to reach the boundary
+    assert pauser.returncode == 0, err
+    assert said.strip() == (
+        f"Run {run_id} paused at a step boundary; continue it with 'piw resume {run_id}'."
+    )
     _, err = runner.communicate(timeout=60)
     assert runner.returncode == 0, err
     seen = types(piw_home, run_id)
@@ -162,6 +167,32 @@ def test_pause_takes_effect_at_a_step_boundary_and_resume_continues(
     finished = [line["nodeId"] for line in lines if line["type"] == "node_finished"]
     assert finished == ["first", "wait", "after", "last"]  # nothing ran twice
     assert queue_row(piw_home, run_id)["status"] == "done"
+
+
+def test_a_pause_of_a_step_longer_than_the_wait_is_reported_pending_and_taken_at_the_boundary(
+    cli: Cli, piw_home: Path, gated: tuple[Path, Path]
+) -> None:
+    """``pause`` waits ten seconds for a live run (here a fraction of one: the library call takes the wait); a
+    step that takes longer gets a pending request, and the run still pauses when that step ends."""
+    from piw.run.lifecycle import pause_run
+
+    flow, gate = gated
+    runner = cli.popen("run", str(flow))
+    run_id = only_run(piw_home)
+    wait_for(lambda: Path(str(gate) + ".started").exists(), what="the gated step")
+    pending = pause_run(piw_home, run_id, wait_s=0.3)
+    assert not pending.done
+    assert pending.message == (
+        f"Pause requested: run {run_id} pauses after its current step (now in wait); "
+        f"then continue it with 'piw resume {run_id}'."
+    )
+    again = cli("pause", run_id)  # asked again before the step ends: still pending, not "already paused"
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "Pause already requested" + pending.message.removeprefix("Pause requested")
+    gate.write_text("open")
+    _, err = runner.communicate(timeout=60)
+    assert runner.returncode == 0, err
+    assert types(piw_home, run_id)[-2:] == ["node_finished", "run_paused"]
 
 
 def test_cancel_during_a_shell_command_kills_it_and_ends_the_run_cancelled(

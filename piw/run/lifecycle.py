@@ -112,7 +112,17 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     queue = open_queue(home)
     row = _unfinished_row(queue, home, run_id, state, "pause", "paused")
     resume_hint = f"continue it with 'piw resume {run_id}'"
+    node = state.current.node_id if state is not None and state.current else None
+    where = f" (now in {node})" if node else ""
     if row.pause_requested or (state is not None and state.paused):
+        if (
+            row.pause_requested
+            and row.has_live_claim(queue.clock())
+            and not (state is not None and state.paused)
+        ):
+            # asked before, and the step in progress has not ended yet: say that, not "paused"
+            message = f"Pause already requested: run {run_id} pauses after its current step{where}; then {resume_hint}."
+            return _result(home, run_id, message, False)
         return _result(home, run_id, f"Run {run_id} is already paused; {resume_hint}.", True)
     row = queue.request_pause(run_id)
     if not row.has_live_claim(queue.clock()):
@@ -121,8 +131,6 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     settled = _wait_for(queue, run_id, lambda r: not r.has_live_claim(queue.clock()), wait_s)
     if settled is not None and settled.status == "parked":
         return _result(home, run_id, f"Run {run_id} paused at a step boundary; {resume_hint}.", True)
-    node = state.current.node_id if state is not None and state.current else None
-    where = f" (now in {node})" if node else ""
     message = f"Pause requested: run {run_id} pauses after its current step{where}; then {resume_hint}."
     return _result(home, run_id, message, False)
 

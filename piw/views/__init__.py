@@ -2,8 +2,10 @@
 
 The same views back ``piw run``, ``piw watch`` and ``piw inspect``.
 
-Every view reads — never writes — and never imports the engine, executors, providers or the agent loop (a test
-walks the imports). One module per view; :func:`view_for` picks one by name for a loaded :class:`RunData`.
+Every view reads — never writes run data — and never imports the engine, executors, providers or the agent loop (a
+test walks the imports). The only files a read leaves are caches, through the store, as ``replay`` leaves fold
+checkpoints: the steps and trace views printed plain leave their rows (:mod:`piw.views.row_cache`). One module per
+view; :func:`view_for` picks one by name for a loaded :class:`RunData`.
 
 ================ ==================================================================================
 ``state``        :mod:`piw.views.state` — status, title, input digest, current node, outcome, totals
