@@ -195,6 +195,63 @@ def test_a_pause_of_a_step_longer_than_the_wait_is_reported_pending_and_taken_at
     assert types(piw_home, run_id)[-2:] == ["node_finished", "run_paused"]
 
 
+SEES_ITS_PAUSE = """
+import os, sqlite3, time
+from pathlib import Path
+from piw import action, compute, define_workflow, edge
+
+def until_paused(ctx):
+    Path({started!r}).write_text("x")
+    while True:  # ends the moment the pause is asked for: the boundary comes a millisecond after the request
+        db = sqlite3.connect(os.path.join(os.environ["PIW_HOME"], "piw.sqlite"))
+        try:
+            if db.execute("SELECT pause_requested FROM run_queue").fetchone()[0]:
+                return {{"saw": "pause"}}
+        finally:
+            db.close()
+        time.sleep(0.01)
+
+workflow = define_workflow(
+    name="sees-its-pause",
+    start_at="wait",
+    nodes={nodes},
+    edges={edges},
+)
+"""
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["steps-follow", "last-step"])
+def test_a_pause_asked_for_just_before_a_step_ends_takes_effect_at_that_boundary(
+    cli: Cli, piw_home: Path, make_workflow: WorkflowMaker, tmp_path: Path, last: bool
+) -> None:
+    """The lease polls the flags every 200 ms; the boundary must read them itself, or the fast steps after it
+    finish the run under a pause that was asked for in time. When the step was the last, the run just ends."""
+    started = tmp_path / "started"
+    nodes, edges = '{"wait": action(until_paused)}', "[]"
+    if not last:
+        nodes = '{"wait": action(until_paused), "after": compute(lambda ctx: {"n": 2})}'
+        edges = '[edge("wait", "after")]'
+    flow = make_workflow(
+        "sees-its-pause", SEES_ITS_PAUSE.format(started=str(started), nodes=nodes, edges=edges)
+    )
+    runner = cli.popen("run", str(flow))
+    run_id = only_run(piw_home)
+    wait_for(started.exists, what="the step")
+    paused = cli("pause", run_id)
+    assert paused.returncode == 0, paused.stderr
+    _, err = runner.communicate(timeout=60)
+    assert runner.returncode == 0, err
+    seen = types(piw_home, run_id)
+    if last:
+        assert paused.stdout.strip() == (
+            f"Run {run_id} ended (completed) before it reached another step boundary; there is nothing to pause."
+        )
+        assert seen[-2:] == ["node_finished", "run_completed"]
+    else:
+        assert paused.stdout.strip().startswith(f"Run {run_id} paused at a step boundary;")
+        assert seen[-2:] == ["node_finished", "run_paused"]  # "after" never started
+
+
 def test_cancel_during_a_shell_command_kills_it_and_ends_the_run_cancelled(
     cli: Cli, piw_home: Path, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:

@@ -27,7 +27,7 @@ from piw.errors import (
     TraceCorrupt,
 )
 from piw.store.bundle import Bundle, WriterLock
-from piw.store.lease import Lease
+from piw.store.lease import BOUNDARY_FLAGS_MS, Lease
 from piw.store.queue import RENEW_MS, FinalStatus, ParkReason
 from piw.store.replay import TERMINAL_STATUSES, RunState
 
@@ -64,6 +64,12 @@ class ClaimControl:
     @property
     def pause_requested(self) -> bool:
         return self.lease is not None and self.lease.pause_requested
+
+    def current_flags(self, *, always: bool = False) -> None:
+        """Bring the pause/cancel flags up to date at a step boundary: read the row unless the flags were read in
+        the last :data:`~piw.store.lease.BOUNDARY_FLAGS_MS` (``always``: read it regardless)."""
+        if self.lease is not None:
+            self.lease.current_flags(-1 if always else BOUNDARY_FLAGS_MS)
 
     @property
     def lost(self) -> bool:

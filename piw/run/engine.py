@@ -59,7 +59,7 @@ from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
 from piw.workflow.budget import BUDGET_WAIT, Budget
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
-from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode
+from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode, ComputeNode
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 from piw.workflow.routing import Decision, decide, next_invocation
 from piw.workflow.user_code import WorkflowCodeExit
@@ -409,12 +409,17 @@ class Engine:
         if active is not None:
             active.cancel.set()
 
-    def _stop_at_boundary(self) -> bool:
-        """Between steps: a requested cancel ends the run; a requested pause writes ``run_paused`` and parks."""
+    def _stop_at_boundary(self, after_effect: bool = False) -> bool:
+        """Between steps: a requested cancel ends the run; a requested pause writes ``run_paused`` and parks.
+
+        The flags are read here, not only by the lease's poll: after a step with effects always (one row read
+        beside that step's fsync), between compute steps at most every few milliseconds. So a pause asked for
+        while a step runs stops the run where that step ends."""
         writer = self.writer
         assert writer is not None
         if self._park_requested:
             raise _Parked
+        self.claim.current_flags(always=after_effect)
         if self.claim.cancel_requested:
             self._write_cancelled()
             return True
@@ -625,8 +630,9 @@ class Engine:
     def _loop(self, node_id: str | None, reattach: str | None = None) -> None:
         writer = self.writer
         assert writer is not None
+        after_effect = False  # whether the step that just ended had effects (was not a pure compute step)
         while node_id is not None:
-            if self._stop_at_boundary():
+            if self._stop_at_boundary(after_effect):
                 return
             if self._needs_origin_session(node_id):
                 self.stopped = "needs-origin-session"  # parked before node_started: no attempt, no request
@@ -640,6 +646,7 @@ class Engine:
                 writer.append("run", "run_failed", {"status": "failed", "error": message}, sync=True)
                 return
             gnode = self.graph.nodes[node_id]
+            after_effect = not isinstance(gnode.node, ComputeNode)
             try:
                 outcome = self._execute(node_id, reattach)
             except _BudgetStopped:

@@ -131,6 +131,11 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     settled = _wait_for(queue, run_id, lambda r: not r.has_live_claim(queue.clock()), wait_s)
     if settled is not None and settled.status == "parked":
         return _result(home, run_id, f"Run {run_id} paused at a step boundary; {resume_hint}.", True)
+    if settled is not None and settled.is_final:  # its last step was in progress: the run ended instead
+        ended = _state(bundle)
+        status = ended.status if ended is not None else settled.status
+        message = f"Run {run_id} ended ({status}) before it reached another step boundary; there is nothing to pause."
+        return _result(home, run_id, message, False)
     message = f"Pause requested: run {run_id} pauses after its current step{where}; then {resume_hint}."
     return _result(home, run_id, message, False)
 
