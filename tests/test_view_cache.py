@@ -12,6 +12,9 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -308,3 +311,34 @@ def test_a_cache_is_stale_when_the_trace_after_its_anchor_checkpoint_changed(
     shown = _show(tmp_path, view)
     assert '"n":9' in shown and '"n":6' not in shown
     assert shown == _reference(tmp_path, view)
+
+
+def test_a_pipe_closed_early_ends_a_cached_read_as_it_ends_a_built_one(cli: Cli) -> None:
+    """``piw inspect RUN --view trace | head -1``: the reader closes the pipe after one line, long before the
+    rows end. Built or cached, the read meets the closed pipe the same way (exit 1, no traceback), and a read cut
+    short leaves no cache of a part."""
+    _write(cli.home, _events(["ok", "long", "ok", "fail"] * 250))  # ~2,000 rows: far more than a pipe holds
+    env = cli.environment({"PIW_TEST_VIEW_CACHE_ROWS": "3"})
+
+    def closed_after_one_line() -> int:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from piw.cli.main import main; sys.argv[0] = 'piw'; main()",
+             "inspect", RUN_ID, "--view", "trace"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().split()[:2] == [b"seq", b"at"]
+        process.stdout.close()
+        time.sleep(0.2)  # the writer is blocked on the full pipe, or about to be
+        errors = process.stderr.read()
+        assert b"Traceback" not in errors, errors
+        return process.wait(timeout=60)
+
+    built = closed_after_one_line()
+    assert not _cache_file(cli.home, "trace", "json").exists()  # a read cut short leaves no cache
+    assert (
+        cli.process("inspect", RUN_ID, "--view", "trace", env={"PIW_TEST_VIEW_CACHE_ROWS": "3"}).returncode
+        == 0
+    )
+    assert _cache_file(cli.home, "trace", "json").exists()
+    assert (built, closed_after_one_line()) == (1, 1)

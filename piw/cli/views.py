@@ -83,15 +83,21 @@ def print_view(console: Console, view: View) -> None:
         console.print(page)
 
 
+_WRITE_CHUNK = 1 << 20
+
+
 def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
     """Write UTF-8 blocks of lines (a view's cached rows among them) as bytes when the stream has a buffer."""
     out.flush()
     binary = getattr(out, "buffer", None)
     for block in blocks:
-        if binary is not None:
-            binary.write(block)
-        else:
+        if binary is None:
             out.write(bytes(block).decode("utf-8"))
+            continue
+        # a megabyte at a time: one write of a long cached text to a pipe that closes (``| head``) can end short
+        # without an error, and the next write is what reports the closed pipe
+        for start in range(0, len(block), _WRITE_CHUNK):
+            binary.write(block[start : start + _WRITE_CHUNK])
     (binary or out).flush()
 
 
