@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -342,3 +343,25 @@ def test_a_pipe_closed_early_ends_a_cached_read_as_it_ends_a_built_one(cli: Cli)
     )
     assert _cache_file(cli.home, "trace", "json").exists()
     assert (built, closed_after_one_line()) == (1, 1)
+
+
+def test_a_killed_readers_temporary_text_is_removed_by_the_next_writer_once_it_is_old(tmp_path: Path) -> None:
+    _write(tmp_path, _events(["ok"] * 6))
+    folder = viewcache.cache_dir(tmp_path / "runs" / RUN_ID)
+    folder.mkdir(parents=True)
+    old, recent, other = folder / ".trace.txt.old1", folder / ".trace.txt.new1", folder / ".steps.txt.old2"
+    for path in (old, recent, other):
+        path.write_bytes(b"rows of a read that was killed\n" * 100)
+    long_ago = time.time() - viewcache.STALE_TEMP_S - 60
+    os.utime(old, (long_ago, long_ago))
+    os.utime(other, (long_ago, long_ago))
+    assert _show(tmp_path, "trace") == _reference(tmp_path, "trace")
+    assert not old.exists()
+    assert recent.exists()  # it may be a read still going on
+    assert other.exists()  # another view's: its own next writer sweeps it
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".steps.txt.old2",
+        ".trace.txt.new1",
+        "trace.json",
+        "trace.txt",
+    ]

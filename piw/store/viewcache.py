@@ -22,6 +22,7 @@ import hashlib
 import mmap
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -171,6 +172,25 @@ def _map(path: Path, size: int) -> bytes | mmap.mmap | None:
         return None
 
 
+STALE_TEMP_S = 3600
+"""A temporary text older than this is a killed reader's (a read builds its rows in seconds): the next writer of
+that view removes it, so a ``kill -9`` mid-read does not leave tens of megabytes behind for good."""
+
+
+def _sweep(folder: Path, view: str) -> None:
+    """Remove the temporary texts of ``view`` that readers killed mid-read left, best effort."""
+    cutoff = time.time() - STALE_TEMP_S
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith(f".{view}.txt."):
+            with contextlib.suppress(OSError):
+                if entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+
+
 class CacheWriter:
     """Leaves a new cache of ``view`` as its rows are printed: :meth:`rows_block` for each block of rows, then
     :meth:`commit`. Nothing is visible until ``commit`` renames the text and then the header into place; any
@@ -186,6 +206,7 @@ class CacheWriter:
         try:
             folder = cache_dir(bundle_path)
             folder.mkdir(mode=0o700, exist_ok=True)
+            _sweep(folder, view)
             fd, self._temp = tempfile.mkstemp(dir=folder, prefix=f".{view}.txt.")
             self._handle = os.fdopen(fd, "wb")
         except OSError:
