@@ -28,8 +28,8 @@ from piw.views.source import load_run
 from piw.wire import RUN_BUNDLE_SCHEMA
 
 RUN_ID = "20260101T000000000Z-big-00000001"
-EVENTS = 6_000
-FILLER = 3_000
+EVENTS = 3_000
+FILLER = 6_000
 FORBIDDEN = ("piw.run", "piw.providers", "piw.agent", "piw.store.writer", "piw.cli.main", "piw.cli.runs")
 EMPTY_PACKAGES = {"piw.agent", "piw.cli", "piw.run", "piw.store", "piw.workflow", "piw.updates"}
 """``piw/__init__`` loads the (import-free) ``piw.agent`` package first so the ``agent()`` helper keeps its
