@@ -23,10 +23,11 @@ MIN_ROWS = int(os.environ.get("PIW_TEST_VIEW_CACHE_ROWS", "") or 10_000)
 less to build than to check). ``PIW_TEST_VIEW_CACHE_ROWS`` lowers it for the tests that run ``piw`` itself."""
 _BLOCK = viewcache.INDEX_EVERY
 _RENDERING_MODULES = (
-    "piw.terminal", "piw.views.base", "piw.views.table", "piw.views.failure", "piw.views.steps",
+    "piw.terminal", "piw.wire", "piw.views.base", "piw.views.table", "piw.views.failure", "piw.views.steps",
     "piw.views.trace", "piw.views.row_cache",
 )  # fmt: skip
-"""The modules whose code decides a row's text: a cache built by other code is not used."""
+"""The modules whose code decides a row's text: a cache built by other code is not used. Python's version and
+Unicode data, rich's version (it measures a cell's width) and orjson's (``compact`` prints its JSON) count too."""
 
 
 @dataclass(frozen=True)
@@ -45,18 +46,36 @@ _CODE: list[str] = []
 
 
 def _code_digest() -> str:
-    """A digest of the rendering modules' source and the fold's version, computed once per process."""
+    """A digest of what decides a row's text besides the run (:data:`_RENDERING_MODULES`), once per process."""
     if not _CODE:
         import importlib
+        import sys
+        import unicodedata
+
+        import orjson
 
         from piw.store.foldcache import FOLD_VERSION
 
-        digest = hashlib.sha256(FOLD_VERSION.encode())
+        digest = hashlib.sha256(f"{FOLD_VERSION}|{sys.version}|{unicodedata.unidata_version}".encode())
+        digest.update(f"{_distribution('rich')}|{getattr(orjson, '__version__', '')}".encode())
         for name in _RENDERING_MODULES:
             module = importlib.import_module(name)
             digest.update(Path(module.__file__ or name).read_bytes())
         _CODE.append(digest.hexdigest())
     return _CODE[0]
+
+
+def _distribution(name: str) -> str:
+    """``name-version.dist-info`` beside the package (``importlib.metadata`` costs ~30 ms to import)."""
+    import importlib
+
+    folder = Path(importlib.import_module(name).__file__ or ".").parent.parent
+    try:
+        return ",".join(
+            sorted(n for n in os.listdir(folder) if n.startswith(f"{name}-") and n.endswith(".dist-info"))
+        )
+    except OSError:
+        return ""
 
 
 def layout_key(*parts: object) -> str:
