@@ -94,8 +94,8 @@ def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
         if binary is None:
             out.write(bytes(block).decode("utf-8"))
             continue
-        # a megabyte at a time: one write of a long cached text to a pipe that closes (``| head``) can end short
-        # without an error, and the next write is what reports the closed pipe
+        # a megabyte at a time: a write under way when the reader closes the pipe (``| head``) can end short
+        # without an error; the next write reports the closed pipe, so a long cached text stops there
         for start in range(0, len(block), _WRITE_CHUNK):
             binary.write(block[start : start + _WRITE_CHUNK])
     (binary or out).flush()
