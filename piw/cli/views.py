@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
@@ -30,30 +30,26 @@ VIEW_NAMES = ("state", "graph", "steps", "updates", "progress", "trace", "conver
 """``piw.views.VIEW_NAMES``, repeated so that ``piw --help`` does not import every view (a test keeps them equal)."""
 
 GRAPH_FORMATS = ("text", "mermaid", "dot")
+_WRITE_CHUNK = 1 << 20
+"""Bytes written to stdout in one call (and JSON gathered into one write)."""
 
 
 def write_json_stream(pieces: Iterable[bytes]) -> None:
     """Write JSON pieces to stdout as they come, terminal-safe, so a long run's state is never one string."""
-    sys.stdout.flush()
-    binary = getattr(sys.stdout, "buffer", None)  # a captured stdout (tests, in-process use) is text only
-    buffered: list[bytes] = []
-    size = 0
 
-    def emit(data: bytes) -> None:
-        if binary is not None:
-            binary.write(data)
-        else:
-            sys.stdout.write(data.decode("utf-8"))
+    def batches() -> Iterator[bytes]:
+        buffered: list[bytes] = []
+        size = 0
+        for piece in pieces:
+            buffered.append(safe_json_bytes(piece))
+            size += len(piece)
+            if size >= _WRITE_CHUNK:
+                yield b"".join(buffered)
+                buffered, size = [], 0
+        buffered.append(b"\n")
+        yield b"".join(buffered)
 
-    for piece in pieces:
-        buffered.append(safe_json_bytes(piece))
-        size += len(piece)
-        if size >= 1 << 20:
-            emit(b"".join(buffered))
-            buffered, size = [], 0
-    buffered.append(b"\n")
-    emit(b"".join(buffered))
-    (binary or sys.stdout).flush()
+    _write_blocks(sys.stdout, batches())
 
 
 def print_view(console: Console, view: View) -> None:
@@ -83,11 +79,9 @@ def print_view(console: Console, view: View) -> None:
         console.print(page)
 
 
-_WRITE_CHUNK = 1 << 20
-
-
 def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
-    """Write UTF-8 blocks of lines (a view's cached rows among them) as bytes when the stream has a buffer."""
+    """Write UTF-8 blocks (a view's cached rows among them, or JSON) as bytes when the stream has a buffer (a
+    captured stdout, in tests and in-process use, is text only)."""
     out.flush()
     binary = getattr(out, "buffer", None)
     for block in blocks:
@@ -96,8 +90,9 @@ def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
             continue
         # a megabyte at a time: a write under way when the reader closes the pipe (``| head``) can end short
         # without an error; the next write reports the closed pipe, so a long cached text stops there
-        for start in range(0, len(block), _WRITE_CHUNK):
-            binary.write(block[start : start + _WRITE_CHUNK])
+        whole = memoryview(block)  # (slices of it copy nothing)
+        for start in range(0, len(whole), _WRITE_CHUNK):
+            binary.write(whole[start : start + _WRITE_CHUNK])
     (binary or out).flush()
 
 

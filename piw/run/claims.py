@@ -69,7 +69,7 @@ class ClaimControl:
         """Bring the pause/cancel flags up to date at a step boundary: read the row unless the flags were read in
         the last :data:`~piw.store.lease.BOUNDARY_FLAGS_MS` (``always``: read it regardless)."""
         if self.lease is not None:
-            self.lease.current_flags(-1 if always else BOUNDARY_FLAGS_MS)
+            self.lease.current_flags(0 if always else BOUNDARY_FLAGS_MS)
 
     @property
     def lost(self) -> bool:

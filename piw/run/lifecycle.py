@@ -114,15 +114,14 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     resume_hint = f"continue it with 'piw resume {run_id}'"
     node = state.current.node_id if state is not None and state.current else None
     where = f" (now in {node})" if node else ""
-    if row.pause_requested or (state is not None and state.paused):
-        if (
-            row.pause_requested
-            and row.has_live_claim(queue.clock())
-            and not (state is not None and state.paused)
-        ):
-            # asked before, and the step in progress has not ended yet: say that, not "paused"
-            message = f"Pause already requested: run {run_id} pauses after its current step{where}; then {resume_hint}."
-            return _result(home, run_id, message, False)
+    paused = state is not None and state.paused
+    if row.pause_requested and not paused and row.has_live_claim(queue.clock()):
+        # asked before, and the step in progress has not ended yet: say that, not "paused"
+        message = (
+            f"Pause already requested: run {run_id} pauses after its current step{where}; then {resume_hint}."
+        )
+        return _result(home, run_id, message, False)
+    if row.pause_requested or paused:
         return _result(home, run_id, f"Run {run_id} is already paused; {resume_hint}.", True)
     row = queue.request_pause(run_id)
     if not row.has_live_claim(queue.clock()):

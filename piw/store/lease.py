@@ -107,12 +107,12 @@ class Lease:
         return row
 
     def current_flags(self, max_age_ms: int = BOUNDARY_FLAGS_MS) -> None:
-        """Read the pause/cancel flags now unless they were read in the last ``max_age_ms`` (-1: read them).
+        """Read the pause/cancel flags now unless they were read less than ``max_age_ms`` ago (0: read them).
 
         The background thread reads them every ``poll_ms``; a step boundary reads them itself, so a pause asked
         for while a step ran takes effect at the boundary that step ends at, not one poll later (by when a few fast
         steps may have finished the run). A busy database leaves the flags as last read."""
-        if self.lost is not None or self.queue.clock() - self._confirmed_at <= max_age_ms:
+        if self.lost is not None or self.queue.clock() - self._confirmed_at < max_age_ms:
             return
         try:
             self.confirm()

@@ -91,24 +91,31 @@ class CachedRows:
         return view[:end]
 
 
-def _anchor(
-    bundle_path: Path, run_id: str, offset: int, seq: int | None = None
-) -> tuple[int, int, bytes] | None:
-    """``(seq, offset, prefix digest)`` of a verified fold checkpoint: the one at ``seq`` when given (``None`` when
-    it is not verified any more), else the newest at or before trace byte ``offset``. ``(0, 0, zeros)`` stands for
-    the start of the trace."""
+def _anchor_at(bundle_path: Path, run_id: str, seq: int) -> tuple[int, bytes] | None:
+    """``(offset, prefix digest)`` of the verified fold checkpoint at ``seq`` (``seq`` 0: the start of the trace);
+    ``None`` when it is not verified any more."""
+    if seq == 0:
+        return 0, _ZERO
+    from piw.store.foldcache import valid_checkpoints
+
+    # the whole chain, not ``upto_seq``: a shorter chain would not match ``verified.json`` and be hashed again
+    for header in valid_checkpoints(bundle_path, run_id):
+        if header.seq == seq:
+            return header.offset, bytes.fromhex(header.prefix_sha256)
+    return None
+
+
+def _newest_anchor(bundle_path: Path, run_id: str, offset: int) -> tuple[int, int, bytes]:
+    """``(seq, offset, prefix digest)`` of the newest verified fold checkpoint at or before trace byte ``offset``
+    (``(0, 0, zeros)``, the start of the trace, when there is none)."""
     from piw.store.foldcache import valid_checkpoints
 
     best = (0, 0, _ZERO)
-    if seq == 0:
-        return best
     for header in valid_checkpoints(bundle_path, run_id):
         if header.offset > offset:
             break
         best = (header.seq, header.offset, bytes.fromhex(header.prefix_sha256))
-        if header.seq == seq:
-            return best
-    return None if seq is not None else best
+    return best
 
 
 def _prefix_digest(trace: Path, link: bytes, start: int, end: int) -> str | None:
@@ -145,16 +152,14 @@ def load(bundle_path: Path, run_id: str, view: str, key: str) -> CachedRows | No
         return None
     if len(header.row_offsets) != (header.rows + INDEX_EVERY - 1) // INDEX_EVERY:
         return None
-    anchor = _anchor(bundle_path, run_id, header.offset, header.anchor_seq)
+    anchor = _anchor_at(bundle_path, run_id, header.anchor_seq)
     if anchor is None:
         return None
-    _, start, link = anchor
+    start, link = anchor
     if _prefix_digest(bundle_path / "trace.ndjson", link, start, header.offset) != header.prefix_sha256:
         return None
     text = _map(folder / f"{view}.txt", header.text_bytes)
     if text is None or hashlib.sha256(text).hexdigest() != header.text_sha256:
-        return None
-    if header.rows and text[-1:] != b"\n":
         return None
     return CachedRows(header, text)
 
@@ -251,10 +256,7 @@ class CacheWriter:
         self._handle = None
         try:
             handle.close()
-            anchor = _anchor(self.bundle_path, self.run_id, offset)
-            if anchor is None:
-                raise OSError("no checkpoints")
-            anchor_seq, start, link = anchor
+            anchor_seq, start, link = _newest_anchor(self.bundle_path, self.run_id, offset)
             prefix = _prefix_digest(self.bundle_path / "trace.ndjson", link, start, offset)
             if prefix is None:
                 raise OSError("the trace is shorter than the rows")

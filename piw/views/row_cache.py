@@ -9,7 +9,9 @@ time. Like fold checkpoints it is a cache of a read: the view never writes run d
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,27 +44,23 @@ class RowSource:
     """The trace bytes folded."""
 
 
-_CODE: list[str] = []
-
-
+@functools.cache
 def _code_digest() -> str:
     """A digest of what decides a row's text besides the run (:data:`_RENDERING_MODULES`), once per process."""
-    if not _CODE:
-        import importlib
-        import sys
-        import unicodedata
+    import importlib
+    import sys
+    import unicodedata
 
-        import orjson
+    import orjson
 
-        from piw.store.foldcache import FOLD_VERSION
+    from piw.store.foldcache import FOLD_VERSION
 
-        digest = hashlib.sha256(f"{FOLD_VERSION}|{sys.version}|{unicodedata.unidata_version}".encode())
-        digest.update(f"{_distribution('rich')}|{getattr(orjson, '__version__', '')}".encode())
-        for name in _RENDERING_MODULES:
-            module = importlib.import_module(name)
-            digest.update(Path(module.__file__ or name).read_bytes())
-        _CODE.append(digest.hexdigest())
-    return _CODE[0]
+    digest = hashlib.sha256(f"{FOLD_VERSION}|{sys.version}|{unicodedata.unidata_version}".encode())
+    digest.update(f"{_distribution('rich')}|{getattr(orjson, '__version__', '')}".encode())
+    for name in _RENDERING_MODULES:
+        module = importlib.import_module(name)
+        digest.update(Path(module.__file__ or name).read_bytes())
+    return digest.hexdigest()
 
 
 def _distribution(name: str) -> str:
@@ -101,38 +99,34 @@ def cached_table(
     yield (header + "\n").encode()
     cached = viewcache.load(source.bundle_path, source.run_id, view, key) if source is not None else None
     reused = min(settled, cached.rows) if cached is not None else 0
-    if reused:
-        assert cached is not None
+    if cached is not None and reused:
         yield cached.upto(reused)
+    else:
+        cached = None  # (nothing of it is used: the rows are built from the first)
     writer = None
     if source is not None and settled >= MIN_ROWS and settled - reused >= (MIN_ROWS if reused else 1):
         writer = viewcache.CacheWriter(source.bundle_path, source.run_id, view, key)
-        if reused:
-            assert cached is not None
+        if cached is not None:
             writer.copy(cached, reused)
     try:
-        batch: list[str] = []
-        for line in settled_rows(reused, cached if reused else None):
-            batch.append(line)
-            if len(batch) == _BLOCK:
-                block = ("\n".join(batch) + "\n").encode()
-                if writer is not None:
-                    writer.rows_block(block, _BLOCK)
-                yield block
-                batch = []
-        if batch:
-            block = ("\n".join(batch) + "\n").encode()
+        for block, count in _blocks(settled_rows(reused, cached)):
             if writer is not None:
-                writer.rows_block(block, len(batch))
+                writer.rows_block(block, count)
             yield block
-        if writer is not None:
+        if writer is not None and source is not None:
             if writer.rows == settled:
-                writer.commit(source.seq, source.offset)  # type: ignore[union-attr]
-            writer.abandon()
+                writer.commit(source.seq, source.offset)
+            else:
+                writer.abandon()
             writer = None
-        lines = list(after)
-        if lines:
-            yield ("\n".join(lines) + "\n").encode()
+        for block, _ in _blocks(after):
+            yield block
     finally:
         if writer is not None:
             writer.abandon()  # the reader stopped early (a closed pipe): no cache of a part
+
+
+def _blocks(lines: Iterator[str]) -> Iterator[tuple[bytes, int]]:
+    """``lines`` as UTF-8 text, :data:`_BLOCK` lines at a time, each with how many lines it holds."""
+    while batch := list(itertools.islice(lines, _BLOCK)):
+        yield ("\n".join(batch) + "\n").encode(), len(batch)

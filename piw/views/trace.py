@@ -149,9 +149,8 @@ class TraceView(View):
         """:meth:`plain_lines` of the whole trace as UTF-8 blocks, the rows of the events a cache holds from the
         cache; ``None`` (use :meth:`plain_lines`) when filtered, or with nothing to check a cache against."""
         source, events_after = self.source, self.events_after
-        if self.node is not None or self.attempt is not None or source is None or events_after is None:
-            return None
-        if source.seq == 0:
+        unfiltered = self.node is None and self.attempt is None
+        if not unfiltered or source is None or events_after is None or not source.seq:
             return None
         header = next(table_plain(COLUMNS, (), width))
 
