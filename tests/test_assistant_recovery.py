@@ -115,13 +115,13 @@ def test_at_most_one_visible_reply_across_a_crash(
 
     if via == "host-then-resume":
         before = (piw_home / "runs" / run_id / "trace.ndjson").read_bytes()
-        host = cli.process("host", "--once")
+        host = cli("host", "--once")
         assert host.returncode == 0, host.stderr
         assert openai_stub.request_count == requests_before  # a host never asks for an assistant reply
         if seq < 5:
             assert park_reason(piw_home, run_id) == ("parked", "needs-origin-session")
             assert (piw_home / "runs" / run_id / "trace.ndjson").read_bytes() == before  # nothing written
-    resumed = cli.process("resume", run_id)
+    resumed = cli("resume", run_id)
     if resumed.returncode == 2 and "already ended" in resumed.stderr:
         assert via == "host-then-resume" and seq == 5  # the host finished the routing after the reply
     else:

@@ -123,7 +123,7 @@ def test_30_32_a_host_runs_submit_steps_and_parks_before_an_assistant_step_for_i
     assert started["originSession"]["id"].startswith("ses_")  # typed in a terminal, no --no-origin
     assert queue_row(piw_home, run_id)["status"] == "queued" and openai_stub.request_count == 0
 
-    host = cli.process("host", "--once")
+    host = cli("host", "--once")
     assert host.returncode == 0, host.stderr
     assert f"{run_id}  parked (needs-origin-session)" in host.stdout and f"piw resume {run_id}" in host.stdout
     lines = trace_lines(piw_home, run_id)
@@ -134,9 +134,9 @@ def test_30_32_a_host_runs_submit_steps_and_parks_before_an_assistant_step_for_i
     assert openai_stub.request_count == 1  # 30: nothing was asked for the assistant step
     row = queue_row(piw_home, run_id)
     assert (row["status"], row["park_reason"]) == ("parked", "needs-origin-session")
-    assert cli.process("host", "--once").stdout.count(run_id) == 0  # hosts leave it for a person
+    assert cli("host", "--once").stdout.count(run_id) == 0  # hosts leave it for a person
 
-    resumed = cli.process("resume", run_id)
+    resumed = cli("resume", run_id)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.count("Green tea, brewed at 80 °C.") == 1  # the reply is shown once, here
     assert openai_stub.request_count == 2
@@ -156,7 +156,7 @@ def test_31_a_detached_run_without_origin_fails_the_assistant_step_before_prompt
     assert queued.returncode == 0, queued.stderr
     run_id = json.loads(queued.stdout)["runId"]
     assert "originSession" not in trace_lines(piw_home, run_id)[0]["payload"]
-    host = cli.process("host", "--once")
+    host = cli("host", "--once")
     assert host.returncode == 0, host.stderr
     failed = [line for line in trace_lines(piw_home, run_id) if line["type"] == "node_failed"]
     assert len(failed) == 1 and failed[0]["nodeId"] == "reply"
@@ -263,7 +263,7 @@ def test_stopping_a_host_parks_the_run_in_flight_for_the_next_host(
         -1
     ] == "node_started"  # no outcome recorded
     gate.write_text("open")
-    again = cli.process("host", "--once")
+    again = cli("host", "--once")
     assert again.returncode == 0, again.stderr
     lines = trace_lines(piw_home, run_id)
     assert lines[-1]["type"] == "run_completed"
@@ -369,7 +369,7 @@ def test_resume_reuses_the_provider_the_run_was_started_with(
     options = json.loads(queue_row(piw_home, run_id)["options_json"])
     assert options == {"provider": "stub"}  # how it was started; never a key
     gate.write_text("open")
-    resumed = cli.process("resume", run_id)  # no --provider: the recorded one, not the configured default
+    resumed = cli("resume", run_id)  # no --provider: the recorded one, not the configured default
     assert resumed.returncode == 0, resumed.stderr
     assert openai_stub.request_count == 1
     assert trace_lines(piw_home, run_id)[-1]["type"] == "run_completed"

@@ -91,7 +91,7 @@ def test_concurrent_detached_starts_with_one_key_queue_one_run(
     assert sum(1 for report in reports if report.get("adopted")) == 3
     assert table(cli.home, "SELECT run_id FROM run_queue") == [(run_id,)]
     assert bundles(cli.home) == [run_id]
-    host = cli.process("host", "--once")
+    host = cli("host", "--once")
     assert host.returncode == 0, host.stderr
     assert cli.json("inspect", run_id)["finalOutput"] == {"n": 3}
 

@@ -285,7 +285,7 @@ def test_piw_killed_while_the_provider_hangs_resumes_and_completes(
     process.communicate(timeout=20)
     run_id = next(p.name for p in (cli.home / "runs").iterdir() if not p.name.startswith("."))
     openai_stub.respond = [StubReply.text("after the crash")]
-    done = cli.process("resume", run_id, "--json")
+    done = cli("resume", run_id, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["finalOutput"] == "after the crash"
     resumed = [line for line in trace_lines(cli.home, run_id) if line["type"] == "run_resumed"]
