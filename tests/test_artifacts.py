@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunWorkflow, WorkflowMaker
+from conftest import Cli, RunWorkflow, WorkflowMaker
 
 from piw.errors import StoreError
 from piw.store.artifacts import (
@@ -138,3 +138,29 @@ def test_a_run_writes_the_artifact_durably_before_the_line_naming_it(
             op == "fsync" and where.startswith(artifact_dir + "/.tmp-")
             for op, where, _ in before[:dir_synced]
         )
+
+
+def test_the_steps_view_shows_an_artifact_as_its_size_never_its_text(
+    cli: Cli, make_workflow: WorkflowMaker
+) -> None:
+    """A table cell names an output's large string by its size: the text stays in its artifact (``--json`` has it).
+
+    A user value that merely holds a dollar is printed as it is."""
+    path = make_workflow(
+        "big",
+        """
+        from piw import compute, define_workflow, edge
+        workflow = define_workflow(name="big", start_at="make", nodes={
+            "make": compute(lambda c: {"text": "ü" * 4000, "n": 1}),
+            "cost": compute(lambda c: {"price": "$5"}),
+        }, edges=[edge("make", "cost")])
+        """,
+    )
+    done = cli("run", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["runId"]
+    steps = cli("inspect", run_id, "--view", "steps")
+    assert steps.returncode == 0, steps.stderr
+    assert '{"text":"‹artifact 8000 bytes›","n":1}' in steps.stdout
+    assert "üü" not in steps.stdout
+    assert '{"price":"$5"}' in steps.stdout
