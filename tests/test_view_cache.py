@@ -23,13 +23,13 @@ import pytest
 from conftest import Cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from viewer_support import BundleWriter
 
 from piw.cli.console import make_console
 from piw.cli.views import print_view
 from piw.store import foldcache, viewcache
 from piw.store.trace import TraceEvent
 from piw.views import load_run, row_cache, view_for
-from piw.wire import RUN_BUNDLE_SCHEMA
 
 RUN_ID = "20260101T000000000Z-rows-00000001"
 OTHER_ID = "20260101T000000000Z-rows-00000002"
@@ -86,17 +86,11 @@ def _events(ops: list[str], *, running: bool = True, first_seq: int = 1, salt: s
 
 
 def _write(home: Path, events: list[TraceEvent], run_id: str = RUN_ID) -> Path:
-    bundle = home / "runs" / run_id
-    if bundle.exists():
-        shutil.rmtree(bundle)
-    (bundle / "session").mkdir(parents=True)
-    snapshot = {"schema": "pi-workflows.definition-snapshot.v1", "name": "rows", "startAt": "work",
-                "nodes": {"work": {"nodeType": "compute"}}, "edges": []}  # fmt: skip
-    (bundle / "workflow.json").write_text(json.dumps(snapshot), encoding="utf-8")
-    manifest = {"schema": RUN_BUNDLE_SCHEMA, "runId": run_id, "workflowName": "rows", "status": "running"}
-    (bundle / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    (bundle / "trace.ndjson").write_bytes(b"".join(event.encode() for event in events))
-    return bundle
+    """A one-node bundle (``viewer_support.BundleWriter``) whose trace is exactly ``events``, replacing any."""
+    shutil.rmtree(home / "runs" / run_id, ignore_errors=True)
+    writer = BundleWriter(home, run_id, {"work": "compute"}, [])
+    writer.trace.write(b"".join(event.encode() for event in events))
+    return writer.close(cache_state=False)
 
 
 def _show(home: Path, view: str, at: int | None = None, width: int = 100, run_id: str = RUN_ID) -> str:
