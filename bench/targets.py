@@ -13,6 +13,7 @@ every size by ten for a smoke run.
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import json
 import os
@@ -31,6 +32,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bundles import make_bundle  # noqa: E402
+
+from piw.store.trace import FileLayer  # noqa: E402
 
 PINS = {
     "langgraph": ["langgraph==1.2.22", "langgraph-checkpoint-sqlite==3.1.2"],
@@ -175,8 +178,33 @@ def trace_times(home: Path, kind: str = "node_finished") -> list[float]:
 # ---- per step ------------------------------------------------------------------------------------------------
 
 
-def in_process_steps(kind: str, steps: int, folder: Path) -> tuple[float, float, float]:
-    """(median gap ms, mean ms, CPU ms) per step of a loop run in-process with the display ``piw run`` uses."""
+@dataclass
+class StepTimes:
+    """Per-step figures of one in-process loop (milliseconds)."""
+
+    median_gap: float
+    mean: float
+    cpu: float
+    fsync: float | None
+    """Median duration of the run's own fsyncs (``None`` when the run made none: compute steps)."""
+    rest: float | None
+    """Median of each gap minus the fsyncs inside it: what a step costs besides its fsync."""
+
+
+class TimedFiles(FileLayer):
+    """The appenders' OS calls, with each fsync's start and end recorded (the run's own fsyncs, not a probe)."""
+
+    def __init__(self) -> None:
+        self.fsyncs: list[tuple[float, float]] = []
+
+    def fsync(self, fd: int) -> None:
+        started = time.perf_counter()
+        os.fsync(fd)
+        self.fsyncs.append((started, time.perf_counter()))
+
+
+def in_process_steps(kind: str, steps: int, folder: Path) -> StepTimes:
+    """Per-step figures of a loop run in-process with the display ``piw run`` uses."""
     from piw.cli.console import make_console
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions, start_run
@@ -191,9 +219,10 @@ def in_process_steps(kind: str, steps: int, folder: Path) -> tuple[float, float,
         if event.type == "node_finished":
             finished.append(time.perf_counter())
 
+    files = TimedFiles()
     with open(os.devnull, "w") as sink:
         display = LiveDisplay(make_console(sink), home=home)  # what piw run installs when stdout is not a tty
-        options = ForegroundOptions(listeners=[display, listener], record_origin=False)
+        options = ForegroundOptions(listeners=[display, listener], record_origin=False, files=files)
         cpu = time.process_time()
         state = start_run(str(source), home, {}, None, options)
         cpu = time.process_time() - cpu
@@ -202,7 +231,15 @@ def in_process_steps(kind: str, steps: int, folder: Path) -> tuple[float, float,
     gaps = [b - a for a, b in itertools.pairwise(finished)]
     mean = (finished[-1] - finished[0]) / (len(finished) - 1)
     shutil.rmtree(home, ignore_errors=True)
-    return statistics.median(gaps) * 1000, mean * 1000, cpu / len(finished) * 1000
+    inside = [(s, e) for s, e in files.fsyncs if finished[0] < s < finished[-1]]
+    fsync = rest = None
+    if inside:
+        fsync = statistics.median(e - s for s, e in inside) * 1000
+        spent = [0.0] * len(gaps)
+        for started, ended in inside:
+            spent[bisect.bisect_left(finished, started) - 1] += ended - started
+        rest = statistics.median(g - f for g, f in zip(gaps, spent, strict=True)) * 1000
+    return StepTimes(statistics.median(gaps) * 1000, mean * 1000, cpu / len(finished) * 1000, fsync, rest)
 
 
 def cli_steps(kind: str, steps: int, folder: Path) -> tuple[float, float, float]:
@@ -249,9 +286,9 @@ def per_step(args: argparse.Namespace, folder: Path) -> None:
     best = min(lg, dbos["median_ms"])
     row(
         "compute step ≤ 0.2 × LangGraph (median gap, with the display)",
-        f"{compute[0]:.3f} ms = {compute[0] / lg:.2f} × LG",
-        f"LangGraph+SqliteSaver {lg:.3f} ms; mean {compute[1]:.3f} ms, CPU {compute[2]:.3f} ms",
-        compute[0] <= 0.2 * lg,
+        f"{compute.median_gap:.3f} ms = {compute.median_gap / lg:.2f} × LG",
+        f"LangGraph+SqliteSaver {lg:.3f} ms; mean {compute.mean:.3f} ms, CPU {compute.cpu:.3f} ms",
+        compute.median_gap <= 0.2 * lg,
     )
     row(
         "compute step through the CLI process (mean, trace clock)",
@@ -261,15 +298,25 @@ def per_step(args: argparse.Namespace, folder: Path) -> None:
     )
     row(
         "action step ≤ 0.5 × min(LangGraph, DBOS)",
-        f"{action[0]:.3f} ms = {action[0] / best:.2f} × min",
-        f"min {best:.3f} ms; mean {action[1]:.3f} ms, CPU {action[2]:.3f} ms",
-        action[0] <= 0.5 * best,
+        f"{action.median_gap:.3f} ms = {action.median_gap / best:.2f} × min",
+        f"min {best:.3f} ms; mean {action.mean:.3f} ms, CPU {action.cpu:.3f} ms",
+        action.median_gap <= 0.5 * best,
     )
+    assert action.fsync is not None and action.rest is not None  # an action step fsyncs its terminal event
     row(
         "action step ≤ 1.3 × one fsync'd append",
-        f"{action[0]:.3f} ms = {action[0] / fsync:.2f} × fsync",
-        f"fsync'd append {fsync:.3f} ms; CLI mean {cli_action[0]:.3f} ms",
-        action[0] <= 1.3 * fsync,
+        f"{action.median_gap:.3f} ms = {action.median_gap / fsync:.2f} × fsync",
+        f"fsync'd append {fsync:.3f} ms; in the step: its fsync {action.fsync:.3f} ms "
+        f"({action.fsync / fsync:.2f} × the probe) + the rest {action.rest:.3f} ms; CLI mean {cli_action[0]:.3f} ms",
+        action.median_gap <= 1.3 * fsync,
+    )
+    margin = 1.3 * fsync - action.fsync
+    NOTES.append(
+        f"an action step is its own fsync ({action.fsync:.3f} ms median, timed inside the run: "
+        f"{action.fsync / fsync:.2f} × the probe) and the rest of the step ({action.rest:.3f} ms median: two "
+        f"events, the fold, the display, the pause/cancel read, the context, routing); a compute step, which "
+        f"has no fsync, costs {compute.median_gap:.3f} ms. 1.3 × the probe leaves {margin:.3f} ms for the rest"
+        + (" (less than nothing: the step's own fsync alone is over the limit)" if margin < 0 else "")
     )
 
 
