@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -450,6 +452,54 @@ def test_a_person_who_answers_first_beats_the_sweeper(cli: Cli, gate: Path) -> N
     queue = SqliteQueue.open(cli.home, clock=lambda: later)
     assert queue.due_decisions() == [] and sweep_timeouts(cli.home, queue) == []
     assert queue.decisions_of(parent)[0].provenance == "human"
+
+
+WINNER_THAT_HAS_NOT_CLAIMED = """
+import sys, time
+from pathlib import Path
+from piw.run.answers import claim_decision, now_text, read_wait, record_answer
+from piw.store.queue import open_queue
+
+home, parent = Path(sys.argv[1]), sys.argv[2]
+wait, state = read_wait(home, parent)
+claim = claim_decision(wait, "stop", {}, now_iso=now_text())
+receipt, _ = record_answer(home, open_queue(home), claim, state, foreground=True)
+print(receipt.continuation_run_id, flush=True)
+time.sleep(60)  # between recording its answer and claiming the continuation, as piw decide is for an instant
+"""
+
+
+def test_a_repeat_leaves_the_continuation_to_the_live_process_whose_answer_won(cli: Cli, gate: Path) -> None:
+    parent = start_waiting(cli, gate)["runId"]
+    winner = subprocess.Popen(
+        [sys.executable, "-c", WINNER_THAT_HAS_NOT_CLAIMED, str(cli.home), parent],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=cli.environment(),
+    )
+    try:
+        assert winner.stdout is not None
+        continuation = winner.stdout.readline().strip()
+        assert continuation, "the winner recorded no answer"
+        repeat = cli("decide", parent, "stop", "--json")
+        assert repeat.returncode == 0, repeat.stderr
+        reported = json.loads(repeat.stdout)
+        assert (reported["runId"], reported["status"], reported["adopted"]) == (continuation, "running", True)
+        assert run_ids(cli.home) == [
+            parent
+        ]  # the repeat ran nothing: the continuation is the winner's to run
+        said = cli("decide", parent, "stop")
+        assert said.returncode == 0, said.stderr
+        assert f"its continuation run {continuation} is running in another piw process" in " ".join(
+            said.stdout.split()
+        )
+    finally:
+        winner.kill()
+        winner.wait()
+    # The winner died before it claimed its continuation: a repeat now runs it here, at once.
+    taken = cli.json("decide", parent, "stop")
+    assert (taken["runId"], taken["status"], taken["adopted"]) == (continuation, "completed", True)
+    assert taken["finalOutput"]["halted"]["decision"] == "stop"
 
 
 def test_concurrent_piw_decide_processes_start_one_continuation(cli: Cli, gate: Path) -> None:

@@ -105,12 +105,17 @@ def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[An
 
 
 def _live_elsewhere(home: Path, run_id: str) -> bool:
+    """Another process runs the continuation, or is about to: the one whose answer won holds it until it claims it."""
+    from piw.run.answers import held_for_another_answerer
     from piw.store.bundle import open_bundle, run_is_live
+    from piw.store.queue import open_queue
 
     try:
-        return run_is_live(open_bundle(home, run_id))
+        if run_is_live(open_bundle(home, run_id)):
+            return True
     except PiwError:
-        return False
+        pass  # not created yet
+    return held_for_another_answerer(open_queue(home), run_id)
 
 
 def _elsewhere(receipt: AnswerReceipt, as_json: bool) -> int:

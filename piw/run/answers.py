@@ -309,10 +309,13 @@ def continuation_row(
 ) -> NewRun:
     """The continuation's queue row: the parent's workflow, and the answer it continues with as its input.
 
-    A foreground answer claims it by name right away; until then (and if that process dies, once the hold
-    passes) a host may take it.
+    A foreground answer claims it by name right away. Until then the row is held for that process (its runner id
+    in ``affinity_runner_id``, hosts kept off until ``available_at``), so an identical repeat from another process
+    reports it instead of racing the winner for it (:func:`held_for_another_answerer`); once the hold passes, or
+    as soon as that process is gone, a host or a repeat may take it.
     """
     from piw.run.runner import workflow_path_of
+    from piw.store.queue import runner_id
 
     source = parent.workflow_source or {}
     row = queue.get(parent.run_id)
@@ -325,7 +328,17 @@ def continuation_row(
         options=dict(row.options) if row is not None else {},
         parent_run_id=parent.run_id,
         available_at=queue.clock() + FOREGROUND_HOLD_MS if foreground else None,
+        affinity_runner_id=runner_id() if foreground else None,
     )
+
+
+def held_for_another_answerer(queue: RunQueue, run_id: str) -> bool:
+    """Whether the continuation ``run_id`` waits for another live process, the one whose answer won, to claim it:
+    an identical repeat then reports it and runs nothing (the winner is about to run it)."""
+    from piw.store.queue import runner_id
+
+    row = queue.get(run_id)
+    return row is not None and row.held_for_another(queue.clock(), runner_id())
 
 
 def record_answer(

@@ -165,6 +165,18 @@ class QueueRow:
         """Held by a process that may still be writing (:func:`claim_is_live`)."""
         return claim_is_live(self.status, self.claim_expires_at, self.runner_id, now)
 
+    def held_for_another(self, now: int, me: str) -> bool:
+        """Queued and held (until ``available_at``) for the live process named by ``affinity_runner_id``, which is
+        not ``me``: a continuation waiting for the foreground process whose answer won to claim it by name."""
+        held_for = self.affinity_runner_id
+        return (
+            self.status == "queued"
+            and self.available_at > now
+            and held_for is not None
+            and held_for != me
+            and not holder_is_dead(held_for)
+        )
+
 
 @dataclass(frozen=True)
 class ClaimCheck:
