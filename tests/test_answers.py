@@ -485,9 +485,8 @@ def test_a_repeat_leaves_the_continuation_to_the_live_process_whose_answer_won(c
         assert repeat.returncode == 0, repeat.stderr
         reported = json.loads(repeat.stdout)
         assert (reported["runId"], reported["status"], reported["adopted"]) == (continuation, "running", True)
-        assert run_ids(cli.home) == [
-            parent
-        ]  # the repeat ran nothing: the continuation is the winner's to run
+        # the repeat ran nothing: the continuation is the winner's to run
+        assert run_ids(cli.home) == [parent]
         said = cli("decide", parent, "stop")
         assert said.returncode == 0, said.stderr
         assert f"its continuation run {continuation} is running in another piw process" in " ".join(

@@ -25,7 +25,7 @@ from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import new_decision
 from piw.store.bundle import new_run_id, open_bundle
 from piw.store.decisions import AnswerRecord
-from piw.store.queue import NewRun, RunQueue
+from piw.store.queue import NewRun, RunQueue, runner_id
 from piw.store.replay import RunState, fold
 from piw.wire import digest, format_time
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
@@ -315,7 +315,6 @@ def continuation_row(
     as soon as that process is gone, a host or a repeat may take it.
     """
     from piw.run.runner import workflow_path_of
-    from piw.store.queue import runner_id
 
     source = parent.workflow_source or {}
     row = queue.get(parent.run_id)
@@ -335,8 +334,6 @@ def continuation_row(
 def held_for_another_answerer(queue: RunQueue, run_id: str) -> bool:
     """Whether the continuation ``run_id`` waits for another live process, the one whose answer won, to claim it:
     an identical repeat then reports it and runs nothing (the winner is about to run it)."""
-    from piw.store.queue import runner_id
-
     row = queue.get(run_id)
     return row is not None and row.held_for_another(queue.clock(), runner_id())
 

@@ -168,11 +168,10 @@ class QueueRow:
     def held_for_another(self, now: int, me: str) -> bool:
         """Queued and held (until ``available_at``) for the live process named by ``affinity_runner_id``, which is
         not ``me``: a continuation waiting for the foreground process whose answer won to claim it by name."""
-        held_for = self.affinity_runner_id
+        held_for = self.affinity_runner_id  # None: held for nobody (holder_is_dead(None) is true)
         return (
             self.status == "queued"
             and self.available_at > now
-            and held_for is not None
             and held_for != me
             and not holder_is_dead(held_for)
         )
