@@ -8,7 +8,7 @@ Run ``python bench/bench_fence.py`` (``--steps N``, default 1,000). It prints, f
   (the literal reading of §10.2), and with no claim at all (the engine used without the queue: the floor).
 
 The lease's fence reads the row only past its own lease deadline or once a renewal is due; why that is sound is in
-``piw/store/lease.py``.
+``piw/store/db/lease.py``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 
 from piw.run.engine import Engine, RunOptions
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.database import close_databases
-from piw.store.lease import Lease
-from piw.store.queue import NewRun, SqliteQueue
+from piw.store.db.database import close_databases
+from piw.store.db.lease import Lease
+from piw.store.db.queue import NewRun, SqliteQueue
 from piw.store.trace import TraceEvent
 from piw.workflow.loader import load_workflow
 

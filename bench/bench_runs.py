@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.database import close_databases
+from piw.store.db.database import close_databases
+from piw.store.db.index import rebuild_run_index
 from piw.store.history import folded_summaries, run_summaries
-from piw.store.index import rebuild_run_index
 
 FLOW = """
 from piw import compute, define_workflow, edge

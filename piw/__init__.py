@@ -12,11 +12,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# ``piw.agent`` is both the sub-package of agent steps (``piw.agent.contract``, ``piw.agent.loop``, as the spec
-# names them) and the public ``agent()`` helper. Loading the (import-free) package first and then dropping the
-# attribute its import set lets ``__getattr__`` hand out the helper; later ``import piw.agent.x`` statements
-# find the package in ``sys.modules`` and leave the attribute alone.
-import piw.agent as _agent_package  # noqa: F401  (must precede the helper)
 from piw.errors import (
     AttemptInactive,
     Cancelled,
@@ -34,8 +29,6 @@ from piw.errors import (
     TraceCorrupt,
     UpdateRejected,
 )
-
-del globals()["agent"]
 
 if TYPE_CHECKING:
     from piw.updates.envelope import (

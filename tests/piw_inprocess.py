@@ -85,7 +85,7 @@ def _process_state(cwd: Path | None) -> Iterator[None]:
         sys.argv = argv
         # A process's database connections end with it: the next command opens piw.sqlite afresh (and meets a
         # file that was replaced or damaged in between, as a new process would).
-        from piw.store.database import close_databases
+        from piw.store.db.database import close_databases
 
         close_databases()
 

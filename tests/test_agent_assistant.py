@@ -31,8 +31,8 @@ from agent_harness import (
 )
 
 from piw import DefinitionError, agent, assistant_message
-from piw.agent.events import AgentSettled, AutoRetryEnd, AutoRetryStart, MessageEnd
-from piw.agent.workflow_tool import ASSISTANT_STEP_SUBMIT
+from piw.agent_steps.events import AgentSettled, AutoRetryEnd, AutoRetryStart, MessageEnd
+from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
 from piw.providers.base import ChatRequest
 from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock
 from piw.providers.scripted import ScriptedProvider

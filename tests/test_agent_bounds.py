@@ -29,8 +29,8 @@ from agent_harness import (
     write_workflow,
 )
 
-from piw.agent import loop as agent_loop
-from piw.agent.events import MessageEnd
+from piw.agent_steps import loop as agent_loop
+from piw.agent_steps.events import MessageEnd
 from piw.providers.messages import ToolResultMessage
 from piw.testing import OpenAIStub, StubReply, openai_stub
 

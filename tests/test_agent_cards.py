@@ -33,8 +33,8 @@ from agent_harness import (
     write_workflow,
 )
 
-from piw.agent.display import AgentDisplay
-from piw.agent.events import (
+from piw.agent_steps.display import AgentDisplay
+from piw.agent_steps.events import (
     AutoRetryStart,
     MessageEnd,
     MessageUpdate,

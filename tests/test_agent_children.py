@@ -28,7 +28,7 @@ from agent_harness import (
     write_workflow,
 )
 
-from piw.agent.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.executor import AgentExecutor, AgentSettings
 from piw.testing import OpenAIStub, StubReply
 
 __all__ = ["home"]

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
 
 from agent_harness import home, one_agent, only_run, piw_cli, write_stub_config
 
-from piw.agent.display import SHOWN_CHARS, AgentDisplay
-from piw.agent.events import MessageEnd, MessageUpdate, StepDelivered, ToolExecutionStart
+from piw.agent_steps.display import SHOWN_CHARS, AgentDisplay
+from piw.agent_steps.events import MessageEnd, MessageUpdate, StepDelivered, ToolExecutionStart
 from piw.providers.messages import AssistantMessage, TextBlock
 from piw.testing import OpenAIStub, StubReply, openai_stub
 

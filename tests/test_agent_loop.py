@@ -24,8 +24,8 @@ from agent_harness import (
 )
 
 from piw import DefinitionError, agent
-from piw.agent.events import AutoRetryEnd, AutoRetryStart
-from piw.agent.loop import AgentLoop, Deadline, LoopTool, TurnBudget
+from piw.agent_steps.events import AutoRetryEnd, AutoRetryStart
+from piw.agent_steps.loop import AgentLoop, Deadline, LoopTool, TurnBudget
 from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.messages import AssistantMessage, Message, ToolSpec, Usage, UserMessage

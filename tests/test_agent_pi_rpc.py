@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
 
 from agent_harness import Run, bundle_of, home, one_agent
 
-from piw.agent.executor import AgentSettings
-from piw.agent.pi_process import PiLaunch
-from piw.agent.pi_rpc import PiRpcExecutor
-from piw.agent.workflow_tool import ASSISTANT_STEP_SUBMIT
+from piw.agent_steps.executor import AgentSettings
+from piw.agent_steps.pi_process import PiLaunch
+from piw.agent_steps.pi_rpc import PiRpcExecutor
+from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
 from piw.providers.config import ProviderConfig
 from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply, openai_stub

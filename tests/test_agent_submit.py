@@ -28,9 +28,9 @@ from agent_harness import (
 )
 from pydantic import BaseModel
 
-from piw.agent.contract import contract_text, format_reminder, format_step_prompt, make_contract
-from piw.agent.schema import model_schema
-from piw.agent.workflow_tool import (
+from piw.agent_steps.contract import contract_text, format_reminder, format_step_prompt, make_contract
+from piw.agent_steps.schema import model_schema
+from piw.agent_steps.workflow_tool import (
     ASSISTANT_STEP_SUBMIT,
     GATE_CLOSED,
     GENERIC_WORKFLOW_SCHEMA,

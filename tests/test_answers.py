@@ -406,7 +406,7 @@ def _run_in_the_past(path: Path, home: Path, minutes: float) -> str:
 def test_the_sweeper_answers_a_due_decision_with_its_timeout_choice(cli: Cli, gate: Path) -> None:
     from piw.run.runner import ForegroundOptions, continue_run
     from piw.run.sweeper import sweep_timeouts
-    from piw.store.queue import open_queue
+    from piw.store.db.queue import open_queue
 
     fresh = start_waiting(cli, gate)["runId"]
     parent = _run_in_the_past(gate, cli.home, minutes=12)  # no piw process ran from +4 to +12 minutes
@@ -444,7 +444,7 @@ def test_a_person_who_answers_first_beats_the_sweeper(cli: Cli, gate: Path) -> N
     from datetime import UTC, datetime, timedelta
 
     from piw.run.sweeper import sweep_timeouts
-    from piw.store.queue import SqliteQueue
+    from piw.store.db.queue import SqliteQueue
 
     parent = start_waiting(cli, gate)["runId"]
     assert cli.json("decide", parent, "stop")["status"] == "completed"
@@ -458,7 +458,7 @@ WINNER_THAT_HAS_NOT_CLAIMED = """
 import sys, time
 from pathlib import Path
 from piw.run.answers import claim_decision, now_text, read_wait, record_answer
-from piw.store.queue import open_queue
+from piw.store.db.queue import open_queue
 
 home, parent = Path(sys.argv[1]), sys.argv[2]
 wait, state = read_wait(home, parent)

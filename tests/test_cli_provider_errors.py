@@ -31,7 +31,7 @@ def test_a_refused_connection_names_the_provider_its_url_and_what_to_check(
     cli: Cli, make_workflow: WorkflowMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the retries still happen, without their 2 + 4 + 8 s of waiting
-    loop = importlib.import_module("piw.agent.loop")  # (``piw.agent`` the attribute is the DSL helper)
+    loop = importlib.import_module("piw.agent_steps.loop")  # (``piw.agent`` the attribute is the DSL helper)
     monkeypatch.setattr(loop, "RETRY_DELAYS_S", tuple(0.0 for _ in loop.RETRY_DELAYS_S))
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     (cli.home / "config.toml").write_text(

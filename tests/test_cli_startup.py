@@ -110,7 +110,15 @@ def test_a_run_without_agent_or_action_steps_does_not_import_the_agent_stack(
     tool registry, the shell executor and a human decision's request models only for a workflow that uses them."""
     path = make_workflow("small", COMPUTE_ONLY)
     modules = _modules_after("run", str(path))
-    assert not {"piw.agent.setup", "piw.agent.executor", "piw.agent.loop", "piw.agent.display"} & modules
+    assert (
+        not {
+            "piw.agent_steps.setup",
+            "piw.agent_steps.executor",
+            "piw.agent_steps.loop",
+            "piw.agent_steps.display",
+        }
+        & modules
+    )
     assert not {name for name in modules if name.startswith(("piw.providers", "piw.tools"))}
     lazy = {
         "piw.run.executors.shell",
@@ -119,7 +127,7 @@ def test_a_run_without_agent_or_action_steps_does_not_import_the_agent_stack(
         "piw.run.answers",
     }
     assert not lazy & modules
-    assert {"piw.agent.factory", "piw.run.decision_book"} <= modules
+    assert {"piw.agent_steps.factory", "piw.run.decision_book"} <= modules
     (bundle,) = (cli.home / "runs").iterdir()  # and the run itself happened, to the end
     assert json.loads((bundle / "state.json").read_text())["outputs"] == {"a": {"n": 1}, "b": {"n": 2}}
 
@@ -138,5 +146,5 @@ def test_runs_from_a_current_index_imports_no_fold(cli: Cli, make_workflow: Work
     run_id = json.loads(cli("run", str(make_workflow("small", COMPUTE_ONLY)), "--json").stdout)["runId"]
     assert [row["runId"] for row in json.loads(cli("runs", "--json").stdout)] == [run_id]
     modules = _modules_after("runs")
-    assert "piw.store.index" in modules  # it listed
+    assert "piw.store.db.index" in modules  # it listed
     assert not {"msgspec", "piw.store.replay", "piw.store.bundle", "piw.store.foldcache"} & modules

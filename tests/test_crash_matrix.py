@@ -27,7 +27,7 @@ from conftest import PIW_COMMAND, WORKFLOW_FIXTURES
 
 from piw.errors import PiwError
 from piw.store.bundle import Bundle, load_state
-from piw.store.queue import SqliteQueue
+from piw.store.db.queue import SqliteQueue
 from piw.store.replay import fold, state_to_json
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 

@@ -23,7 +23,7 @@ from test_crash_matrix import in_child
 
 import piw.providers
 from piw.errors import PiwError
-from piw.store.queue import SqliteQueue
+from piw.store.db.queue import SqliteQueue
 from piw.store.replay import fold
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 from piw.testing import OpenAIStub, StubReply
@@ -80,7 +80,7 @@ class Case:
         return self.home / "runs" / self.run_id
 
     def _options(self) -> Any:
-        from piw.agent.executor import AgentExecutor, AgentSettings
+        from piw.agent_steps.executor import AgentExecutor, AgentSettings
         from piw.run.runner import ForegroundOptions
 
         provider = self.stub.provider()

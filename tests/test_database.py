@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from piw.errors import StateSchemaMismatch
-from piw.store.database import (
+from piw.store.db.database import (
     DATABASE_NAME,
     SCHEMA_ID,
     Database,

@@ -14,9 +14,9 @@ import pytest
 from piw.errors import ClaimLost, RunLocked
 from piw.run.runner import ForegroundOptions, queue_run
 from piw.store.bundle import WriterLock, open_bundle
-from piw.store.database import close_databases
-from piw.store.lease import Lease
-from piw.store.queue import LEASE_MS, SqliteQueue
+from piw.store.db.database import close_databases
+from piw.store.db.lease import Lease
+from piw.store.db.queue import LEASE_MS, SqliteQueue
 from piw.store.replay import fold
 from piw.store.session import SessionLog
 from piw.store.writer import RunWriter

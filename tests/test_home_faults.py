@@ -52,7 +52,7 @@ def read_only(home: Path, tmp_path: Path) -> Iterator[Path]:
 
 def _unmount(path: Path) -> None:
     """Unmount for sure: close this process's database connections first, then lazily if still busy."""
-    from piw.store.database import close_databases
+    from piw.store.db.database import close_databases
 
     close_databases()
     if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:

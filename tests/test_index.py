@@ -44,8 +44,8 @@ def test_the_writer_indexes_its_run_and_a_rebuild_gives_identical_rows(
     assert [row["runId"] for row in listed] == sorted(ids, reverse=True)
     assert listed[0]["usage"] is None  # no model requests
 
-    from piw.store.database import close_databases
-    from piw.store.index import rebuild_run_index
+    from piw.store.db.database import close_databases
+    from piw.store.db.index import rebuild_run_index
 
     assert rebuild_run_index(piw_home) == 3
     close_databases()
@@ -161,7 +161,7 @@ def test_a_running_run_with_a_live_writer_is_listed_from_its_row_not_refolded(
     monkeypatch: Any, make_workflow: WorkflowMaker, piw_home: Path
 ) -> None:
     """Refolding a long running run on every listing cost seconds and hundreds of MB; its writer keeps the row."""
-    from piw.store.index import indexed_rows
+    from piw.store.db.index import indexed_rows
 
     listed: list[tuple[int, int]] = []
     assert (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import Cli, WorkflowMaker, trace_lines
 
-from piw.store.queue import SqliteQueue
+from piw.store.db.queue import SqliteQueue
 
 TELL = """
 from piw import compute, define_workflow, edge, notify

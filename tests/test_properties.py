@@ -219,8 +219,8 @@ def test_a_config_document_is_valid_or_one_provider_error(raw: dict[str, Any]) -
 
 
 def _tool(updates: bool) -> Any:
-    from piw.agent.contract import make_contract
-    from piw.agent.workflow_tool import ActiveStep, WorkflowTool
+    from piw.agent_steps.contract import make_contract
+    from piw.agent_steps.workflow_tool import ActiveStep, WorkflowTool
 
     contract = make_contract("run", "wf", "step", "a" * 32, None, updates=updates)
 

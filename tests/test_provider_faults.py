@@ -51,7 +51,7 @@ def submit(output: Any = None) -> StubReply:
 @pytest.fixture
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> tuple[float, ...]:
     """The real back-off schedule (2, 4, 8 s), scaled down so a test waits centiseconds, not seconds."""
-    loop = importlib.import_module("piw.agent.loop")  # ``piw.agent`` the attribute is the DSL helper
+    loop = importlib.import_module("piw.agent_steps.loop")  # ``piw.agent`` the attribute is the DSL helper
     delays = (0.01, 0.02, 0.03)
     monkeypatch.setattr(loop, "RETRY_DELAYS_S", delays)
     return delays

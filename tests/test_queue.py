@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound
-from piw.store.database import close_databases
-from piw.store.lease import Lease
-from piw.store.queue import LEASE_MS, RENEW_MS, NewRun, RunQueue, SqliteQueue, holder_is_dead, runner_id
+from piw.store.db.database import close_databases
+from piw.store.db.lease import Lease
+from piw.store.db.queue import LEASE_MS, RENEW_MS, NewRun, RunQueue, SqliteQueue, holder_is_dead, runner_id
 
 
 class FakeClock:

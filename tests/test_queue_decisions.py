@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from test_queue import QUEUE_IMPLEMENTATIONS, FakeClock
 
-from piw.store.database import close_databases
-from piw.store.decisions import AnswerRecord, NewDecision
-from piw.store.outbox import DELIVERY_LEASE_MS, NewNotification
-from piw.store.queue import NewRun, RunQueue, SqliteQueue
+from piw.store.db.database import close_databases
+from piw.store.db.decisions import AnswerRecord, NewDecision
+from piw.store.db.outbox import DELIVERY_LEASE_MS, NewNotification
+from piw.store.db.queue import NewRun, RunQueue, SqliteQueue
 
 MakeQueue = Callable[..., RunQueue]
 
@@ -170,7 +170,7 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_queue_decisions import answer
-from piw.store.queue import SqliteQueue
+from piw.store.db.queue import SqliteQueue
 queue = SqliteQueue.open(Path({home!r}))
 print(json.dumps(queue.resolve_answer(answer(sys.argv[1], sys.argv[2])).outcome))
 """

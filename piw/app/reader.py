@@ -14,7 +14,7 @@ Opening a run must be quick whatever its length, so :func:`open_run` never reads
 
 Memory is bounded by the number of checkpoints, not the trace. A damaged line stops the index with a notice and
 the valid prefix stays viewable. Nothing here writes; the only probe is the writer-lock check of
-:func:`piw.store.liveness.writer_is_live` (the run's queue row, read-only).
+:func:`piw.store.db.liveness.writer_is_live` (the run's queue row, read-only).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from piw.errors import PiwError
 from piw.progress import parse_instant
 from piw.store import foldcache
 from piw.store.bundle import Bundle, open_bundle
+from piw.store.db.liveness import writer_is_live
 from piw.store.lineage import forks_of
-from piw.store.liveness import writer_is_live
 from piw.store.replay import RunState, fold_more
 from piw.store.session import SessionEntry
 from piw.store.state import decode_state

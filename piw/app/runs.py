@@ -20,8 +20,8 @@ from piw.app.reader import last_seq
 from piw.progress import format_remaining, parse_instant
 from piw.store import foldcache
 from piw.store.bundle import Bundle, list_bundles, run_is_live
+from piw.store.db.index import indexed_rows
 from piw.store.history import RunSummary
-from piw.store.index import indexed_rows
 from piw.store.state import RUN_STATUSES
 from piw.terminal import single_line
 
@@ -80,7 +80,7 @@ def row_of(summary: RunSummary, *, forked: bool = False) -> RunRow:
 
 
 def load_rows(home: Path) -> list[RunRow]:
-    """Every run from the SQLite runs index (``piw.store.index``, reconciled against the bundles as
+    """Every run from the SQLite runs index (``piw.store.db.index``, reconciled against the bundles as
     ``piw runs`` does); when the index cannot be read, from the bundles themselves (:func:`bundle_rows`)."""
     try:
         indexed = indexed_rows(home)

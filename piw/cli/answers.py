@@ -54,7 +54,7 @@ def _record(home: Path, claim: AnswerClaim, state: RunState, detach: bool) -> An
     """Sweep this run's due decision first (a passed deadline wins, as declared), then record the answer."""
     from piw.run.answers import record_answer
     from piw.run.sweeper import sweep_timeouts
-    from piw.store.queue import open_queue
+    from piw.store.db.queue import open_queue
 
     queue = open_queue(home)
     sweep_timeouts(home, queue, run_id=state.run_id)
@@ -108,7 +108,7 @@ def _live_elsewhere(home: Path, run_id: str) -> bool:
     """Another process runs the continuation, or is about to: the one whose answer won holds it until it claims it."""
     from piw.run.answers import held_for_another_answerer
     from piw.store.bundle import open_bundle, run_is_live
-    from piw.store.queue import open_queue
+    from piw.store.db.queue import open_queue
 
     try:
         if run_is_live(open_bundle(home, run_id)):

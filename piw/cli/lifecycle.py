@@ -57,9 +57,9 @@ def host(
     concurrency: Annotated[int, typer.Option("--concurrency", help="Runs executed at the same time.")] = 1,
 ) -> int:
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
-    from piw.agent.factory import agent_executor_factory
+    from piw.agent_steps.factory import agent_executor_factory
     from piw.run.host import HostOptions, serve
-    from piw.store.queue import QueueRow
+    from piw.store.db.queue import QueueRow
 
     if max_runs is not None and max_runs < 1:
         raise UsageError("--max-runs must be at least 1.")

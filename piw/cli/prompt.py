@@ -21,7 +21,7 @@ from rich.console import Console
 from piw.errors import AnswerInvalid, DecisionResolved, PiwError
 from piw.run.answers import AnswerReceipt, Wait, claim_decision, now_text, read_wait, record_answer
 from piw.run.sweeper import sweep_timeouts
-from piw.store.queue import Claim, RunQueue, open_queue
+from piw.store.db.queue import Claim, RunQueue, open_queue
 from piw.store.replay import RunState
 from piw.terminal import sanitize_terminal_text, single_line
 

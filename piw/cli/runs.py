@@ -64,7 +64,7 @@ def _foreground(
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from rich.text import Text
 
-    from piw.agent.factory import agent_executor_factory
+    from piw.agent_steps.factory import agent_executor_factory
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
 
@@ -197,7 +197,7 @@ def run(
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
-    from piw.store.queue import StartAdopted
+    from piw.store.db.queue import StartAdopted
     from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
@@ -266,7 +266,7 @@ def _detach(
     budget: Budget | None = None,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
-    from piw.agent.factory import agent_executor_factory
+    from piw.agent_steps.factory import agent_executor_factory
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
 
     home = piw_home()

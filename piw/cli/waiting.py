@@ -44,8 +44,8 @@ def decision_summary(home: Path, state: RunState) -> dict[str, Any] | None:
 
 def _recorded(home: Path, run_id: str, decision_id: str | None) -> dict[str, Any]:
     """What the database says about the answer (read only; a missing or unreadable database says nothing)."""
-    from piw.store.database import database_path
-    from piw.store.queue import open_queue
+    from piw.store.db.database import database_path
+    from piw.store.db.queue import open_queue
 
     if not database_path(home).is_file():
         return {}

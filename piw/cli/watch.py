@@ -2,7 +2,7 @@
 
 Following the files (watchfiles with a polling fallback, the incremental tail, the fold of what was appended)
 is :mod:`piw.views.follow`, shared with the full-screen viewer. Whether a running run is live comes from its queue
-row (``piw.store.liveness``, read-only). Watching ends when the run reaches a terminal state, when no process is
+row (``piw.store.db.liveness``, read-only). Watching ends when the run reaches a terminal state, when no process is
 writing it (interrupted, paused, parked: it says so and exits 0, instead of ticking forever), on ``q`` (exit 0), or
 on Ctrl-C (exit 130, as for every command interrupted).
 """
@@ -26,7 +26,7 @@ from piw.cli.live import StepLog
 from piw.errors import RunNotFound
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, list_bundles
-from piw.store.liveness import Liveness, liveness
+from piw.store.db.liveness import Liveness, liveness
 from piw.store.replay import RunState
 from piw.views.follow import Follower, file_changes
 from piw.views.frame import FrameView

@@ -24,8 +24,8 @@ from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, RunN
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import new_decision
 from piw.store.bundle import new_run_id, open_bundle
-from piw.store.decisions import AnswerRecord
-from piw.store.queue import NewRun, RunQueue, runner_id
+from piw.store.db.decisions import AnswerRecord
+from piw.store.db.queue import NewRun, RunQueue, runner_id
 from piw.store.replay import RunState, fold
 from piw.wire import digest, format_time
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up

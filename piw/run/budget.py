@@ -6,7 +6,7 @@ see the same totals and a crash never resets them. Before each request the gate 
 the request needs; a request the budget cannot cover is not sent: the gate cancels the attempt (``run_agent``
 siblings included, they share its cancel event) and the engine ends the run ``waiting`` on the budget, with what
 was spent and on what. ``piw answer RUN '{"topUp": {...}}'`` continues it with more.
-The provider wrapper that asks the gate is ``piw.agent.budgeted``.
+The provider wrapper that asks the gate is ``piw.agent_steps.budgeted``.
 """
 
 from __future__ import annotations

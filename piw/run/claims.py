@@ -1,7 +1,7 @@
 """The engine's side of a run's claim: the fenced writer lock, the flags it polls, and settling the queue row.
 
 A run executes under a claim on its ``run_queue`` row (``persistence.md`` §10.2), held through a
-:class:`~piw.store.lease.Lease`. This module is what the engine does with it:
+:class:`~piw.store.db.lease.Lease`. This module is what the engine does with it:
 
 - take the per-bundle writer lock fenced by the lease (a busy lock parks the row for ``RENEW_MS``);
 - expose the ``pause_requested``/``cancel_requested`` flags the lease polls, and abort the active node when a
@@ -27,8 +27,8 @@ from piw.errors import (
     TraceCorrupt,
 )
 from piw.store.bundle import Bundle, WriterLock
-from piw.store.lease import BOUNDARY_FLAGS_MS, Lease
-from piw.store.queue import RENEW_MS, FinalStatus, ParkReason
+from piw.store.db.lease import BOUNDARY_FLAGS_MS, Lease
+from piw.store.db.queue import RENEW_MS, FinalStatus, ParkReason
 from piw.store.replay import TERMINAL_STATUSES, RunState
 
 FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
@@ -67,7 +67,7 @@ class ClaimControl:
 
     def current_flags(self, *, always: bool = False) -> None:
         """Bring the pause/cancel flags up to date at a step boundary: read the row unless the flags were read in
-        the last :data:`~piw.store.lease.BOUNDARY_FLAGS_MS` (``always``: read it regardless)."""
+        the last :data:`~piw.store.db.lease.BOUNDARY_FLAGS_MS` (``always``: read it regardless)."""
         if self.lease is not None:
             self.lease.current_flags(0 if always else BOUNDARY_FLAGS_MS)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from piw.store.decisions import NewDecision
+from piw.store.db.decisions import NewDecision
 from piw.wire import parse_time
 
 if TYPE_CHECKING:
     from piw.run.executors.checkpoint import DecisionBook
-    from piw.store.queue import RunQueue
+    from piw.store.db.queue import RunQueue
 
 
 def new_decision(run_id: str, node_id: str, attempt_id: str, opened: dict[str, Any]) -> NewDecision:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from piw.errors import PiwError
-from piw.store.outbox import NotificationRow
-from piw.store.queue import RunQueue
+from piw.store.db.outbox import NotificationRow
+from piw.store.db.queue import RunQueue
 from piw.store.replay import RunState
 from piw.store.trace import TraceEvent, iter_trace
 

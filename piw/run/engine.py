@@ -48,8 +48,8 @@ from piw.store.bundle import (
     set_aside_incomplete,
 )
 from piw.store.damage import artifact_damage
-from piw.store.index import RunIndex
-from piw.store.lease import Lease
+from piw.store.db.index import RunIndex
+from piw.store.db.lease import Lease
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.session import SessionLog
 from piw.store.storage import storage_error

@@ -29,10 +29,10 @@ from piw.run.executors import Executor
 from piw.run.runner import configured_durability, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import runs_dir
-from piw.store.database import now_ms
-from piw.store.index import from_ms
-from piw.store.lease import Lease
-from piw.store.queue import Claim, QueueRow, RunQueue, open_queue, runner_id
+from piw.store.db.database import now_ms
+from piw.store.db.index import from_ms
+from piw.store.db.lease import Lease
+from piw.store.db.queue import Claim, QueueRow, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState
 from piw.store.trace import TraceEvent, read_trace, resolve_durability
 from piw.store.writer import Listener

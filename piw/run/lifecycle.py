@@ -23,10 +23,10 @@ from piw.run.engine import CANCELLED_ERROR
 from piw.run.process_groups import stop_group
 from piw.run.runner import configured_durability, ensure_row
 from piw.store.bundle import Bundle, WriterLock, load_state, open_bundle
-from piw.store.database import now_ms
-from piw.store.index import RunIndex
-from piw.store.lease import Lease
-from piw.store.queue import QueueRow, RunQueue, open_queue, runner_id
+from piw.store.db.database import now_ms
+from piw.store.db.index import RunIndex
+from piw.store.db.lease import Lease
+from piw.store.db.queue import QueueRow, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState, fold
 from piw.store.trace import resolve_durability, truncate_tail
 from piw.store.writer import RunWriter

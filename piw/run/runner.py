@@ -27,9 +27,9 @@ from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
-from piw.store.lease import Lease
-from piw.store.outbox import NotificationRow
-from piw.store.queue import NewRun, RunQueue, StartKey, open_queue, runner_id
+from piw.store.db.lease import Lease
+from piw.store.db.outbox import NotificationRow
+from piw.store.db.queue import NewRun, RunQueue, StartKey, open_queue, runner_id
 from piw.store.replay import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from piw.errors import DecisionResolved, PiwError
 from piw.run.answers import AnswerReceipt, claim_decision, read_wait, record_answer
-from piw.store.queue import RunQueue
+from piw.store.db.queue import RunQueue
 from piw.wire import format_time
 
 TIMEOUT_ANSWERER = "piw (on_timeout policy)"

@@ -368,7 +368,7 @@ class Fence(Protocol):
 class WriterLock:
     """An exclusive ``flock`` on the bundle directory, and the fence every bundle write passes first.
 
-    The SQLite claim (``persistence.md`` §10.2, ``piw.store.lease``) decides who may write; this lock closes the
+    The SQLite claim (``persistence.md`` §10.2, ``piw.store.db.lease``) decides who may write; this lock closes the
     gap between the fence check and the write: a new holder takes the lock before its first write, so a stale
     holder that passed its check still writes alone, and its next check fails. :meth:`fence` precedes every
     write to the bundle (trace, session, artifacts, state, manifest, tail repair).

@@ -1,6 +1,6 @@
 """Run listings: a summary row per run, newest first, from the ``runs`` index and the run queue.
 
-The index (``piw.store.index``) caches each bundle's fold, so listing does not fold every bundle. Whether a
+The index (``piw.store.db.index``) caches each bundle's fold, so listing does not fold every bundle. Whether a
 ``running`` run is live comes from its queue row (``persistence.md`` §10.2, spec README §5): held by a process
 with an unexpired lease is live; queued, paused or parked says so; anything else has no process writing it and
 is shown as interrupted. :func:`folded_summaries` is the old way (fold every bundle) kept for the benchmark.
@@ -15,9 +15,9 @@ from typing import Any
 
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
-from piw.store.database import now_ms
-from piw.store.index import IndexRow, indexed_rows, usage_cost
-from piw.store.queue import QueueRow, SqliteQueue
+from piw.store.db.database import now_ms
+from piw.store.db.index import IndexRow, indexed_rows, usage_cost
+from piw.store.db.queue import QueueRow, SqliteQueue
 from piw.store.storage import storage_error
 
 

@@ -49,7 +49,7 @@ _IDLE_CHECK_S = 1.0
 INDEX_INTERVAL_S = 1.0
 """The run's ``runs`` index row is upserted at least this often while events come, whatever the state-cache
 interval: a row costs a small SQLite write, not a rewrite of the run, and readers list a running run whose
-writer is live from its row (``piw.store.index``) instead of refolding it."""
+writer is live from its row (``piw.store.db.index``) instead of refolding it."""
 FORCED_STATE_TYPES = frozenset({"run_started", "run_resumed", "run_paused"}) | RUN_TERMINAL_TYPES
 """Events after which ``state.json`` is written at once: the run starts, continues, or lets go of its claim."""
 KILL_BEFORE_APPEND_ENV = "PIW_TEST_KILL_BEFORE_APPEND"

@@ -5,7 +5,7 @@ Views never hold a whole trace: :class:`RecordStream` re-reads the file in chunk
 rule of ``persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored, while a bad
 line with more lines after it ends the stream with a corruption notice instead of an exception, so the valid
 prefix still shows. Nothing here writes run data (only the fold checkpoints :func:`load_run` leaves as a cache);
-the only probe of a run is :func:`piw.store.liveness.writer_is_live`, which reads its queue row read-only (or,
+the only probe of a run is :func:`piw.store.db.liveness.writer_is_live`, which reads its queue row read-only (or,
 without one, takes and releases a shared lock on the bundle).
 """
 
@@ -391,7 +391,7 @@ def run_data(
     now = fixed or (clock or _utc_now)()
     live = None
     if state.status == "running" and at is None:
-        from piw.store.liveness import writer_is_live  # the queue database: only a running run is probed
+        from piw.store.db.liveness import writer_is_live  # the queue database: only a running run is probed
 
         live = writer_is_live(bundle)
     return RunData(bundle, state, snapshot, now, at, live, notice)

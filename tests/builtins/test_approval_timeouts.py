@@ -17,7 +17,7 @@ from test_plan_approval import PLAN, approval_input, digest
 
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, continue_run, start_run
-from piw.store.queue import SqliteQueue, open_queue
+from piw.store.db.queue import SqliteQueue, open_queue
 
 sweeper = pytest.importorskip(
     "piw.run.sweeper", reason="the timeout sweeper is owed by `decisions` (issue 8 part B)"

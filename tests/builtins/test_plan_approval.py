@@ -209,7 +209,7 @@ def test_the_shipped_example_waits_for_a_decision(cli: Any) -> None:
 
 
 def test_cancel_while_waiting_cancels_the_row_and_leaves_the_bundle_final(cli: Any, piw_home: Path) -> None:
-    from piw.store.queue import open_queue
+    from piw.store.db.queue import open_queue
 
     run_id = start(cli)["runId"]
     trace = (piw_home / "runs" / run_id / "trace.ndjson").read_bytes()
@@ -229,7 +229,7 @@ def test_a_cancelled_waiting_decision_starts_no_continuation(cli: Any, piw_home:
     assert refused.returncode == 2
     assert refused.stderr.endswith("was cancelled while waiting at approve_auto; it will not continue.\n")
     assert run_ids(piw_home) == [run_id]
-    from piw.store.queue import open_queue
+    from piw.store.db.queue import open_queue
 
     (decision,) = open_queue(piw_home).decisions_of(run_id)
     assert (decision.status, decision.provenance) == ("cancelled", "cancel")

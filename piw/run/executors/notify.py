@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate
-from piw.store.outbox import NewNotification, NotificationRow
+from piw.store.db.outbox import NewNotification, NotificationRow
 from piw.wire import sha256_hex
 from piw.workflow.definition import NotifyNode
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from piw.store.queue import Claim, NewRun, SqliteQueue, StartKey
+    from piw.store.db.queue import Claim, NewRun, SqliteQueue, StartKey
 
 DecisionStatus = Literal["open", "resolved", "cancelled"]
 
@@ -246,7 +246,7 @@ def guard_start(conn: sqlite3.Connection, start: StartKey, run_id: str, now: int
     so no row (and, since the row comes before the bundle, no bundle) is created.
     """
     from piw.errors import IdempotencyConflict
-    from piw.store.queue import StartAdopted
+    from piw.store.db.queue import StartAdopted
 
     stored = _stored(conn, START_SCOPE, start.key)
     if stored is None:

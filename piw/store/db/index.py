@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from piw.errors import PiwError
-from piw.store.database import Database, now_ms, open_database
+from piw.store.db.database import Database, now_ms, open_database
 from piw.store.home import RUN_ID_PATTERN
 from piw.wire import parse_time
 
@@ -250,7 +250,7 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
     """The runs among ``run_ids`` whose queue row holds an unexpired claim of a holder not known to be dead."""
     if not run_ids:
         return set()
-    from piw.store.queue import claim_is_live
+    from piw.store.db.queue import claim_is_live
 
     marks = ", ".join("?" * len(run_ids))
     try:

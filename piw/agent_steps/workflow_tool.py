@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from piw.agent.contract import AgentStepContract
-from piw.agent.schema import hoist_defs, model_schema
+from piw.agent_steps.contract import AgentStepContract
+from piw.agent_steps.schema import hoist_defs, model_schema
 from piw.errors import AttemptInactive, OutputInvalid, UpdateRejected
 from piw.providers.messages import AssistantMessage, CustomMessage, Message, ToolResultMessage, ToolSpec
 from piw.tools import ToolResult

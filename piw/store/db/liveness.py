@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from piw.store.bundle import Bundle, run_is_live
-from piw.store.database import DATABASE_NAME, now_ms
-from piw.store.queue import claim_is_live
+from piw.store.db.database import DATABASE_NAME, now_ms
+from piw.store.db.queue import claim_is_live
 
 
 @dataclass(frozen=True)

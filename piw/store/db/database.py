@@ -12,7 +12,7 @@ agree on *about* runs (who may write one, what is queued, what a person answered
 - ``schema_info`` holds ``(1, "piw.sqlite.v1", ddl_sha256)``. Any other database raises ``StateSchemaMismatch``
   before a byte of it is changed; there are no migrations in alpha, so changing :data:`TABLES` or
   :data:`INDEXES` changes the digest and an older file must be moved aside (the run index is rebuilt from the
-  bundles, ``piw.store.index``).
+  bundles, ``piw.store.db.index``).
 
 sqlite-utils costs ~130 ms to import, so it is imported only when a database is created; an existing database
 with a matching ``schema_info`` is used through plain ``sqlite3`` (the queries are hand-written SQL anyway).

@@ -2,7 +2,7 @@
 
 Providers, the agent loop and its display are a tenth of a second of imports (``python -X importtime``). A
 workflow of compute, shell, notify and gate steps never asks for a model, so ``piw run`` of it no longer pays
-for them; a workflow with an agent or action node gets exactly the factory of :mod:`piw.agent.setup`, built
+for them; a workflow with an agent or action node gets exactly the factory of :mod:`piw.agent_steps.setup`, built
 once, with its checks at the same moment (before any bundle exists).
 """
 
@@ -17,7 +17,7 @@ from piw.workflow.definition import ActionNode, AgentNode
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from piw.agent.display import StreamSink
+    from piw.agent_steps.display import StreamSink
     from piw.run.executors import Executor
     from piw.workflow.loader import LoadedWorkflow
 
@@ -38,14 +38,14 @@ def agent_executor_factory(
     sink: StreamSink | None = None,
     replay_from: str | None = None,
 ) -> Callable[[LoadedWorkflow], Executor | None]:
-    """:func:`piw.agent.setup.agent_executor_factory`, imported and built the first time a workflow needs it."""
+    """:func:`piw.agent_steps.setup.agent_executor_factory`, imported and built the first time a workflow needs it."""
     built: list[Callable[[LoadedWorkflow], Executor | None]] = []
 
     def build(workflow: LoadedWorkflow) -> Executor | None:
         if not needs_agent_executor(workflow):
             return None
         if not built:
-            from piw.agent import setup
+            from piw.agent_steps import setup
 
             wire = setup.agent_executor_factory
             built.append(wire(home, console, verbose=verbose, provider=provider, model=model, script=script,

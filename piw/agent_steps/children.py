@@ -13,8 +13,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from piw.agent.contract import format_step_prompt, make_contract
-from piw.agent.executor import AgentExecutor, _AttemptRun
+from piw.agent_steps.contract import format_step_prompt, make_contract
+from piw.agent_steps.executor import AgentExecutor, _AttemptRun
 from piw.errors import DefinitionError
 from piw.run.executors import Attempt
 from piw.store.session import SessionEntry, SessionLog, current_branch

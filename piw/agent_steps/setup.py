@@ -11,9 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from piw.agent.display import AgentDisplay, StreamSink
-from piw.agent.executor import AgentExecutor, AgentSettings
-from piw.agent.factory import needs_agent_executor
+from piw.agent_steps.display import AgentDisplay, StreamSink
+from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.factory import needs_agent_executor
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
 from piw.providers.base import Provider
@@ -116,7 +116,7 @@ def agent_executor_factory(
             check_replies(workflow, replies)
         settings = _settings(config, instance, listeners, selection)
         if config.agent.backend == "pi-rpc":
-            from piw.agent.pi_rpc import build_pi_rpc_executor
+            from piw.agent_steps.pi_rpc import build_pi_rpc_executor
 
             return build_pi_rpc_executor(selection, config, workflow, settings)
         return AgentExecutor(settings)

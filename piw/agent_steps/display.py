@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.text import Text
 
-from piw.agent.events import (
+from piw.agent_steps.events import (
     AutoRetryStart,
     MessageEnd,
     MessageUpdate,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from piw.agent.schema import model_schema
+from piw.agent_steps.schema import model_schema
 from piw.workflow.definition import AssistantMessage
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from piw.agent.events import (
+from piw.agent_steps.events import (
     AgentEnd,
     AgentSettled,
     AgentStart,

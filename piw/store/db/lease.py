@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable
 
 from piw.errors import ClaimLost
-from piw.store.queue import POLL_MS, RENEW_MS, Claim, ClaimCheck, FinalStatus, ParkReason, RunQueue
+from piw.store.db.queue import POLL_MS, RENEW_MS, Claim, ClaimCheck, FinalStatus, ParkReason, RunQueue
 
 log = logging.getLogger(__name__)
 

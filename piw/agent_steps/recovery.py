@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from piw.agent.contract import AgentStepContract, format_step_prompt, make_contract
-from piw.agent.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
-from piw.agent.loop import Deadline
-from piw.agent.workflow_tool import OUTPUT_CUT_TYPE, lenient_json
+from piw.agent_steps.contract import AgentStepContract, format_step_prompt, make_contract
+from piw.agent_steps.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
+from piw.agent_steps.loop import Deadline
+from piw.agent_steps.workflow_tool import OUTPUT_CUT_TYPE, lenient_json
 from piw.providers.messages import MESSAGE_ADAPTER, AssistantMessage, Message
 from piw.run.executors import Attempt, NodeOutcome
 from piw.store.session import SessionEntry, current_branch
@@ -126,7 +126,7 @@ def _from_receipt(run: _AttemptRun, attempt: Attempt, receipt: dict[str, Any]) -
     text = message.visible_text() if isinstance(message, AssistantMessage) else ""
     if "sha256:" + sha256_hex(text) != receipt.get("textSha256"):
         return run._fail(f"Recorded reply {entry_id} does not match its digest.")
-    from piw.agent.executor import usage_of
+    from piw.agent_steps.executor import usage_of
 
     return NodeOutcome.ok(text, usage=usage_of(run.messages), conversation=receipt.get("conversation"))
 

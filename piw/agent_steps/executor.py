@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from piw.agent.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
-from piw.agent.events import StepDelivered
-from piw.agent.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
-from piw.agent.workflow_tool import (
+from piw.agent_steps.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
+from piw.agent_steps.events import StepDelivered
+from piw.agent_steps.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
+from piw.agent_steps.workflow_tool import (
     DEFAULT_MAX_REJECTIONS,
     OUTPUT_CUT_TYPE,
     ActiveStep,
@@ -131,13 +131,13 @@ class AgentExecutor:
 
     def child_runner(self, attempt: Attempt) -> Any:
         """The ``ctx.run_agent`` of an action attempt (``agent-steps.md`` §10)."""
-        from piw.agent.children import ChildRunner
+        from piw.agent_steps.children import ChildRunner
 
         return ChildRunner(self, attempt, self.settings.max_concurrent_children)
 
     def can_reattach(self, session: SessionLog, run_id: str, node_id: str, attempt_id: str) -> bool:
         """True when the attempt's step prompt is already in the conversation (``persistence.md`` §9)."""
-        from piw.agent.recovery import matching_prompts
+        from piw.agent_steps.recovery import matching_prompts
 
         return bool(matching_prompts(current_branch(session.entries), run_id, node_id, attempt_id))
 
@@ -145,7 +145,7 @@ class AgentExecutor:
         node = attempt.gnode.node
         assert isinstance(node, AgentNode)
         if attempt.reattached:
-            from piw.agent.recovery import recover
+            from piw.agent_steps.recovery import recover
 
             return recover(self, attempt, node)
         if node.completion == "assistant" and attempt.origin_session_id is None:
@@ -340,7 +340,7 @@ class _AttemptRun:
         gate = self.attempt.budget
         if gate is None or not gate.active:
             return self.executor.provider
-        from piw.agent.budgeted import BudgetedProvider
+        from piw.agent_steps.budgeted import BudgetedProvider
 
         owner = self.update_owner or self.attempt
         child_key = self.attempt.gnode.local_id if self.child else None

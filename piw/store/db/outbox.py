@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from piw.store.queue import SqliteQueue
+    from piw.store.db.queue import SqliteQueue
 
 DELIVERY_LEASE_MS = 30_000
 

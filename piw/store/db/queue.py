@@ -13,7 +13,7 @@ The rules every implementation keeps:
 - :meth:`RunQueue.fence` checks a claim against the row: same token and generation, status ``starting``/
   ``running``, lease not expired; else ``ClaimLost(reason)``.
 - Only the holder of a live claim changes its row's token, generation or status; everyone else only sets the
-  ``pause_requested``/``cancel_requested`` flags, which the holder polls. (``piw.store.lease`` relies on this to
+  ``pause_requested``/``cancel_requested`` flags, which the holder polls. (``piw.store.db.lease`` relies on this to
   fence cheaply.)
 - A final row (``done``, ``failed``, ``cancelled``) is never claimed again and its ``input_json`` is cleared.
 """
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound
-from piw.store import decisions, outbox
-from piw.store.database import Clock, Database, now_ms, open_database
-from piw.store.decisions import AnswerRecord, DecisionRow, NewDecision, Resolution
-from piw.store.outbox import NewNotification, NotificationRow
+from piw.store.db import decisions, outbox
+from piw.store.db.database import Clock, Database, now_ms, open_database
+from piw.store.db.decisions import AnswerRecord, DecisionRow, NewDecision, Resolution
+from piw.store.db.outbox import NewNotification, NotificationRow
 
 LEASE_MS = 30_000
 RENEW_MS = 10_000
@@ -300,7 +300,7 @@ class RunQueue(Protocol):
 
     def set_options(self, run_id: str, options: dict[str, Any]) -> None: ...
 
-    # ---- part B (owner: `decisions`): outbox, decisions, idempotency (piw.store.outbox / .decisions) --------
+    # ---- part B (owner: `decisions`): outbox, decisions, idempotency (piw.store.db.outbox / .decisions) --------
 
     def queue_notification(self, item: NewNotification) -> NotificationRow:
         """``INSERT OR IGNORE`` then read back: the first content recorded for a notification id wins."""
@@ -692,7 +692,7 @@ class SqliteQueue:
         return self._flag(run_id, "cancel_requested", 1)
 
     # ==== part B (owner: `decisions`): notification outbox, human decisions, idempotency records =========
-    # Each one BEGIN IMMEDIATE transaction; the SQL lives in piw.store.outbox and piw.store.decisions.
+    # Each one BEGIN IMMEDIATE transaction; the SQL lives in piw.store.db.outbox and piw.store.db.decisions.
 
     def queue_notification(self, item: NewNotification) -> NotificationRow:
         return outbox.queue_notification(self, item)

@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any
 
-from piw.agent.contract import format_reminder, format_step_prompt, make_contract
-from piw.agent.events import (
+from piw.agent_steps.contract import format_reminder, format_step_prompt, make_contract
+from piw.agent_steps.events import (
     AgentEnd,
     AgentSettled,
     AgentStart,
@@ -28,10 +28,10 @@ from piw.agent.events import (
     TurnEnd,
     TurnStart,
 )
-from piw.agent.executor import MAX_REMINDERS, NO_ORIGIN, AgentSettings, _AttemptRun
-from piw.agent.loop import LoopResult
-from piw.agent.pi_process import EOF, PiLaunch, PiProcess
-from piw.agent.workflow_tool import WORKFLOW_TOOL_NAME
+from piw.agent_steps.executor import MAX_REMINDERS, NO_ORIGIN, AgentSettings, _AttemptRun
+from piw.agent_steps.loop import LoopResult
+from piw.agent_steps.pi_process import EOF, PiLaunch, PiProcess
+from piw.agent_steps.workflow_tool import WORKFLOW_TOOL_NAME
 from piw.errors import PiwError, ProviderError
 from piw.providers.base import Provider
 from piw.providers.config import PiwConfig, provider_secrets
@@ -349,7 +349,7 @@ def _dict_or_none(value: Any) -> dict[str, Any] | None:
 def build_pi_rpc_executor(
     selection: ProviderSelection, config: PiwConfig, workflow: LoadedWorkflow, settings: AgentSettings
 ) -> PiRpcExecutor:
-    """The executor ``piw.agent.setup`` builds when ``[agent] backend = "pi-rpc"``.
+    """The executor ``piw.agent_steps.setup`` builds when ``[agent] backend = "pi-rpc"``.
 
     ``--tools`` is fixed when Pi starts, so it is the union of every agent node's tools; the bridge then
     activates each step's own tools.
