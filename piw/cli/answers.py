@@ -39,7 +39,7 @@ DetachOption = Annotated[
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     """The run's workflow as it is now; an answer to a changed workflow is refused before it is recorded."""
-    from piw.run.engine import check_source
+    from piw.run.resume import check_source
     from piw.run.runner import tools_known, workflow_path_of
     from piw.workflow.loader import load_workflow
 

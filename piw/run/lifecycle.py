@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import ClaimLost, PiwError, RunLocked, TraceCorrupt, UsageError
-from piw.run.engine import CANCELLED_ERROR
 from piw.run.process_groups import stop_group
 from piw.run.runner import configured_durability, ensure_row
+from piw.run.step import CANCELLED_ERROR
 from piw.store.bundle import Bundle, WriterLock, load_state, open_bundle
 from piw.store.db.database import now_ms
 from piw.store.db.index import RunIndex

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import LoadError, PiwError, ProviderError, ResumeRefused, RunFinished, RunLocked, RunNotFound
+from piw.errors import LoadError, PiwError, ProviderError, RunFinished, RunLocked, RunNotFound
 from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import open_decision_book
@@ -26,6 +26,7 @@ from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.run.resume import RunTrace, read_run_trace, refuse_unresumable
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
 from piw.store.db.lease import Lease
 from piw.store.db.outbox import NotificationRow
@@ -213,15 +214,20 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     run stops again.
     """
     bundle = open_bundle(home, run_id)
-    # From the trace, never state.json: a cache that says "completed" must not stop a resume (persistence §3).
-    state = fold(bundle.read_trace().events)
+    return _resume(bundle, home, options, read_run_trace(bundle))
+
+
+def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTrace) -> RunState:
+    """:func:`resume_run` of a trace already read (and folded): the engine folds it no second time."""
+    run_id = bundle.run_id
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
-    if not state.run_id:
-        raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+    try:
+        refuse_unresumable(trace, run_id)
+    except RunFinished:
+        finish_row(open_queue(home), trace.state)
+        raise
+    state = trace.state
     queue = open_queue(home)
-    if state.is_terminal:
-        finish_row(queue, state)
-        raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
     ensure_row(queue, state, home)
     row = queue.get(run_id)
     if row is not None and row.is_final:
@@ -241,7 +247,7 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
         lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
         raise
     with _closing(engine):
-        return engine.resume(run_id, lease)
+        return engine.resume(run_id, lease, trace)
 
 
 def ensure_row(queue: RunQueue, state: RunState, home: Path) -> None:
@@ -289,15 +295,16 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
         bundle = None
     queue = open_queue(home)
     if bundle is not None:
-        state = fold(bundle.read_trace().events)  # the trace decides, never a cached state.json
+        trace = read_run_trace(bundle)  # the trace decides, never a cached state.json
+        state = trace.state
         if state.run_id and state.is_terminal:
             finish_row(queue, state)
             return state
         if state.run_id:
             try:
-                return resume_run(spec.run_id, home, options)
+                return _resume(bundle, home, options, trace)
             except RunFinished:  # it ended an instant ago in the process that ran it: report that
-                return fold(bundle.read_trace().events)
+                return read_run_trace(bundle).state
         row = queue.get(spec.run_id)
         if row is not None and row.has_live_claim(queue.clock()):
             raise RunLocked(f"Run {spec.run_id} is being created by another piw process ({row.runner_id}).")
