@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from piw.errors import PiwError
+from piw.lazy import Lazy
 from piw.run.contexts import node_context
 from piw.run.control import Parked, RunControl
 from piw.run.executors import Attempt, Executor, NodeOutcome, describe_exception, evaluate
@@ -61,7 +62,9 @@ class StepLoop:
         self.executors = executors
         self.run = run
         self._function = FunctionActionExecutor()
-        self._shell_executor: Executor | None = None
+        self._shell = Lazy(self._make_shell)
+        """The shell executor, made (and its line framing and update envelope imported) for a run's first shell
+        step: a run without one never imports them."""
 
     # ---- starting -----------------------------------------------------------------------------------------
 
@@ -274,7 +277,7 @@ class StepLoop:
         """What the node's executor reports, or ``failure`` without running it."""
         try:
             if isinstance(node, ActionNode):
-                executor: Executor = self._shell() if node.shell is not None else self._function
+                executor: Executor = self._shell.get() if node.shell is not None else self._function
             else:
                 executor = self.executors[node.node_type]
             return NodeOutcome.failed(failure) if failure else executor.execute(attempt)
@@ -330,14 +333,10 @@ class StepLoop:
             self.run, self.graph, self.options, self.executors["agent"], node_id, attempt_id, holder
         )
 
-    def _shell(self) -> Executor:
-        """The shell executor, made (and its line framing and update envelope imported) for a run's first shell
-        step: a run without one never imports them."""
-        if self._shell_executor is None:
-            from piw.run.executors.shell import ShellActionExecutor
+    def _make_shell(self) -> Executor:
+        from piw.run.executors.shell import ShellActionExecutor
 
-            self._shell_executor = ShellActionExecutor(self._publish_shell_update)
-        return self._shell_executor
+        return ShellActionExecutor(self._publish_shell_update)
 
     def _publish_shell_update(self, attempt: Attempt, item: Any) -> None:
         raw = item.model_dump() if hasattr(item, "model_dump") else item
