@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from piw.lazy import Lazy
+from piw.run.launch import LaunchOptions
 from piw.workflow.definition import ActionNode, AgentNode
 
 if TYPE_CHECKING:
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from piw.workflow.loader import LoadedWorkflow
 
 
+NO_LAUNCH_OPTIONS = LaunchOptions()
+"""No ``--provider``, ``--model`` or ``--script``: the configured default provider."""
+
+
 def needs_agent_executor(workflow: LoadedWorkflow) -> bool:
     """Whether any node may ask a model: an agent step, or an action (``ctx.run_agent``)."""
     return any(isinstance(gnode.node, AgentNode | ActionNode) for gnode in workflow.graph.nodes.values())
@@ -32,16 +37,15 @@ def needs_agent_executor(workflow: LoadedWorkflow) -> bool:
 def agent_executor_factory(
     home: Path,
     console: Console,
+    launch: LaunchOptions = NO_LAUNCH_OPTIONS,
     *,
     verbose: bool = False,
-    provider: str | None = None,
-    model: str | None = None,
-    script: str | None = None,
     sink: StreamSink | None = None,
     replay_from: str | None = None,
 ) -> Callable[[LoadedWorkflow], Executor | None]:
     """The factory a run calls with its loaded workflow: ``None`` for one that never asks a model, otherwise the
-    executor :class:`piw.agent_steps.setup.AgentWiring` builds (imported and made for the first such workflow).
+    executor :class:`piw.agent_steps.setup.AgentWiring` builds from ``launch`` (the provider, model and script of
+    the command; imported and made for the first such workflow).
 
     ``replay_from`` (``piw fork --provider replay``) answers agent steps from that run's recorded replies.
     """
@@ -49,8 +53,7 @@ def agent_executor_factory(
     def wire() -> AgentWiring:
         from piw.agent_steps.setup import AgentWiring
 
-        return AgentWiring(home, console, verbose=verbose, provider=provider, model=model, script=script,
-                           sink=sink, replay_from=replay_from)  # fmt: skip
+        return AgentWiring(home, console, launch, verbose=verbose, sink=sink, replay_from=replay_from)
 
     wiring = Lazy(wire)
 

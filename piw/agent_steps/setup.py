@@ -21,6 +21,7 @@ from piw.providers.factory import build_provider
 from piw.providers.recorded import RECORDED_PROVIDER, RecordedRunProvider
 from piw.providers.selection import ProviderSelection, select_provider
 from piw.run.executors import Executor
+from piw.run.launch import LaunchOptions
 from piw.store.bundle import open_bundle
 from piw.workflow.definition import ActionNode, AgentNode
 from piw.workflow.loader import LoadedWorkflow
@@ -80,37 +81,33 @@ class AgentWiring:
         self,
         home: Path,
         console: Console,
+        launch: LaunchOptions,
         *,
         verbose: bool = False,
-        provider: str | None = None,
-        model: str | None = None,
-        script: str | None = None,
         sink: StreamSink | None = None,
         replay_from: str | None = None,
     ) -> None:
         self.home = home
-        self.provider = provider
-        self.model = model
-        self.script = script
+        self.launch = launch
         self.replay_from = replay_from
         self.listeners = [AgentDisplay(console, verbose=verbose, sink=sink)]
 
     def executor_for(self, workflow: LoadedWorkflow) -> Executor | None:
         """The agent executor of ``workflow`` (one with an agent or action node), or ``None`` when a workflow of
         actions only has no usable provider (its actions then cannot call ``ctx.run_agent``)."""
-        home, listeners = self.home, self.listeners
+        home, listeners, launch = self.home, self.listeners, self.launch
         needs_agent = any(isinstance(gnode.node, AgentNode) for gnode in workflow.graph.nodes.values())
-        if self.provider == RECORDED_PROVIDER:
+        if launch.provider == RECORDED_PROVIDER:
             return AgentExecutor(_settings(load_config(home), _recorded(home, self.replay_from), listeners))
         try:
             config = load_config(home)
-            selection = select_provider(config, self.provider, self.model)
+            selection = select_provider(config, launch.provider, launch.model)
             check_requestable(selection)
         except ProviderError:
             if needs_agent:
                 raise
             return None
-        script_path = Path(self.script) if self.script else None
+        script_path = Path(launch.script) if launch.script else None
         scripted = selection.settings.api == "scripted"
         if script_path is None and scripted and selection.settings.script is None:
             script_path = replies_beside(workflow)

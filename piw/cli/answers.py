@@ -20,6 +20,7 @@ from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.runs import ModelOption, ProviderOption, RunJsonOption, ScriptOption, VerboseOption, _follow
 from piw.errors import PiwError, RunLocked, UsageError
+from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, single_line
@@ -79,7 +80,9 @@ def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
     )
 
 
-def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[Any, ...], detach: bool) -> int:
+def _continue(
+    home: Path, receipt: AnswerReceipt, as_json: bool, launch: LaunchOptions, verbose: bool, detach: bool
+) -> int:
     from piw.run.runner import continue_run
 
     spec = receipt.spec
@@ -97,7 +100,7 @@ def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[An
         "adopted": receipt.adopted,
     }
     try:
-        return _follow(lambda options: continue_run(spec, home, options), as_json, flags, extra)
+        return _follow(lambda options: continue_run(spec, home, options), as_json, launch, verbose, extra)
     except RunLocked:
         if receipt.adopted:  # the winner's process took the continuation an instant before us
             return _elsewhere(receipt, as_json)
@@ -194,7 +197,7 @@ def answer(
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
     receipt = _record(home, claim, state, detach)
-    return _continue(home, receipt, as_json, (verbose, provider, model, script), detach)
+    return _continue(home, receipt, as_json, LaunchOptions(provider, model, script), verbose, detach)
 
 
 @app.command()
@@ -226,4 +229,4 @@ def decide(
     claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
     _loaded(home, state)
     receipt = _record(home, claim, state, detach)
-    return _continue(home, receipt, as_json, (verbose, provider, model, script), detach)
+    return _continue(home, receipt, as_json, LaunchOptions(provider, model, script), verbose, detach)

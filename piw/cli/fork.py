@@ -17,6 +17,7 @@ from piw.cli.runs import (
     VerboseOption,
     _follow,
 )
+from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 
@@ -72,6 +73,7 @@ def fork(
             title=title,
         ),
         as_json,
-        (verbose, provider, model, script),
+        LaunchOptions(provider, model, script),
+        verbose,
         replay_from=parent if provider == "replay" else None,
     )

@@ -6,7 +6,6 @@ import io
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -14,6 +13,7 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.errors import PiwError, UsageError
+from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
@@ -44,22 +44,8 @@ def _finish(
     return EXIT_BY_STATUS.get(state.status, 1)
 
 
-def _launch(provider: str | None, model: str | None, script: str | None) -> dict[str, Any]:
-    """What a run records about how it was started (never keys): flags as given, the script made absolute."""
-    return {
-        "provider": provider,
-        "model": model,
-        "script": str(Path(script).resolve()) if script else None,
-    }
-
-
 def _foreground(
-    as_json: bool,
-    verbose: bool = False,
-    provider: str | None = None,
-    model: str | None = None,
-    script: str | None = None,
-    replay_from: str | None = None,
+    as_json: bool, launch: LaunchOptions, verbose: bool = False, replay_from: str | None = None
 ) -> tuple[ForegroundOptions, LiveDisplay]:
     """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
     from rich.text import Text
@@ -75,21 +61,14 @@ def _foreground(
     options = ForegroundOptions(
         listeners=[display],
         agent_executor_factory=agent_executor_factory(
-            home,
-            console,
-            verbose=verbose,
-            provider=provider,
-            model=model,
-            script=script,
-            sink=sink,
-            replay_from=replay_from,
+            home, console, launch, verbose=verbose, sink=sink, replay_from=replay_from
         ),
         show_notification=lambda row: console.print(
             Text("✉ ", style="magenta")
             + safe_text(single_line(row.content))
             + Text("  (delivered late)", style="dim")
         ),
-        launch=_launch(provider, model, script),
+        launch=launch.recorded(),
         warn=_warn,
     )
     return options, display
@@ -121,7 +100,8 @@ RunJsonOption = Annotated[
 def _follow(
     start: Callable[[ForegroundOptions], RunState],
     as_json: bool,
-    flags: tuple[Any, ...],
+    launch: LaunchOptions,
+    verbose: bool = False,
     extra: dict[str, Any] | None = None,
     replay_from: str | None = None,
 ) -> int:
@@ -130,7 +110,7 @@ def _follow(
     A run that stops at a human decision on a terminal then prompts for it and continues here
     (``piw.cli.prompt``).
     """
-    state, code = _followed(start, as_json, flags, extra, replay_from)
+    state, code = _followed(start, as_json, launch, verbose, extra, replay_from)
     if as_json or state.status != "waiting":
         return code
     from piw.cli.prompt import after_waiting, can_prompt
@@ -142,7 +122,7 @@ def _follow(
         from piw.run.runner import continue_run
 
         spec = receipt.spec
-        return _followed(lambda options: continue_run(spec, piw_home(), options), as_json, flags)
+        return _followed(lambda options: continue_run(spec, piw_home(), options), as_json, launch, verbose)
 
     return after_waiting(piw_home(), state, make_console(), follow) if state.status == "waiting" else code
 
@@ -150,17 +130,17 @@ def _follow(
 def _followed(
     start: Callable[[ForegroundOptions], RunState],
     as_json: bool,
-    flags: tuple[Any, ...],
+    launch: LaunchOptions,
+    verbose: bool = False,
     extra: dict[str, Any] | None = None,
     replay_from: str | None = None,
 ) -> tuple[RunState, int]:
-    verbose, provider, model, script = flags
-    options, display = _foreground(as_json, verbose, provider, model, script, replay_from=replay_from)
+    options, display = _foreground(as_json, launch, verbose, replay_from=replay_from)
     try:
         state = start(options)
     finally:
         display.close()
-    return state, _finish(state, as_json, extra, verbose=bool(flags[0]) if flags else False)
+    return state, _finish(state, as_json, extra, verbose=verbose)
 
 
 @app.command()
@@ -207,17 +187,17 @@ def run(
     home = piw_home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
+    launch = LaunchOptions(provider, model, script)
     try:
         if detach:
-            return _detach(
-                workflow, raw_input, title, (provider, model, script), no_origin, as_json, key, limits
-            )
+            return _detach(workflow, raw_input, title, launch, no_origin, as_json, key, limits)
         return _follow(
             lambda options: start_run(
                 workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
             ),
             as_json,
-            (verbose, provider, model, script),
+            launch,
+            verbose,
         )
     except StartAdopted as adopted:
         return _adopted(adopted.run_id, key or "", as_json)
@@ -259,7 +239,7 @@ def _detach(
     workflow: str,
     raw_input: Any,
     title: str | None,
-    launch: tuple[str | None, str | None, str | None],
+    launch: LaunchOptions,
     no_origin: bool,
     as_json: bool,
     idempotency_key: str | None = None,
@@ -270,13 +250,11 @@ def _detach(
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
 
     home = piw_home()
-    provider, model, script = launch
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
     # The provider the host will use must exist and be requestable now, not fail later in the host.
-    factory = agent_executor_factory(home, make_console(io.StringIO()), provider=provider, model=model,
-                                     script=script)  # fmt: skip
+    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
     options = ForegroundOptions(
-        launch=_launch(provider, model, script),
+        launch=launch.recorded(),
         origin_session=new_origin_session() if from_terminal and not no_origin else None,
         idempotency_key=idempotency_key,
         budget=budget,
@@ -312,13 +290,8 @@ def resume(
 
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
-    recorded = recorded_launch(home, run_id)
-    provider = provider or recorded.get("provider")
-    model = model or recorded.get("model")
-    script = script or recorded.get("script")
-    return _follow(
-        lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
-    )
+    launch = LaunchOptions(provider, model, script).or_else(recorded_launch(home, run_id))
+    return _follow(lambda options: resume_run(run_id, home, options), as_json, launch, verbose)
 
 
 @app.command()

@@ -26,6 +26,7 @@ from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.run.launch import LaunchOptions
 from piw.run.resume import RunTrace, read_run_trace, refuse_unresumable
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
 from piw.store.db.lease import Lease
@@ -53,7 +54,7 @@ class ForegroundOptions:
     """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
-    launch: dict[str, Any] = field(default_factory=dict)
+    launch: LaunchOptions = field(default_factory=LaunchOptions)
     """How the run was started (provider, model, script; never keys): recorded on its queue row so
     ``piw resume`` and a host reuse them."""
     origin_session: dict[str, Any] | None = None
@@ -109,7 +110,7 @@ def _origin_delivery(queue: RunQueue, home: Path, options: ForegroundOptions) ->
     return [OriginDelivery(queue, home, options.show_notification)]
 
 
-def start_fingerprint(payload: dict[str, Any], launch: dict[str, Any]) -> str:
+def start_fingerprint(payload: dict[str, Any], launch: LaunchOptions) -> str:
     """The SHA-256 of what a start asks for: workflow identity, input, title, budget and launch options.
 
     The origin session and the run id are left out: they differ on every call, and a repeat is the same request.
@@ -118,13 +119,13 @@ def start_fingerprint(payload: dict[str, Any], launch: dict[str, Any]) -> str:
         key: payload.get(key)
         for key in ("workflowSource", "workflowSources", "definitionDigest", "input", "runTitle", "budget")
     }
-    request["launch"] = {key: value for key, value in launch.items() if value is not None}
+    request["launch"] = launch.to_json()
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _claimer(
-    home: Path, workflow: LoadedWorkflow, launch: dict[str, Any], idempotency_key: str | None = None
+    home: Path, workflow: LoadedWorkflow, launch: LaunchOptions, idempotency_key: str | None = None
 ) -> Callable[[str, dict[str, Any]], Lease]:
     """Claims the queue row of a run being created: inserted already claimed, or (a continuation whose row the
     answer inserted) claimed by name. With an idempotency key, the row's transaction records it first."""
@@ -140,7 +141,7 @@ def _claimer(
             workflow_source=workflow.source,
             definition_digest=workflow.digest,
             input=payload.get("input"),
-            options={key: value for key, value in launch.items() if value is not None},
+            options=launch.to_json(),
             origin_session_id=(payload.get("originSession") or {}).get("id"),
             parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
             start_key=None
@@ -276,10 +277,10 @@ def finish_row(queue: RunQueue, state: RunState) -> None:
         queue.finalize(state.run_id, FINAL_QUEUE_STATUS.get(state.status, "done"))
 
 
-def recorded_launch(home: Path, run_id: str) -> dict[str, Any]:
+def recorded_launch(home: Path, run_id: str) -> LaunchOptions:
     """The provider, model and script a run was started with (its queue row), for ``piw resume``."""
     row = open_queue(home).get(run_id)
-    return dict(row.options) if row is not None else {}
+    return LaunchOptions.from_json(row.options) if row is not None else LaunchOptions()
 
 
 def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
