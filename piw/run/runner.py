@@ -237,10 +237,7 @@ def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTr
     queue.clear_pause(run_id)
     lease = Lease(queue, claim).start()
     try:
-        workflow = load_workflow(
-            workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
-        )
-        engine = _engine(workflow, home, options)
+        engine = _engine(load_run_workflow(state, home), home, options)
     except LoadError as exc:
         lease.park("source_changed", error=str(exc))
         raise
@@ -310,10 +307,7 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
         if row is not None and row.has_live_claim(queue.clock()):
             raise RunLocked(f"Run {spec.run_id} is being created by another piw process ({row.runner_id}).")
         discard_incomplete(bundle)  # created, but run_started never committed (its creator died): again
-    parent = load_state(open_bundle(home, spec.parent_run_id))
-    workflow = load_workflow(
-        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
-    )
+    workflow = load_run_workflow(load_state(open_bundle(home, spec.parent_run_id)), home)
     try:
         with _closing(_engine(workflow, home, options)) as engine:
             return engine.start_continuation(spec)
@@ -344,6 +338,13 @@ def fork_run(
     if raw_input is not None:
         prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
     return _engine(loaded, home, options).fork(prefix, raw_input, title)
+
+
+def load_run_workflow(state: RunState, home: Path) -> LoadedWorkflow:
+    """The workflow a run started from, loaded as it is now (``check_source`` tells whether it changed)."""
+    return load_workflow(
+        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+    )
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:
