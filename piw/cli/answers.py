@@ -130,8 +130,14 @@ def _elsewhere(receipt: AnswerReceipt, as_json: bool) -> int:
     """An identical repeat while the continuation runs in another process: report it, run nothing here."""
     spec = receipt.spec
     if as_json:
-        payload = {"runId": spec.run_id, "status": "running", "finalOutput": None, "error": None,
-                   "continuedFrom": {"runId": spec.parent_run_id, "nodeId": spec.node_id}, "adopted": True}  # fmt: skip
+        payload = {
+            "runId": spec.run_id,
+            "status": "running",
+            "finalOutput": None,
+            "error": None,
+            "continuedFrom": {"runId": spec.parent_run_id, "nodeId": spec.node_id},
+            "adopted": True,
+        }
         sys.stdout.write(json_text(payload) + "\n")
         return 0
     make_console().print(

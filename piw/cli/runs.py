@@ -230,16 +230,30 @@ def list_workflows(
         try:
             definition = import_definition(path)
             source = source_identity(definition, path)
-            rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": definition.revision,
-                         "contractId": definition.contract_id, "description": definition.description,
-                         "source": source, "_origin": label})  # fmt: skip
+            rows.append(
+                {
+                    "id": path.name.removesuffix(".workflow.py"),
+                    "revision": definition.revision,
+                    "contractId": definition.contract_id,
+                    "description": definition.description,
+                    "source": source,
+                    "_origin": label,
+                }
+            )
         except PiwError as exc:
             from piw.wire import sha256_hex
 
             source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(path.read_bytes())}
-            rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": None, "contractId": None,
-                         "description": f"(cannot load: {exc})", "source": source,
-                         "_origin": label})  # fmt: skip
+            rows.append(
+                {
+                    "id": path.name.removesuffix(".workflow.py"),
+                    "revision": None,
+                    "contractId": None,
+                    "description": f"(cannot load: {exc})",
+                    "source": source,
+                    "_origin": label,
+                }
+            )
     if as_json:
         public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
         sys.stdout.write(json_text(public) + "\n")
@@ -252,8 +266,13 @@ def list_workflows(
         table.add_column(column, overflow="fold")
     for row in rows:
         revision = "" if row["revision"] is None else str(row["revision"])
-        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["contractId"] or "")),
-                      safe_text(single_line(row["description"] or "")))  # fmt: skip
+        table.add_row(
+            row["id"],
+            row["_origin"],
+            revision,
+            safe_text(single_line(row["contractId"] or "")),
+            safe_text(single_line(row["description"] or "")),
+        )
     console.print(table)
     console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0

@@ -97,8 +97,9 @@ class BudgetGate:
             payload["cost"] = usage.cost
         if child_key is not None:
             payload["childKey"] = child_key
-        self.writer.append("agent", "usage_recorded", payload, node_id=owner.node_id,
-                           attempt_id=owner.attempt_id)  # fmt: skip
+        self.writer.append(
+            "agent", "usage_recorded", payload, node_id=owner.node_id, attempt_id=owner.attempt_id
+        )
 
 
 def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:

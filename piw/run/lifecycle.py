@@ -49,8 +49,13 @@ class LifecycleResult:
     """The operation took effect (``False``: requested, a live holder will act on it)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"runId": self.run_id, "status": self.status, "queueStatus": self.queue_status,
-                "done": self.done, "message": self.message}  # fmt: skip
+        return {
+            "runId": self.run_id,
+            "status": self.status,
+            "queueStatus": self.queue_status,
+            "done": self.done,
+            "message": self.message,
+        }
 
 
 def _state(bundle: Bundle) -> RunState | None:
@@ -194,8 +199,12 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
         except TraceCorrupt as exc:
             # A damaged middle line: writers refuse the run. The queue row is final; the bundle is left as is.
             lease.release("cancelled", str(exc))
-            return _result(home, run_id, f"Run {run_id} cancelled in the run queue; its trace is damaged "
-                           "and was left untouched.", True)  # fmt: skip
+            return _result(
+                home,
+                run_id,
+                f"Run {run_id} cancelled in the run queue; its trace is damaged and was left untouched.",
+                True,
+            )
         state = trace.state
         if state.is_terminal:  # it finished between our check and the claim
             lease.release("done" if state.status in ("completed", "waiting") else "failed")

@@ -203,5 +203,8 @@ def _peek_target(steps: StepLoop, decision: Decision) -> str | None:
 def _can_reattach(steps: StepLoop, node_type: str, node_id: str, attempt_id: str) -> bool:
     """An in-progress agent attempt whose step prompt is in the conversation keeps its id (§8 step 5)."""
     check = getattr(steps.executors["agent"], "can_reattach", None)
-    return node_type == "agent" and check is not None and check(steps.run.session, steps.run.run_id, node_id,
-                                                                 attempt_id)  # fmt: skip
+    return (
+        node_type == "agent"
+        and check is not None
+        and check(steps.run.session, steps.run.run_id, node_id, attempt_id)
+    )

@@ -305,8 +305,11 @@ class StepLoop:
                 frames = workflow_traceback(exception, self._workflow_files())
                 if frames:
                     payload["traceback"] = frames
-        for key, value in (("conversation", outcome.conversation), ("action", outcome.action),
-                           ("usage", outcome.usage)):  # fmt: skip
+        for key, value in (
+            ("conversation", outcome.conversation),
+            ("action", outcome.action),
+            ("usage", outcome.usage),
+        ):
             if value is not None:
                 payload[key] = value
         kind = "node_finished" if outcome.outcome == "ok" else "node_failed"
