@@ -25,6 +25,7 @@ from conftest import PIW_COMMAND, Cli, WorkflowMaker, trace_lines
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
 from agent_harness import active_ids, write_stub_config
 
+from piw.run.launch import LaunchOptions
 from piw.run.runner import ForegroundOptions, queue_run
 from piw.testing import OpenAIStub, StubReply
 
@@ -282,7 +283,11 @@ def test_cancel_during_a_model_request_closes_it(
         command = ["run", str(flow)]
     else:
         queue_run(
-            str(flow), piw_home, {}, None, ForegroundOptions(record_origin=False, launch={"provider": "stub"})
+            str(flow),
+            piw_home,
+            {},
+            None,
+            ForegroundOptions(record_origin=False, launch=LaunchOptions(provider="stub")),
         )
         command = ["host", "--once"]
     runner = subprocess.Popen(

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import LoadError, PiwError, ProviderError, ResumeRefused, RunFinished, RunLocked, RunNotFound
+from piw.errors import LoadError, PiwError, ProviderError, RunFinished, RunLocked, RunNotFound
 from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import open_decision_book
@@ -26,6 +26,8 @@ from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.run.launch import LaunchOptions
+from piw.run.resume import RunTrace, read_run_trace, refuse_unresumable
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
 from piw.store.db.lease import Lease
 from piw.store.db.outbox import NotificationRow
@@ -52,7 +54,7 @@ class ForegroundOptions:
     """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
-    launch: dict[str, Any] = field(default_factory=dict)
+    launch: LaunchOptions = field(default_factory=LaunchOptions)
     """How the run was started (provider, model, script; never keys): recorded on its queue row so
     ``piw resume`` and a host reuse them."""
     origin_session: dict[str, Any] | None = None
@@ -108,7 +110,7 @@ def _origin_delivery(queue: RunQueue, home: Path, options: ForegroundOptions) ->
     return [OriginDelivery(queue, home, options.show_notification)]
 
 
-def start_fingerprint(payload: dict[str, Any], launch: dict[str, Any]) -> str:
+def start_fingerprint(payload: dict[str, Any], launch: LaunchOptions) -> str:
     """The SHA-256 of what a start asks for: workflow identity, input, title, budget and launch options.
 
     The origin session and the run id are left out: they differ on every call, and a repeat is the same request.
@@ -117,13 +119,13 @@ def start_fingerprint(payload: dict[str, Any], launch: dict[str, Any]) -> str:
         key: payload.get(key)
         for key in ("workflowSource", "workflowSources", "definitionDigest", "input", "runTitle", "budget")
     }
-    request["launch"] = {key: value for key, value in launch.items() if value is not None}
+    request["launch"] = launch.to_json()
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _claimer(
-    home: Path, workflow: LoadedWorkflow, launch: dict[str, Any], idempotency_key: str | None = None
+    home: Path, workflow: LoadedWorkflow, launch: LaunchOptions, idempotency_key: str | None = None
 ) -> Callable[[str, dict[str, Any]], Lease]:
     """Claims the queue row of a run being created: inserted already claimed, or (a continuation whose row the
     answer inserted) claimed by name. With an idempotency key, the row's transaction records it first."""
@@ -139,7 +141,7 @@ def _claimer(
             workflow_source=workflow.source,
             definition_digest=workflow.digest,
             input=payload.get("input"),
-            options={key: value for key, value in launch.items() if value is not None},
+            options=launch.to_json(),
             origin_session_id=(payload.get("originSession") or {}).get("id"),
             parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
             start_key=None
@@ -213,15 +215,20 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     run stops again.
     """
     bundle = open_bundle(home, run_id)
-    # From the trace, never state.json: a cache that says "completed" must not stop a resume (persistence §3).
-    state = fold(bundle.read_trace().events)
+    return _resume(bundle, home, options, read_run_trace(bundle))
+
+
+def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTrace) -> RunState:
+    """:func:`resume_run` of a trace already read (and folded): the engine folds it no second time."""
+    run_id = bundle.run_id
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
-    if not state.run_id:
-        raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+    try:
+        refuse_unresumable(trace, run_id)
+    except RunFinished:
+        finish_row(open_queue(home), trace.state)
+        raise
+    state = trace.state
     queue = open_queue(home)
-    if state.is_terminal:
-        finish_row(queue, state)
-        raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
     ensure_row(queue, state, home)
     row = queue.get(run_id)
     if row is not None and row.is_final:
@@ -230,10 +237,7 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     queue.clear_pause(run_id)
     lease = Lease(queue, claim).start()
     try:
-        workflow = load_workflow(
-            workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
-        )
-        engine = _engine(workflow, home, options)
+        engine = _engine(load_run_workflow(state, home), home, options)
     except LoadError as exc:
         lease.park("source_changed", error=str(exc))
         raise
@@ -241,7 +245,7 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
         lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
         raise
     with _closing(engine):
-        return engine.resume(run_id, lease)
+        return engine.resume(run_id, lease, trace)
 
 
 def ensure_row(queue: RunQueue, state: RunState, home: Path) -> None:
@@ -270,10 +274,10 @@ def finish_row(queue: RunQueue, state: RunState) -> None:
         queue.finalize(state.run_id, FINAL_QUEUE_STATUS.get(state.status, "done"))
 
 
-def recorded_launch(home: Path, run_id: str) -> dict[str, Any]:
+def recorded_launch(home: Path, run_id: str) -> LaunchOptions:
     """The provider, model and script a run was started with (its queue row), for ``piw resume``."""
     row = open_queue(home).get(run_id)
-    return dict(row.options) if row is not None else {}
+    return LaunchOptions.from_json(row.options) if row is not None else LaunchOptions()
 
 
 def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
@@ -289,23 +293,21 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
         bundle = None
     queue = open_queue(home)
     if bundle is not None:
-        state = fold(bundle.read_trace().events)  # the trace decides, never a cached state.json
+        trace = read_run_trace(bundle)  # the trace decides, never a cached state.json
+        state = trace.state
         if state.run_id and state.is_terminal:
             finish_row(queue, state)
             return state
         if state.run_id:
             try:
-                return resume_run(spec.run_id, home, options)
+                return _resume(bundle, home, options, trace)
             except RunFinished:  # it ended an instant ago in the process that ran it: report that
-                return fold(bundle.read_trace().events)
+                return read_run_trace(bundle).state
         row = queue.get(spec.run_id)
         if row is not None and row.has_live_claim(queue.clock()):
             raise RunLocked(f"Run {spec.run_id} is being created by another piw process ({row.runner_id}).")
         discard_incomplete(bundle)  # created, but run_started never committed (its creator died): again
-    parent = load_state(open_bundle(home, spec.parent_run_id))
-    workflow = load_workflow(
-        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
-    )
+    workflow = load_run_workflow(load_state(open_bundle(home, spec.parent_run_id)), home)
     try:
         with _closing(_engine(workflow, home, options)) as engine:
             return engine.start_continuation(spec)
@@ -336,6 +338,13 @@ def fork_run(
     if raw_input is not None:
         prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
     return _engine(loaded, home, options).fork(prefix, raw_input, title)
+
+
+def load_run_workflow(state: RunState, home: Path) -> LoadedWorkflow:
+    """The workflow a run started from, loaded as it is now (``check_source`` tells whether it changed)."""
+    return load_workflow(
+        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+    )
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:
