@@ -28,7 +28,8 @@ from agent_harness import (
     write_workflow,
 )
 
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.attempt import AgentSettings
+from piw.agent_steps.executor import AgentExecutor
 from piw.testing import OpenAIStub, StubReply
 
 __all__ = ["home"]

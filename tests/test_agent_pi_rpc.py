@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
 
 from agent_harness import Run, bundle_of, home, one_agent
 
-from piw.agent_steps.executor import AgentSettings
+from piw.agent_steps.attempt import AgentSettings
 from piw.agent_steps.pi_process import PiLaunch
 from piw.agent_steps.pi_rpc import PiRpcExecutor
 from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 import piw.updates.publishing
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.attempt import AgentSettings
+from piw.agent_steps.executor import AgentExecutor
 from piw.providers.base import ChatRequest, Provider
 from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock, ToolResultMessage
 from piw.providers.scripted import ScriptedProvider

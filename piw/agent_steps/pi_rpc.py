@@ -2,9 +2,9 @@
 
 Pi owns the model loop, piw owns the step. An attempt is the same as with piw's own loop where it matters for
 the run record: the exact ``format_step_prompt`` string, ``agent_prompt_sent`` then the step message, settled
-messages appended to the conversation, submissions validated by the same ``WorkflowTool``/``_accept`` code,
+messages appended to the conversation, submissions validated by the same ``WorkflowTool``/``accept`` code,
 the same reminders and the same ``node_finished`` output, usage and conversation range. Only how the model
-is reached differs, so this module subclasses ``_AttemptRun`` and replaces its loop with Pi's event stream.
+is reached differs, so this module subclasses ``AttemptRun`` and replaces its loop with Pi's event stream.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Any
 
-from piw.agent_steps.contract import format_reminder, format_step_prompt, make_contract
+from piw.agent_steps.attempt import MAX_REMINDERS, AgentSettings, AttemptRun, open_step
+from piw.agent_steps.contract import AgentStepContract, format_reminder
 from piw.agent_steps.events import (
     AgentEnd,
     AgentSettled,
@@ -28,7 +29,6 @@ from piw.agent_steps.events import (
     TurnEnd,
     TurnStart,
 )
-from piw.agent_steps.executor import MAX_REMINDERS, NO_ORIGIN, AgentSettings, _AttemptRun
 from piw.agent_steps.loop import LoopResult
 from piw.agent_steps.pi_process import EOF, PiLaunch, PiProcess
 from piw.agent_steps.workflow_tool import WORKFLOW_TOOL_NAME
@@ -47,7 +47,7 @@ from piw.providers.messages import (
 )
 from piw.providers.redaction import redact
 from piw.providers.selection import ProviderSelection
-from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate
+from piw.run.executors import Attempt, NodeOutcome
 from piw.tools import ToolResult
 from piw.wire import now_iso
 from piw.workflow.definition import AgentNode
@@ -106,18 +106,9 @@ class PiRpcExecutor:
             process.close()
 
     def execute(self, attempt: Attempt) -> NodeOutcome:
-        node = attempt.gnode.node
-        assert isinstance(node, AgentNode)
-        if node.completion == "assistant" and attempt.origin_session_id is None:
-            return NodeOutcome.failed(NO_ORIGIN)
-        try:
-            task = evaluate(node.prompt, attempt.ctx)
-        except Exception as exc:
-            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}", exception=exc)
-        if not isinstance(task, str) or not task.strip():
-            return NodeOutcome.failed(f"Step {attempt.node_id}: the prompt is empty or not a string.")
-        contract = make_contract(attempt.run_id, attempt.ctx.workflow_name, attempt.node_id, attempt.attempt_id,
-                                 node.expected_output, updates=node.updates)  # fmt: skip
+        opened = open_step(attempt)
+        if isinstance(opened, NodeOutcome):
+            return opened
         # Pi's conversation does not survive a piw restart, so a reattached attempt is delivered again.
         kind = "resume" if attempt.reattached else "step"
         with self._turn_lock:
@@ -125,21 +116,19 @@ class PiRpcExecutor:
                 process = self.process()
             except PiwError as exc:
                 return NodeOutcome.failed(str(exc))
-            return _PiAttemptRun(self, process, attempt, node, contract).run(
-                format_step_prompt(task, contract), kind
-            )
+            run = _PiAttemptRun(self.settings, self.launch, process, attempt, opened.node, opened.contract)
+            return run.run(opened.prompt, kind)
 
 
-class _PiAttemptRun(_AttemptRun):
-    """One attempt whose turns happen in Pi; acceptance, records and outcomes are ``_AttemptRun``'s."""
+class _PiAttemptRun(AttemptRun):
+    """One attempt whose turns happen in Pi; acceptance, records and outcomes are ``AttemptRun``'s."""
 
-    def __init__(self, executor: PiRpcExecutor, process: PiProcess, attempt: Attempt, node: AgentNode,
-                 contract: Any) -> None:  # fmt: skip
-        super().__init__(executor, attempt, node, contract)  # type: ignore[arg-type]
+    def __init__(self, settings: AgentSettings, launch: PiLaunch, process: PiProcess, attempt: Attempt,
+                 node: AgentNode, contract: AgentStepContract) -> None:  # fmt: skip
+        super().__init__(settings, _no_provider, attempt, node, contract)
+        self.launch = launch
         self.process = process
-        self.cost_known = executor.launch.model_settings is not None and (
-            executor.launch.model_settings.cost is not None
-        )
+        self.cost_known = launch.model_settings is not None and launch.model_settings.cost is not None
         self.verdicts: dict[str, ToolResult] = {}
         self.rejection: str | None = None
         """Python rejected a submit the bridge had let terminate: the model has not seen why yet."""
@@ -155,7 +144,7 @@ class _PiAttemptRun(_AttemptRun):
                 try:
                     result = self._pi_loop(text)
                 except ProviderError as exc:
-                    return self._fail(str(exc))
+                    return self.fail(str(exc))
                 outcome = self._after_loop(result)
                 if outcome is not None:
                     return outcome
@@ -166,7 +155,7 @@ class _PiAttemptRun(_AttemptRun):
                     continue
                 if reminders >= MAX_REMINDERS:
                     node_id, attempt_id = self.contract.node_id, self.contract.attempt_id
-                    return self._fail(f"Agent finished {MAX_REMINDERS + 1} times without submitting step "
+                    return self.fail(f"Agent finished {MAX_REMINDERS + 1} times without submitting step "
                                       f"{node_id} (attempt {attempt_id}).")  # fmt: skip
                 reminders += 1
                 text = format_reminder(self.contract)
@@ -304,7 +293,7 @@ class _PiAttemptRun(_AttemptRun):
         """Pi's error text with the provider's secrets removed, as piw's own adapters do (no key in the record)."""
         if not isinstance(error, str):
             return None
-        return redact(error, provider_secrets(self.executor.launch.settings))  # type: ignore[attr-defined]
+        return redact(error, provider_secrets(self.launch.settings))
 
     def _assistant(self, message: dict[str, Any]) -> AssistantMessage:
         blocks: list[ContentBlock] = []
