@@ -31,7 +31,7 @@ from piw.providers.builder import MessageBuilder
 from piw.providers.config import ProviderConfig
 from piw.providers.failures import is_transient_status, parse_retry_after, status_message
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     TextBlock,
     ToolCallBlock,
     ToolResultMessage,
@@ -122,7 +122,7 @@ def test_anthropic_body_keeps_the_system_prompt_apart_and_groups_tool_results() 
         tool_choice=force_tool("workflow"),
         messages=[
             UserMessage(content="go"),
-            AssistantMessage(content=[TextBlock(text="reading"), call_a, call_b], stop_reason="toolUse"),
+            AssistantReply(content=[TextBlock(text="reading"), call_a, call_b], stop_reason="toolUse"),
             ToolResultMessage(tool_call_id="a", tool_name="read", content="one"),
             ToolResultMessage(tool_call_id="b", tool_name="read", content="two", is_error=True),
         ],

@@ -18,7 +18,7 @@ from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, complete, force_tool
 from piw.providers.config import ProviderConfig
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     CustomMessage,
     TextBlock,
     ThinkingBlock,
@@ -44,7 +44,7 @@ def ask(text: str = "hi", **fields: Any) -> ChatRequest:
     return ChatRequest(model="stub-model", messages=[UserMessage(content=text)], **fields)
 
 
-def run(provider: OpenAICompatProvider, request: ChatRequest) -> tuple[list[ProviderEvent], AssistantMessage]:
+def run(provider: OpenAICompatProvider, request: ChatRequest) -> tuple[list[ProviderEvent], AssistantReply]:
     events: list[ProviderEvent] = []
     message = complete(provider, request, threading.Event(), on_event=events.append)
     return events, message
@@ -242,14 +242,14 @@ def test_an_unset_key_variable_raises_needs_key_before_any_request(stub: OpenAIS
 
 def test_conversation_maps_onto_openai_roles(stub: OpenAIStub) -> None:
     call = ToolCallBlock(id="c1", name="read", arguments={"path": "a"})
-    failed = AssistantMessage(content=[TextBlock(text="partial")], stop_reason="error", retried=True)
+    failed = AssistantReply(content=[TextBlock(text="partial")], stop_reason="error", retried=True)
     request = ChatRequest(
         model="stub-model",
         system_prompt="You are careful.",
         messages=[
             CustomMessage(custom_type="pi-workflows-agent-step", content="Do the step."),
             failed,
-            AssistantMessage(
+            AssistantReply(
                 content=[ThinkingBlock(thinking="hm"), TextBlock(text="Reading."), call],
                 stop_reason="toolUse",
             ),

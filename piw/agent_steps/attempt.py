@@ -31,7 +31,7 @@ from piw.providers.base import Provider, StepRef, force_tool
 from piw.providers.config import config_path
 from piw.providers.messages import (
     MESSAGE_ADAPTER,
-    AssistantMessage,
+    AssistantReply,
     CustomMessage,
     Message,
     ToolResultMessage,
@@ -63,7 +63,7 @@ def messages_of(entries: list[SessionEntry]) -> list[Message]:
 
 def usage_of(messages: list[Message]) -> dict[str, Any] | None:
     """Requests and tokens summed over an attempt's assistant messages; ``cost`` only if all are known."""
-    assistants = [m for m in messages if isinstance(m, AssistantMessage)]
+    assistants = [m for m in messages if isinstance(m, AssistantReply)]
     if not assistants:
         return None
     total: dict[str, Any] = {
@@ -272,7 +272,7 @@ class AttemptRun:
         self.messages.append(message)
         if isinstance(message, ToolResultMessage) and message.terminate and not message.is_error:
             self.last_entry_id = entry.id
-        if isinstance(message, AssistantMessage) and not message.retried:
+        if isinstance(message, AssistantReply) and not message.retried:
             self.last_assistant_entry = entry.id
 
     def _loop(self, tool_choice: Any) -> LoopResult:
@@ -309,7 +309,7 @@ class AttemptRun:
             return DEFAULT_MAX_OUTPUT_TOKENS
         return self.contract.max_output_chars
 
-    def _cut_off(self, message: AssistantMessage, max_tokens: int | None) -> Message:
+    def _cut_off(self, message: AssistantReply, max_tokens: int | None) -> Message:
         """Answer a response cut off inside a tool call: never replayed, it counts as a rejection (§4)."""
         tokens = message.usage.output or max_tokens or 0
         text, details = self.tool.cut_off(tokens)
@@ -396,7 +396,7 @@ class AttemptRun:
             return None
         return self.assistant_outcome(result.final)
 
-    def assistant_outcome(self, final: AssistantMessage | None, *, adopted: bool = False) -> NodeOutcome:
+    def assistant_outcome(self, final: AssistantReply | None, *, adopted: bool = False) -> NodeOutcome:
         node_id = self.contract.node_id
         if final is None or final.stop_reason != "stop" or final.tool_calls():
             reason = (

@@ -39,7 +39,7 @@ from piw.providers.base import (
     ToolCallDeltaEvent,
     ToolChoice,
 )
-from piw.providers.messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, ToolSpec
+from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolResultMessage, ToolSpec
 from piw.tools import ToolResult
 from piw.workflow.user_code import call_user
 
@@ -80,7 +80,7 @@ class LoopResult:
 
     end: str
     messages: list[Message]
-    final: AssistantMessage | None = None
+    final: AssistantReply | None = None
     error: str | None = None
 
 
@@ -112,7 +112,7 @@ class AgentLoop:
         stop_when: Callable[[], bool] = lambda: False,
         sleep: Callable[[float, threading.Event], bool] | None = None,
         hidden_tools: list[LoopTool] | None = None,
-        cut_off: Callable[[AssistantMessage, int | None], Message] | None = None,
+        cut_off: Callable[[AssistantReply, int | None], Message] | None = None,
     ) -> None:
         self.provider = provider
         self.tools = {tool.spec.name: tool for tool in tools}
@@ -153,7 +153,7 @@ class AgentLoop:
         return None
 
     def _turns(self, context: list[Message], produced: list[Message]) -> LoopResult:
-        final: AssistantMessage | None = None
+        final: AssistantReply | None = None
         while True:
             ended = self._ended_by_clock()
             if ended:
@@ -233,10 +233,10 @@ class AgentLoop:
         self._settle(message, context, produced)
         return message
 
-    def _request(self, context: list[Message]) -> AssistantMessage:
+    def _request(self, context: list[Message]) -> AssistantReply:
         request = ChatRequest(
             model=self.provider.model,
-            messages=[m for m in context if not (isinstance(m, AssistantMessage) and m.retried)],
+            messages=[m for m in context if not (isinstance(m, AssistantReply) and m.retried)],
             tools=[tool.spec for tool in self.tools.values()],
             tool_choice=self.tool_choice,
             max_tokens=self.max_tokens,
@@ -278,12 +278,12 @@ class AgentLoop:
                 )
             return message
 
-    def _stream_once(self, request: ChatRequest) -> tuple[AssistantMessage, ErrorEvent | None]:
+    def _stream_once(self, request: ChatRequest) -> tuple[AssistantReply, ErrorEvent | None]:
         abort = threading.Event()
         done = threading.Event()
         watchdog = threading.Thread(target=self._watch, args=(abort, done), daemon=True)
         watchdog.start()
-        final: AssistantMessage | None = None
+        final: AssistantReply | None = None
         error: ErrorEvent | None = None
         self._emit(MessageStart())
         try:
@@ -305,12 +305,12 @@ class AgentLoop:
         except PiwError as exc:
             # Configuration met at request time (an unset $KEY, an exhausted script) ends the attempt as a
             # recorded failure rather than crashing the run half-way.
-            final = AssistantMessage(stop_reason="error", error_message=str(exc), provider=self.provider.name,
+            final = AssistantReply(stop_reason="error", error_message=str(exc), provider=self.provider.name,
                                      model=self.provider.model)  # fmt: skip
         finally:
             done.set()
         if final is None:
-            final = AssistantMessage(
+            final = AssistantReply(
                 stop_reason="error",
                 error_message="The provider ended without a response.",
                 provider=self.provider.name,

@@ -36,7 +36,7 @@ from piw.errors import PiwError, ProviderError
 from piw.providers.base import Provider
 from piw.providers.config import PiwConfig, provider_secrets
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     ContentBlock,
     TextBlock,
     ThinkingBlock,
@@ -169,7 +169,7 @@ class _PiAttemptRun(AttemptRun):
         self.process.write_state({"completion": self.contract.completion, "step": self.contract.node_id,
                                   "attempt": self.contract.attempt_id, "tools": list(self.node.tools)})  # fmt: skip
         produced: list[Any] = []
-        final: AssistantMessage | None = None
+        final: AssistantReply | None = None
         ending: str | None = None
         aborted_at: float | None = None
         settle_id: str | None = None
@@ -210,7 +210,7 @@ class _PiAttemptRun(AttemptRun):
             message = self._on_event(line)
             if message is not None:
                 produced.append(message)
-                if isinstance(message, AssistantMessage):
+                if isinstance(message, AssistantReply):
                     final = message
         self._emit(AgentSettled(aborted=ending in ("timed_out", "cancelled")))
         if ending is not None:
@@ -226,7 +226,7 @@ class _PiAttemptRun(AttemptRun):
             return "timed_out"
         return None
 
-    def _on_event(self, line: dict[str, Any]) -> AssistantMessage | ToolResultMessage | None:
+    def _on_event(self, line: dict[str, Any]) -> AssistantReply | ToolResultMessage | None:
         """Map one Pi event onto §4 events and the §6 record; returns a settled message, if any."""
         kind = line.get("type")
         if kind == "agent_start":
@@ -266,9 +266,9 @@ class _PiAttemptRun(AttemptRun):
         raw_error = None if arguments is not None else "arguments must be a JSON object"
         self.verdicts[call_id] = self.tool.handle(call_id, arguments, raw_error)
 
-    def _settled(self, message: dict[str, Any]) -> AssistantMessage | ToolResultMessage | None:
+    def _settled(self, message: dict[str, Any]) -> AssistantReply | ToolResultMessage | None:
         role = message.get("role")
-        settled: AssistantMessage | ToolResultMessage
+        settled: AssistantReply | ToolResultMessage
         if role == "assistant":
             settled = self._assistant(message)
             self.budget.used += 1
@@ -295,7 +295,7 @@ class _PiAttemptRun(AttemptRun):
             return None
         return redact(error, provider_secrets(self.launch.settings))
 
-    def _assistant(self, message: dict[str, Any]) -> AssistantMessage:
+    def _assistant(self, message: dict[str, Any]) -> AssistantReply:
         blocks: list[ContentBlock] = []
         for block in message.get("content") or []:
             if block.get("type") == "text":
@@ -314,7 +314,7 @@ class _PiAttemptRun(AttemptRun):
         tokens = Usage(input=int(usage.get("input", 0)), output=int(usage.get("output", 0)),
                        cache_read=int(usage.get("cacheRead", 0)), cache_write=int(usage.get("cacheWrite", 0)),
                        cost=cost)  # fmt: skip
-        return AssistantMessage(
+        return AssistantReply(
             content=blocks,
             stop_reason=stop if stop in ("stop", "length", "toolUse", "error", "aborted") else "stop",
             error_message=self._redacted(message.get("errorMessage")),

@@ -23,7 +23,7 @@ from piw.agent_steps.contract import AgentStepContract, format_step_prompt
 from piw.agent_steps.loop import Deadline
 from piw.agent_steps.workflow_tool import OUTPUT_CUT_TYPE, lenient_json
 from piw.providers.base import Provider
-from piw.providers.messages import MESSAGE_ADAPTER, AssistantMessage
+from piw.providers.messages import MESSAGE_ADAPTER, AssistantReply
 from piw.run.executors import Attempt, NodeOutcome
 from piw.store.session import SessionEntry, current_branch
 from piw.wire import parse_time, sha256_hex
@@ -123,7 +123,7 @@ def _from_receipt(run: AttemptRun, attempt: Attempt, receipt: dict[str, Any]) ->
     if entry is None:
         return run.fail(f"Recorded reply {entry_id} is missing from the conversation.")
     message = MESSAGE_ADAPTER.validate_python(entry.message)
-    text = message.visible_text() if isinstance(message, AssistantMessage) else ""
+    text = message.visible_text() if isinstance(message, AssistantReply) else ""
     if "sha256:" + sha256_hex(text) != receipt.get("textSha256"):
         return run.fail(f"Recorded reply {entry_id} does not match its digest.")
     return NodeOutcome.ok(text, usage=usage_of(run.messages), conversation=receipt.get("conversation"))
@@ -149,7 +149,7 @@ def _accepted_submission(entries: list[SessionEntry]) -> tuple[str, Any] | None:
     return None
 
 
-def _completed_reply(entries: list[SessionEntry]) -> tuple[SessionEntry, AssistantMessage] | None:
+def _completed_reply(entries: list[SessionEntry]) -> tuple[SessionEntry, AssistantReply] | None:
     """The last assistant message in the range when nothing (user or custom) follows it."""
     for position in range(len(entries) - 1, -1, -1):
         entry = entries[position]
@@ -158,7 +158,7 @@ def _completed_reply(entries: list[SessionEntry]) -> tuple[SessionEntry, Assista
             return None
         if role == "assistant":
             message = MESSAGE_ADAPTER.validate_python(entry.message)
-            assert isinstance(message, AssistantMessage)
+            assert isinstance(message, AssistantReply)
             if message.retried:
                 continue
             if message.stop_reason == "stop" and not message.tool_calls():

@@ -26,7 +26,7 @@ from piw.providers.failures import (
     unfinished_stream,
 )
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     CustomMessage,
     StopReason,
     ToolResultMessage,
@@ -204,7 +204,7 @@ def _messages(request: ChatRequest) -> list[dict[str, Any]]:
                 out[-1]["content"].append(block)
             else:
                 out.append({"role": "user", "content": [block]})
-        elif isinstance(message, AssistantMessage) and not message.retried:
+        elif isinstance(message, AssistantReply) and not message.retried:
             content: list[dict[str, Any]] = []
             if message.visible_text():
                 content.append({"type": "text", "text": message.visible_text()})

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from piw.errors import ProviderError
-from piw.providers.messages import AssistantMessage, Message, ToolCallBlock, ToolSpec
+from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolSpec
 
 
 class _Frozen(BaseModel):
@@ -133,7 +133,7 @@ class DoneEvent(_Frozen):
 
     type: Literal["done"] = "done"
     content_index: int
-    message: AssistantMessage
+    message: AssistantReply
 
 
 class ErrorEvent(_Frozen):
@@ -145,7 +145,7 @@ class ErrorEvent(_Frozen):
 
     type: Literal["error"] = "error"
     content_index: int
-    message: AssistantMessage
+    message: AssistantReply
     transient: bool = False
     retry_after_s: float | None = None
     content_streamed: bool = False
@@ -208,9 +208,9 @@ def complete(
     request: ChatRequest,
     cancel: threading.Event | None = None,
     on_event: Callable[[ProviderEvent], None] | None = None,
-) -> AssistantMessage:
+) -> AssistantReply:
     """Drain ``provider.stream`` and return its final message; ``on_event`` sees every event on the way."""
-    final: AssistantMessage | None = None
+    final: AssistantReply | None = None
     for event in provider.stream(request, cancel or threading.Event()):
         if on_event is not None:
             on_event(event)

@@ -20,7 +20,7 @@ from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
 # The provider layer is imported by the agent steps that use the gate, never for a plain run.
 if TYPE_CHECKING:
     from piw.providers.base import ChatRequest
-    from piw.providers.messages import AssistantMessage
+    from piw.providers.messages import AssistantReply
     from piw.run.executors import Attempt
     from piw.store.writer import RunWriter
 
@@ -73,7 +73,7 @@ class BudgetGate:
             }
             return reason
 
-    def record(self, message: AssistantMessage, owner: Attempt, step_key: str, child_key: str | None) -> None:
+    def record(self, message: AssistantReply, owner: Attempt, step_key: str, child_key: str | None) -> None:
         """Append ``usage_recorded`` for one request that was sent (retried failures included)."""
         usage = message.usage
         payload: dict[str, Any] = {
