@@ -13,7 +13,6 @@ import json
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import ProviderError
+from piw.processes import kill_process_group
 from piw.providers import guard_base_url
 from piw.providers.config import ModelConfig, ProviderConfig, env_reference
 
@@ -230,15 +230,6 @@ class PiProcess:
                 self.proc.stdin.close()
         except OSError:
             pass
-        if self.proc.poll() is None:
-            self._signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=KILL_AFTER_S)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                self.proc.wait(timeout=KILL_AFTER_S)
+        # Done once Pi itself has exited; what Pi started is in its group, so it got the SIGTERM too.
+        kill_process_group(self.proc, lambda: True, grace_s=KILL_AFTER_S, settle_s=KILL_AFTER_S)
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
