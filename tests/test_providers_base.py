@@ -16,7 +16,6 @@ import pytest
 from piw.errors import ProviderError
 from piw.providers.anthropic_messages import StreamState as _AnthropicState
 from piw.providers.anthropic_messages import build_body as anthropic_body
-from piw.providers.anthropic_messages import finish as anthropic_finish
 from piw.providers.base import (
     ChatRequest,
     DoneEvent,
@@ -180,7 +179,7 @@ def test_anthropic_stream_without_a_known_stop_reason_is_no_reply(
     builder = MessageBuilder("claude", "sonnet")
     state = _AnthropicState(builder, None)
     streamed = [out for event in _anthropic_events(*events) for out in state.feed(event)]
-    final = anthropic_finish(builder, state)[-1]
+    final = state.finish()[-1]
     if stop is None:
         assert isinstance(final, ErrorEvent) and final.transient
         assert final.message.stop_reason == "error" and error in (final.message.error_message or "")

@@ -105,16 +105,12 @@ class AnthropicProvider:
                     response.close()
 
         pump: StreamPump[Any] = StreamPump(produce, abort, f"piw-{self.name}-stream")
-        state = StreamState(builder, model_settings)
-        with contextlib.closing(pump.items(cancel)) as items:
-            for event in items:
-                yield from state.feed(event)
-        if pump.cancelled or cancel.is_set():
-            yield from builder.abort(state.usage())
-        elif pump.error is not None:
-            yield from self._failure(builder, pump.error, state.usage())
-        else:
-            yield from finish(builder, state)
+        yield from pump.events(
+            cancel,
+            builder,
+            StreamState(builder, model_settings),
+            lambda error, usage: self._failure(builder, error, usage),
+        )
 
     def _failure(self, builder: MessageBuilder, error: BaseException, usage: Usage) -> list[ProviderEvent]:
         sdk = self._sdk
@@ -133,20 +129,6 @@ class AnthropicProvider:
         if isinstance(error, sdk.APIError | ValueError):
             return builder.fail(f"Provider error: {error}", usage)
         raise error
-
-
-def finish(builder: MessageBuilder, state: StreamState) -> list[ProviderEvent]:
-    """The final events of a stream that ended without an exception.
-
-    Only a known ``stop_reason`` makes a reply; a stream cut before its ``message_delta`` (or naming a reason
-    this adapter does not know) is a transient failure, retried while nothing has streamed (§4 end of stream).
-    """
-    if state.stop_reason == "refusal":
-        return builder.fail("The model refused to answer.", state.usage())
-    stop = _STOP_REASONS.get(state.stop_reason or "")
-    if stop is None:
-        return builder.fail(unfinished_stream(state.stop_reason), state.usage(), transient=True)
-    return builder.finish(stop, state.usage())
 
 
 def build_body(
@@ -247,6 +229,19 @@ class StreamState:
             self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
             self._read_usage(getattr(event, "usage", None))
         return []
+
+    def finish(self) -> list[ProviderEvent]:
+        """The final events of a stream that ended without an exception.
+
+        Only a known ``stop_reason`` makes a reply; a stream cut before its ``message_delta`` (or naming a reason
+        this adapter does not know) is a transient failure, retried while nothing has streamed (§4 end of stream).
+        """
+        if self.stop_reason == "refusal":
+            return self._builder.fail("The model refused to answer.", self.usage())
+        stop = _STOP_REASONS.get(self.stop_reason or "")
+        if stop is None:
+            return self._builder.fail(unfinished_stream(self.stop_reason), self.usage(), transient=True)
+        return self._builder.finish(stop, self.usage())
 
     def _read_usage(self, usage: Any) -> None:
         if usage is None:

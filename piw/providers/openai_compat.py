@@ -83,21 +83,12 @@ class OpenAICompatProvider:
         pump: StreamPump[ChatCompletionChunk] = StreamPump(
             call.produce, call.abort, f"piw-{self.name}-stream"
         )
-        chunks = _Chunks(builder, model_settings)
-        with contextlib.closing(pump.items(cancel)) as items:
-            for chunk in items:
-                yield from chunks.feed(chunk)
-        if pump.cancelled or cancel.is_set():
-            yield from builder.abort(chunks.usage())
-        elif pump.error is not None:
-            yield from _failure(builder, pump.error, chunks.usage(), self.base_url)
-        elif chunks.finish_reason == "content_filter":
-            yield from builder.fail("The provider's content filter stopped the response.", chunks.usage())
-        elif (stop := _STOP_REASONS.get(chunks.finish_reason or "")) is None:
-            # No (or an unknown) finish reason: the body was cut, so what arrived is not a reply (§4).
-            yield from builder.fail(unfinished_stream(chunks.finish_reason), chunks.usage(), transient=True)
-        else:
-            yield from builder.finish(stop, chunks.usage())
+        yield from pump.events(
+            cancel,
+            builder,
+            _Chunks(builder, model_settings),
+            lambda error, usage: _failure(builder, error, usage, self.base_url),
+        )
 
     def _client_factory(self, key: str, headers: dict[str, str]) -> Callable[[], tuple[openai.OpenAI, bool]]:
         def make() -> tuple[openai.OpenAI, bool]:
@@ -247,6 +238,16 @@ class _Chunks:
             if choice.finish_reason:
                 self.finish_reason = choice.finish_reason
         return events
+
+    def finish(self) -> list[ProviderEvent]:
+        """A reply for a known finish reason; a content-filter stop or a cut stream is a failure."""
+        if self.finish_reason == "content_filter":
+            return self._builder.fail("The provider's content filter stopped the response.", self.usage())
+        stop = _STOP_REASONS.get(self.finish_reason or "")
+        if stop is None:
+            # No (or an unknown) finish reason: the body was cut, so what arrived is not a reply (§4).
+            return self._builder.fail(unfinished_stream(self.finish_reason), self.usage(), transient=True)
+        return self._builder.finish(stop, self.usage())
 
     def usage(self) -> Usage:
         """Tokens from the final usage chunk; cost from the server when it reports one, else from config."""
