@@ -24,6 +24,7 @@ from piw.agent_steps.pi_process import PiLaunch
 from piw.agent_steps.pi_rpc import PiRpcExecutor
 from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
 from piw.providers.config import ProviderConfig
+from piw.providers.selection import ProviderSelection
 from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply, openai_stub
 
@@ -58,8 +59,7 @@ def _submit(output: Any) -> Any:
 
 def _executor(stub: OpenAIStub, tmp_path: Path) -> PiRpcExecutor:
     settings = ProviderConfig.model_validate({"base_url": stub.base_url, "models": ["m"]})
-    launch = PiLaunch(provider="stub", model="m", settings=settings, model_settings=settings.find_model("m"),
-                      cwd=tmp_path)  # fmt: skip
+    launch = PiLaunch(ProviderSelection("stub", "m", settings, settings.find_model("m")), cwd=tmp_path)
     return PiRpcExecutor(launch, AgentSettings(provider_factory=lambda: stub.provider(), cwd=tmp_path))
 
 

@@ -39,6 +39,7 @@ from piw.providers.messages import (
     UserMessage,
 )
 from piw.providers.openai_compat import OpenAICompatProvider
+from piw.providers.selection import ProviderSelection
 from piw.testing import OpenAIStub, StubReply
 
 
@@ -98,7 +99,7 @@ def test_retry_after_forms() -> None:
 def test_an_injected_http_client_is_used_cancellable_and_left_open() -> None:
     with OpenAIStub() as stub, httpx2.Client() as client:
         config = ProviderConfig(base_url=stub.base_url)
-        provider = OpenAICompatProvider("stub", "stub-model", config, http_client=client)
+        provider = OpenAICompatProvider(ProviderSelection("stub", "stub-model", config), http_client=client)
         stub.respond = [StubReply.text("ok"), StubReply.hold(), StubReply.text("again")]
         request = ChatRequest(model="stub-model", messages=[UserMessage(content="hi")])
         assert complete(provider, request).visible_text() == "ok"

@@ -28,6 +28,7 @@ from piw.providers.messages import (
     UserMessage,
 )
 from piw.providers.openai_compat import OpenAICompatProvider
+from piw.providers.selection import ProviderSelection
 from piw.testing import OpenAIStub, StubReply
 
 WORKFLOW = ToolSpec(name="workflow", description="Finish the step.", parameters={"type": "object"})
@@ -136,7 +137,9 @@ def test_connection_refused_is_a_transient_error_result() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    provider = OpenAICompatProvider("dead", "m", ProviderConfig(base_url=f"http://127.0.0.1:{port}/v1"))
+    provider = OpenAICompatProvider(
+        ProviderSelection("dead", "m", ProviderConfig(base_url=f"http://127.0.0.1:{port}/v1"))
+    )
     events, message = run(provider, ChatRequest(model="m"))
     final = events[-1]
     assert isinstance(final, ErrorEvent) and final.transient
@@ -290,7 +293,9 @@ def test_guard_refuses_non_loopback_before_any_socket(monkeypatch: pytest.Monkey
     monkeypatch.setattr(piw.providers, "ALLOW_MODEL_REQUESTS", False)
     monkeypatch.setattr(socket.socket, "connect", no_sockets)
     monkeypatch.setattr(socket, "getaddrinfo", no_sockets)
-    provider = OpenAICompatProvider("remote", "m", ProviderConfig(base_url="http://example.invalid/v1"))
+    provider = OpenAICompatProvider(
+        ProviderSelection("remote", "m", ProviderConfig(base_url="http://example.invalid/v1"))
+    )
     with pytest.raises(ProviderError, match=r"example\.invalid"):
         complete(provider, ChatRequest(model="m"))
 

@@ -128,7 +128,8 @@ class _PiAttemptRun(AttemptRun):
         super().__init__(settings, _no_provider, attempt, node, contract)
         self.launch = launch
         self.process = process
-        self.cost_known = launch.model_settings is not None and launch.model_settings.cost is not None
+        known = launch.selection.model_settings
+        self.cost_known = known is not None and known.cost is not None
         self.verdicts: dict[str, ToolResult] = {}
         self.rejection: str | None = None
         """Python rejected a submit the bridge had let terminate: the model has not seen why yet."""
@@ -293,7 +294,7 @@ class _PiAttemptRun(AttemptRun):
         """Pi's error text with the provider's secrets removed, as piw's own adapters do (no key in the record)."""
         if not isinstance(error, str):
             return None
-        return redact(error, provider_secrets(self.launch.settings))
+        return redact(error, provider_secrets(self.launch.selection.settings))
 
     def _assistant(self, message: dict[str, Any]) -> AssistantReply:
         blocks: list[ContentBlock] = []
@@ -351,7 +352,5 @@ def build_pi_rpc_executor(
             for name in g.node.tools
         }
     )
-    launch = PiLaunch(provider=selection.provider, model=selection.model, settings=selection.settings,
-                      model_settings=selection.model_settings, tools=tools,
-                      system_prompt=config.agent.system_prompt, cwd=settings.cwd)  # fmt: skip
+    launch = PiLaunch(selection, tools=tools, system_prompt=config.agent.system_prompt, cwd=settings.cwd)
     return PiRpcExecutor(launch, settings)

@@ -15,7 +15,7 @@ from typing import Any
 
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
-from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ProviderEvent
+from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
@@ -34,6 +34,7 @@ from piw.providers.messages import (
     UserMessage,
 )
 from piw.providers.pump import StreamPump
+from piw.providers.selection import ProviderSelection
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
@@ -57,25 +58,13 @@ def import_sdk() -> Any:
         ) from exc
 
 
-class AnthropicProvider:
+class AnthropicProvider(ConfiguredProvider):
     """One configured Anthropic Messages endpoint."""
 
-    def __init__(
-        self,
-        name: str,
-        model: str,
-        settings: ProviderConfig,
-        model_settings: ModelConfig | None = None,
-        *,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, selection: ProviderSelection, *, env: Mapping[str, str] | None = None) -> None:
         self._sdk = import_sdk()
-        self.name = name
-        self.model = model
-        self.settings = settings
-        self.model_settings = model_settings
-        self.base_url = settings.base_url or DEFAULT_BASE_URL
-        self._env = env
+        super().__init__(selection, env=env)
+        self.base_url = self.settings.base_url or DEFAULT_BASE_URL
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
         guard_base_url(self.base_url)

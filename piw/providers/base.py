@@ -9,7 +9,7 @@ configuration errors raise.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from piw.errors import ProviderError
 from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolSpec
+from piw.providers.selection import ProviderSelection
 
 
 class _Frozen(BaseModel):
@@ -185,6 +186,21 @@ class Provider(Protocol):
     def model(self) -> str: ...
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]: ...
+
+
+class ConfiguredProvider:
+    """An adapter built for one selection: the provider's name and table, the model and its entry.
+
+    ``env`` stands in for ``os.environ`` when keys and ``$NAME`` headers are resolved (tests pass their own).
+    """
+
+    def __init__(self, selection: ProviderSelection, *, env: Mapping[str, str] | None = None) -> None:
+        self.selection = selection
+        self.name = selection.provider
+        self.model = selection.model
+        self.settings = selection.settings
+        self.model_settings = selection.model_settings
+        self._env = env
 
 
 class WrappedProvider:

@@ -20,9 +20,9 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
 from piw.providers import guard_base_url
-from piw.providers.base import ChatRequest, ProviderEvent
+from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
-from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
+from piw.providers.config import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
     is_transient_status,
@@ -33,6 +33,7 @@ from piw.providers.failures import (
 from piw.providers.messages import StopReason, Usage
 from piw.providers.openai_request import build_body
 from piw.providers.pump import StreamPump
+from piw.providers.selection import ProviderSelection
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=10.0)
@@ -42,27 +43,20 @@ _STOP_REASONS: dict[str, StopReason] = {"stop": "stop", "length": "length", "too
 _STOP_REASONS["function_call"] = "toolUse"
 
 
-class OpenAICompatProvider:
+class OpenAICompatProvider(ConfiguredProvider):
     """One configured OpenAI-compatible endpoint. Keys and ``$NAME`` headers resolve on every request."""
 
     def __init__(
         self,
-        name: str,
-        model: str,
-        settings: ProviderConfig,
-        model_settings: ModelConfig | None = None,
+        selection: ProviderSelection,
         *,
         http_client: httpx2.Client | None = None,
         env: Mapping[str, str] | None = None,
         timeout: httpx2.Timeout = DEFAULT_TIMEOUT,
     ) -> None:
-        self.name = name
-        self.model = model
-        self.settings = settings
-        self.model_settings = model_settings
-        self.base_url = settings.base_url or DEFAULT_BASE_URL
+        super().__init__(selection, env=env)
+        self.base_url = self.settings.base_url or DEFAULT_BASE_URL
         self._http_client = http_client
-        self._env = env
         self._timeout = timeout
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
