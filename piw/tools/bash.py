@@ -15,7 +15,7 @@ import time
 from typing import IO, Any
 
 from piw.processes import KILL_GRACE_S, kill_process_group
-from piw.tools.base import Tool, ToolContext, ToolRefused, ToolResult, guarded, object_schema
+from piw.tools.base import ToolContext, ToolRefused, ToolResult, guarded_tool, object_schema
 from piw.tools.environment import tool_environment
 
 BASH_MAX_OUTPUT_BYTES = 50_000
@@ -112,13 +112,13 @@ def _result(
     return ToolResult(content=content, details=details, is_error=stopped is not None or proc.returncode != 0)
 
 
-BASH = Tool(
-    name="bash",
-    description=(
+BASH = guarded_tool(
+    "bash",
+    (
         "Run a shell command with bash -c in the working directory. Returns its combined stdout and stderr "
         f"(the last {BASH_MAX_OUTPUT_BYTES:,} bytes). The command is killed, with everything it started, "
         "when the step's time runs out. Standard input is empty; do not start interactive programs."
     ),
-    parameters=_BASH_SCHEMA,
-    execute=guarded("bash", _BASH_SCHEMA, _bash),
+    _BASH_SCHEMA,
+    _bash,
 )
