@@ -361,16 +361,23 @@ class AttemptRun:
             outcome = self._after_loop(result)
             if outcome is not None:
                 return outcome
-            if reminders >= MAX_REMINDERS:
-                node_id, attempt_id = self.contract.node_id, self.contract.attempt_id
-                return self.fail(
-                    f"Agent finished {MAX_REMINDERS + 1} times without submitting step {node_id} "
-                    f"(attempt {attempt_id})."
-                )
+            failed = self._remind(reminders)
+            if failed is not None:
+                return failed
             reminders += 1
-            self._deliver(format_reminder(self.contract), "reminder")
             # adapters without forced tool choice fall back to their knob
             tool_choice = force_tool("workflow")
+
+    def _remind(self, sent: int) -> NodeOutcome | None:
+        """Deliver the next reminder (§3.3), or fail the attempt when :data:`MAX_REMINDERS` have been sent."""
+        if sent >= MAX_REMINDERS:
+            node_id, attempt_id = self.contract.node_id, self.contract.attempt_id
+            return self.fail(
+                f"Agent finished {MAX_REMINDERS + 1} times without submitting step {node_id} "
+                f"(attempt {attempt_id})."
+            )
+        self._deliver(format_reminder(self.contract), "reminder")
+        return None
 
     def _after_loop(self, result: LoopResult) -> NodeOutcome | None:
         """The attempt's outcome after a loop settles, or ``None`` when a reminder is due."""

@@ -15,20 +15,9 @@ import threading
 import time
 from typing import Any
 
-from piw.agent_steps.attempt import MAX_REMINDERS, AgentSettings, AttemptRun, open_step
+from piw.agent_steps import events
+from piw.agent_steps.attempt import AgentSettings, AttemptRun, open_step
 from piw.agent_steps.contract import AgentStepContract, format_reminder
-from piw.agent_steps.events import (
-    AgentEnd,
-    AgentSettled,
-    AgentStart,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    TurnEnd,
-    TurnStart,
-)
 from piw.agent_steps.loop import LoopResult
 from piw.agent_steps.pi_process import EOF, PiLaunch, PiProcess
 from piw.agent_steps.workflow_tool import WORKFLOW_TOOL_NAME
@@ -154,13 +143,11 @@ class _PiAttemptRun(AttemptRun):
                     text, self.rejection = self.rejection, None
                     self._record(UserMessage(content=text))
                     continue
-                if reminders >= MAX_REMINDERS:
-                    node_id, attempt_id = self.contract.node_id, self.contract.attempt_id
-                    return self.fail(f"Agent finished {MAX_REMINDERS + 1} times without submitting step "
-                                      f"{node_id} (attempt {attempt_id}).")  # fmt: skip
+                failed = self._remind(reminders)
+                if failed is not None:
+                    return failed
                 reminders += 1
                 text = format_reminder(self.contract)
-                self._deliver(text, "reminder")
         finally:
             self.process.write_state({"completion": None})
 
@@ -204,7 +191,7 @@ class _PiAttemptRun(AttemptRun):
             if kind == "agent_settled":
                 break
             if kind == "agent_end":
-                self._emit(AgentEnd(messages=list(produced)))
+                self._emit(events.AgentEnd(messages=list(produced)))
                 # A Pi without ``agent_settled``: it is settled once it reports it is no longer streaming.
                 settle_id = self.process.send({"type": "get_state"})
                 continue
@@ -213,7 +200,7 @@ class _PiAttemptRun(AttemptRun):
                 produced.append(message)
                 if isinstance(message, AssistantReply):
                     final = message
-        self._emit(AgentSettled(aborted=ending in ("timed_out", "cancelled")))
+        self._emit(events.AgentSettled(aborted=ending in ("timed_out", "cancelled")))
         if ending is not None:
             return LoopResult(ending, produced, final)
         if final is not None and final.stop_reason == "error":
@@ -231,34 +218,47 @@ class _PiAttemptRun(AttemptRun):
         """Map one Pi event onto §4 events and the §6 record; returns a settled message, if any."""
         kind = line.get("type")
         if kind == "agent_start":
-            self._emit(AgentStart())
+            self._emit(events.AgentStart())
         elif kind == "turn_start":
             self.turn += 1
-            self._emit(TurnStart(turn=self.turn))
+            self._emit(events.TurnStart(turn=self.turn))
         elif kind == "message_start" and (line.get("message") or {}).get("role") == "assistant":
-            self._emit(MessageStart())
+            self._emit(events.MessageStart())
         elif kind == "message_update":
             delta = line.get("assistantMessageEvent") or {}
             if delta.get("type") in DELTAS:
-                self._emit(MessageUpdate(delta=delta["type"], text=str(delta.get("delta", "")),
+                self._emit(events.MessageUpdate(delta=delta["type"], text=str(delta.get("delta", "")),
                                          content_index=int(delta.get("contentIndex", 0))))  # fmt: skip
         elif kind == "tool_execution_start":
             args = line.get("args")
-            self._emit(ToolExecutionStart(tool_call_id=str(line.get("toolCallId")), tool_name=str(line.get("toolName")),
-                                          args=args if isinstance(args, dict) else {}))  # fmt: skip
+            self._emit(
+                events.ToolExecutionStart(
+                    tool_call_id=str(line.get("toolCallId")),
+                    tool_name=str(line.get("toolName")),
+                    args=args if isinstance(args, dict) else {},
+                )
+            )
             if line.get("toolName") == WORKFLOW_TOOL_NAME:
                 self._judge(str(line.get("toolCallId")), line.get("args"))
         elif kind == "tool_execution_end":
             result = line.get("result") or {}
-            self._emit(ToolExecutionEnd(tool_call_id=str(line.get("toolCallId")), tool_name=str(line.get("toolName")),
-                                        result={"content": _text_of(result.get("content")),
-                                                "is_error": bool(line.get("isError"))}, duration_ms=0))  # fmt: skip
+            self._emit(
+                events.ToolExecutionEnd(
+                    tool_call_id=str(line.get("toolCallId")),
+                    tool_name=str(line.get("toolName")),
+                    result={
+                        "content": _text_of(result.get("content")),
+                        "is_error": bool(line.get("isError")),
+                    },
+                    duration_ms=0,
+                )
+            )
         elif kind == "message_end":
             return self._settled(line.get("message") or {})
         elif kind == "turn_end":
             message = line.get("message") or {}
             if message.get("role") == "assistant":
-                self._emit(TurnEnd(turn=self.turn, message=self._assistant(message)))
+                self._emit(events.TurnEnd(turn=self.turn, message=self._assistant(message)))
         return None
 
     def _judge(self, call_id: str, args: Any) -> None:
@@ -287,7 +287,7 @@ class _PiAttemptRun(AttemptRun):
         else:
             return None  # the step prompt is already recorded as the step message
         self._record(settled)
-        self._emit(MessageEnd(message=settled))
+        self._emit(events.MessageEnd(message=settled))
         return settled
 
     def _redacted(self, error: Any) -> str | None:
