@@ -234,29 +234,30 @@ def _check_status_detail(status_detail: Any) -> None:
         raise DefinitionError("status_detail must be a string")
 
 
+# The overloads give the types only; the defaults are the implementation's (spelled once, below).
 @overload
 def agent(
     *,
     prompt: PromptArg,
     expected_output: AssistantMessage,
-    timeout_s: TimeoutArg = 900.0,
-    status_detail: str | None = None,
-    tools: Sequence[str] = (),
-    context: Literal["run", "step"] = "run",
-    max_output_tokens: int | None = None,
+    timeout_s: TimeoutArg = ...,
+    status_detail: str | None = ...,
+    tools: Sequence[str] = ...,
+    context: Literal["run", "step"] = ...,
+    max_output_tokens: int | None = ...,
 ) -> AgentNode: ...
 @overload
 def agent(
     *,
     prompt: PromptArg,
-    expected_output: str | type[BaseModel] | None = None,
-    validate: Validator | None = None,
-    timeout_s: TimeoutArg = 900.0,
-    status_detail: str | None = None,
-    tools: Sequence[str] = (),
-    updates: bool = False,
-    context: Literal["run", "step"] = "run",
-    max_output_tokens: int | None = None,
+    expected_output: str | type[BaseModel] | None = ...,
+    validate: Validator | None = ...,
+    timeout_s: TimeoutArg = ...,
+    status_detail: str | None = ...,
+    tools: Sequence[str] = ...,
+    updates: bool = ...,
+    context: Literal["run", "step"] = ...,
+    max_output_tokens: int | None = ...,
 ) -> AgentNode: ...
 def agent(
     *,
