@@ -418,9 +418,12 @@ def test_29_verbose_terminal_keeps_thinking_and_answer_apart() -> None:
         MessageUpdate(delta="thinking_delta", text="options", content_index=0),
         MessageUpdate(delta="text_delta", text="The ", content_index=1),
         MessageUpdate(delta="text_delta", text="answer.", content_index=1),
-        MessageEnd(message=AssistantReply(content=[ThinkingBlock(thinking="weighing options"),
-                                                     TextBlock(text="The answer.")])),
-    ]  # fmt: skip
+        MessageEnd(
+            message=AssistantReply(
+                content=[ThinkingBlock(thinking="weighing options"), TextBlock(text="The answer.")]
+            )
+        ),
+    ]
     assert _display_output(events, terminal=True, verbose=True).splitlines() == [
         "weighing options",
         "The answer.",

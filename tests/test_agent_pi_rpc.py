@@ -139,8 +139,11 @@ def test_pi_rpc_assistant_step_is_not_offered_workflow(
     openai_stub.respond = StubReply.text("Thanks for writing.")
     executor = _executor(openai_stub, tmp_path)
     try:
-        run = start(home, one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
-                    executor=executor)  # fmt: skip
+        run = start(
+            home,
+            one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
+            executor=executor,
+        )
     finally:
         executor.close()
     assert openai_stub.tool_names == [[]]
@@ -169,8 +172,11 @@ def test_pi_rpc_submit_in_assistant_step_gets_the_a11_text(
     openai_stub.respond = lambda _body: next(replies)
     executor = _executor(openai_stub, tmp_path)
     try:
-        run = start(home, one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
-                    executor=executor)  # fmt: skip
+        run = start(
+            home,
+            one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
+            executor=executor,
+        )
     finally:
         executor.close()
     assert openai_stub.tool_names == [[], []]

@@ -234,8 +234,12 @@ def test_35_replay_after_the_model_published_an_update(
     def update(body: dict[str, Any]) -> StubReply:
         step, attempt = active_ids(body)
         data = {"schema": "pi-workflows.progress.v1", "status": "running", "label": "Reading"}
-        arguments = {"action": "update", "step": step, "attempt": attempt,
-                     "update": {"type": "progress", "key": "read", "data": data}}  # fmt: skip
+        arguments = {
+            "action": "update",
+            "step": step,
+            "attempt": attempt,
+            "update": {"type": "progress", "key": "read", "data": data},
+        }
         return StubReply.tool("workflow", arguments, call_id="call_update")
 
     replies = sequence(update, submit_reply({"route": "bug", "reason": "crash"}))

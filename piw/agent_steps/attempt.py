@@ -244,8 +244,14 @@ class AttemptRun:
         writer, session = self.attempt.writer, self.attempt.session
         if not self.child:
             payload = {"prompt": content, "completion": self.contract.completion, "deliveryKind": kind}
-            writer.append("agent", "agent_prompt_sent", payload, node_id=self.attempt.node_id,
-                          attempt_id=self.attempt.attempt_id, sync=True)  # fmt: skip
+            writer.append(
+                "agent",
+                "agent_prompt_sent",
+                payload,
+                node_id=self.attempt.node_id,
+                attempt_id=self.attempt.attempt_id,
+                sync=True,
+            )
         state = writer.state
         presentation = {
             k: v for k, v in (("runTitle", state.run_title), ("statusDetail", self.node.status_detail)) if v
@@ -257,8 +263,9 @@ class AttemptRun:
         }
         if presentation:
             details["presentation"] = presentation
-        entry = session.append(message_to_entry(CustomMessage(custom_type=STEP_CUSTOM_TYPE, content=content,
-                                                              details=details)))  # fmt: skip
+        entry = session.append(
+            message_to_entry(CustomMessage(custom_type=STEP_CUSTOM_TYPE, content=content, details=details))
+        )
         if self.first_entry_id is None:
             self.first_entry_id = entry.id
         self._emit(StepDelivered(details=details, content=content))

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 class BudgetedProvider(WrappedProvider):
     """Wraps a provider for one agent step: the gate admits each request and records what it spent."""
 
-    def __init__(self, inner: Provider, gate: BudgetGate, owner: Attempt, step_key: str,
-                 child_key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, inner: Provider, gate: BudgetGate, owner: Attempt, step_key: str, child_key: str | None = None
+    ) -> None:
         super().__init__(inner)
         self.gate = gate
         self.owner = owner

@@ -196,6 +196,12 @@ class ChildRunner:
         if conversation:
             payload["conversation"] = conversation
         if parent.active and not parent.cancel.is_set():  # an interrupted or timed-out action records no more
-            parent.writer.append("node", "child_step_finished", payload, node_id=parent.node_id,
-                                 attempt_id=parent.attempt_id, sync=True)  # fmt: skip
+            parent.writer.append(
+                "node",
+                "child_step_finished",
+                payload,
+                node_id=parent.node_id,
+                attempt_id=parent.attempt_id,
+                sync=True,
+            )
         return result

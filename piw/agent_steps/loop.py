@@ -225,11 +225,15 @@ class AgentLoop:
             ToolExecutionEnd(
                 tool_call_id=call.id,
                 tool_name=call.name,
-                result={"content": result.content, "details": result.details, "is_error": result.is_error,
-                        "terminate": result.terminate},
+                result={
+                    "content": result.content,
+                    "details": result.details,
+                    "is_error": result.is_error,
+                    "terminate": result.terminate,
+                },
                 duration_ms=duration,
             )
-        )  # fmt: skip
+        )
         self._settle(message, context, produced)
         return message
 
@@ -262,8 +266,14 @@ class AgentLoop:
                 ):
                     delay = error.retry_after_s
                 retries += 1
-                self._emit(AutoRetryStart(attempt=retries, max_attempts=MAX_RETRIES, delay_s=delay,
-                                          error=message.error_message or ""))  # fmt: skip
+                self._emit(
+                    AutoRetryStart(
+                        attempt=retries,
+                        max_attempts=MAX_RETRIES,
+                        delay_s=delay,
+                        error=message.error_message or "",
+                    )
+                )
                 remaining = self.deadline.remaining()
                 wait = delay if remaining is None else max(0.0, min(delay, remaining))
                 if not (self._sleep(wait, self.cancel) or self.deadline.expired()):
@@ -288,16 +298,10 @@ class AgentLoop:
         self._emit(MessageStart())
         try:
             for event in self.provider.stream(request, abort):
-                if isinstance(event, TextDeltaEvent):
+                if isinstance(event, TextDeltaEvent | ThinkingDeltaEvent | ToolCallDeltaEvent):
                     self._emit(
-                        MessageUpdate(delta="text_delta", text=event.delta, content_index=event.content_index)
+                        MessageUpdate(delta=event.type, text=event.delta, content_index=event.content_index)
                     )
-                elif isinstance(event, ThinkingDeltaEvent):
-                    self._emit(MessageUpdate(delta="thinking_delta", text=event.delta,
-                                             content_index=event.content_index))  # fmt: skip
-                elif isinstance(event, ToolCallDeltaEvent):
-                    self._emit(MessageUpdate(delta="toolcall_delta", text=event.delta,
-                                             content_index=event.content_index))  # fmt: skip
                 elif isinstance(event, DoneEvent):
                     final = event.message
                 elif isinstance(event, ErrorEvent):
@@ -305,8 +309,12 @@ class AgentLoop:
         except PiwError as exc:
             # Configuration met at request time (an unset $KEY, an exhausted script) ends the attempt as a
             # recorded failure rather than crashing the run half-way.
-            final = AssistantReply(stop_reason="error", error_message=str(exc), provider=self.provider.name,
-                                     model=self.provider.model)  # fmt: skip
+            final = AssistantReply(
+                stop_reason="error",
+                error_message=str(exc),
+                provider=self.provider.name,
+                model=self.provider.model,
+            )
         finally:
             done.set()
         if final is None:

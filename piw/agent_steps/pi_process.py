@@ -129,9 +129,19 @@ class PiProcess:
             PIW_BRIDGE_STATE=str(self.state_file),
         )
         tools = sorted({*launch.tools, "workflow"})
-        command = [binary, "--mode", "rpc", "--no-session", "--offline", "--no-extensions", "--no-skills",
-                   "--no-context-files", "-e", str(BRIDGE), "--provider", launch.selection.provider,
-                   "--model", launch.selection.model, "--tools", ",".join(tools)]  # fmt: skip
+        isolated = ["--no-session", "--offline", "--no-extensions", "--no-skills", "--no-context-files"]
+        selected = ["--provider", launch.selection.provider, "--model", launch.selection.model]
+        command = [
+            binary,
+            "--mode",
+            "rpc",
+            *isolated,
+            "-e",
+            str(BRIDGE),
+            *selected,
+            "--tools",
+            ",".join(tools),
+        ]
         if launch.system_prompt:
             command += ["--system-prompt", launch.system_prompt]
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()

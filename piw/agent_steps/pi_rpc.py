@@ -112,8 +112,15 @@ class PiRpcExecutor:
 class _PiAttemptRun(AttemptRun):
     """One attempt whose turns happen in Pi; acceptance, records and outcomes are ``AttemptRun``'s."""
 
-    def __init__(self, settings: AgentSettings, launch: PiLaunch, process: PiProcess, attempt: Attempt,
-                 node: AgentNode, contract: AgentStepContract) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: AgentSettings,
+        launch: PiLaunch,
+        process: PiProcess,
+        attempt: Attempt,
+        node: AgentNode,
+        contract: AgentStepContract,
+    ) -> None:
         super().__init__(settings, _no_provider, attempt, node, contract)
         self.launch = launch
         self.process = process
@@ -154,8 +161,14 @@ class _PiAttemptRun(AttemptRun):
     # ---- one prompt, until Pi settles ------------------------------------------------------------------
 
     def _pi_loop(self, text: str) -> LoopResult:
-        self.process.write_state({"completion": self.contract.completion, "step": self.contract.node_id,
-                                  "attempt": self.contract.attempt_id, "tools": list(self.node.tools)})  # fmt: skip
+        self.process.write_state(
+            {
+                "completion": self.contract.completion,
+                "step": self.contract.node_id,
+                "attempt": self.contract.attempt_id,
+                "tools": list(self.node.tools),
+            }
+        )
         produced: list[Any] = []
         final: AssistantReply | None = None
         ending: str | None = None
@@ -227,8 +240,13 @@ class _PiAttemptRun(AttemptRun):
         elif kind == "message_update":
             delta = line.get("assistantMessageEvent") or {}
             if delta.get("type") in DELTAS:
-                self._emit(events.MessageUpdate(delta=delta["type"], text=str(delta.get("delta", "")),
-                                         content_index=int(delta.get("contentIndex", 0))))  # fmt: skip
+                self._emit(
+                    events.MessageUpdate(
+                        delta=delta["type"],
+                        text=str(delta.get("delta", "")),
+                        content_index=int(delta.get("contentIndex", 0)),
+                    )
+                )
         elif kind == "tool_execution_start":
             args = line.get("args")
             self._emit(
@@ -277,13 +295,21 @@ class _PiAttemptRun(AttemptRun):
             call_id = str(message.get("toolCallId"))
             verdict = self.verdicts.pop(call_id, None)
             if verdict is None:
-                verdict = ToolResult(_text_of(message.get("content")), details=_dict_or_none(message.get("details")),
-                                     is_error=bool(message.get("isError")))  # fmt: skip
+                verdict = ToolResult(
+                    _text_of(message.get("content")),
+                    details=_dict_or_none(message.get("details")),
+                    is_error=bool(message.get("isError")),
+                )
             elif verdict.is_error and not message.get("isError") and not verdict.terminate:
                 self.rejection = verdict.content
-            settled = ToolResultMessage(tool_call_id=call_id, tool_name=str(message.get("toolName")),
-                                        content=verdict.content, is_error=verdict.is_error,
-                                        terminate=verdict.terminate, details=verdict.details)  # fmt: skip
+            settled = ToolResultMessage(
+                tool_call_id=call_id,
+                tool_name=str(message.get("toolName")),
+                content=verdict.content,
+                is_error=verdict.is_error,
+                terminate=verdict.terminate,
+                details=verdict.details,
+            )
         else:
             return None  # the step prompt is already recorded as the step message
         self._record(settled)
@@ -306,15 +332,24 @@ class _PiAttemptRun(AttemptRun):
             elif block.get("type") == "toolCall":
                 arguments = block.get("arguments")
                 ok = isinstance(arguments, dict)
-                blocks.append(ToolCallBlock(id=str(block.get("id")), name=str(block.get("name")),
-                                            arguments=arguments if ok else {},
-                                            raw_arguments=None if ok else str(arguments)))  # fmt: skip
+                blocks.append(
+                    ToolCallBlock(
+                        id=str(block.get("id")),
+                        name=str(block.get("name")),
+                        arguments=arguments if ok else {},
+                        raw_arguments=None if ok else str(arguments),
+                    )
+                )
         usage = message.get("usage") or {}
         cost = (usage.get("cost") or {}).get("total") if self.cost_known else None
         stop = message.get("stopReason")
-        tokens = Usage(input=int(usage.get("input", 0)), output=int(usage.get("output", 0)),
-                       cache_read=int(usage.get("cacheRead", 0)), cache_write=int(usage.get("cacheWrite", 0)),
-                       cost=cost)  # fmt: skip
+        tokens = Usage(
+            input=int(usage.get("input", 0)),
+            output=int(usage.get("output", 0)),
+            cache_read=int(usage.get("cacheRead", 0)),
+            cache_write=int(usage.get("cacheWrite", 0)),
+            cost=cost,
+        )
         return AssistantReply(
             content=blocks,
             stop_reason=stop if stop in ("stop", "length", "toolUse", "error", "aborted") else "stop",

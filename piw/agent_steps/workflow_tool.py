@@ -286,8 +286,11 @@ class WorkflowTool:
             # is not blamed.
             self.step.invalid_output = exc if isinstance(exc, OutputInvalid) else OutputInvalid(str(exc))
             self.step.closed = True
-            return ToolResult(f"Output rejected for step {node_id}: the step cannot store it.", is_error=True,
-                              terminate=True)  # fmt: skip
+            return ToolResult(
+                f"Output rejected for step {node_id}: the step cannot store it.",
+                is_error=True,
+                terminate=True,
+            )
         except ValidationError as exc:
             reason = validation_reason(exc)
         except Exception as exc:

@@ -225,10 +225,13 @@ def load_workflow(
         raise DefinitionError(f"{path}: {exc}") from None
     snap = snapshot(graph)
     sources = [
-        {"mountPath": mount.path.split("/"), "workflowName": mount.definition.name,
-         "source": source_identity(mount.definition, None)}
+        {
+            "mountPath": mount.path.split("/"),
+            "workflowName": mount.definition.name,
+            "source": source_identity(mount.definition, None),
+        }
         for mount in _sorted_mounts(graph)
-    ]  # fmt: skip
+    ]
     return LoadedWorkflow(
         definition=definition,
         graph=graph,

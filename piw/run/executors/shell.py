@@ -44,8 +44,13 @@ def to_command(value: Any, node_id: str) -> ShellCommand:
         raise DefinitionError(f"shell node {node_id}: exec must return a ShellCommand or a mapping")
     if not isinstance(command.command, str) or not all(isinstance(arg, str) for arg in command.args):
         raise DefinitionError(f"shell node {node_id}: command and args must be strings")
-    texts = [command.command, *command.args, command.cwd or "", *(command.env or {}).keys(),
-             *(command.env or {}).values()]  # fmt: skip
+    texts = [
+        command.command,
+        *command.args,
+        command.cwd or "",
+        *(command.env or {}).keys(),
+        *(command.env or {}).values(),
+    ]
     if any("\x00" in text for text in texts if isinstance(text, str)):
         # exec cannot pass a NUL byte: say so instead of letting Popen raise a ValueError
         raise DefinitionError(
@@ -150,8 +155,14 @@ class ShellActionExecutor:
             # The group is durable in the trace before the command starts: a resume can then find and stop it
             # if piw dies while it runs (persistence.md §8, piw.run.process_groups). The fsync also covers
             # node_started and every line before it.
-            attempt.writer.append("action", "process_started", group_record(process.pid),
-                                  node_id=attempt.node_id, attempt_id=attempt.attempt_id, sync=True)  # fmt: skip
+            attempt.writer.append(
+                "action",
+                "process_started",
+                group_record(process.pid),
+                node_id=attempt.node_id,
+                attempt_id=attempt.attempt_id,
+                sync=True,
+            )
             os.write(process.stdin.fileno(), b"\n")  # open the gate
         except BaseException:
             process.kill()  # still the gate (it reads its stdin first): the command never ran
