@@ -18,7 +18,7 @@ from typing import Any
 from piw.agent_steps import events
 from piw.agent_steps.attempt import AgentSettings, AttemptRun, open_step
 from piw.agent_steps.contract import AgentStepContract, format_reminder
-from piw.agent_steps.loop import LoopResult
+from piw.agent_steps.loop import LoopResult, result_message
 from piw.agent_steps.pi_process import EOF, PiLaunch, PiProcess
 from piw.agent_steps.workflow_tool import WORKFLOW_TOOL_NAME
 from piw.errors import PiwError, ProviderError
@@ -302,14 +302,7 @@ class _PiAttemptRun(AttemptRun):
                 )
             elif verdict.is_error and not message.get("isError") and not verdict.terminate:
                 self.rejection = verdict.content
-            settled = ToolResultMessage(
-                tool_call_id=call_id,
-                tool_name=str(message.get("toolName")),
-                content=verdict.content,
-                is_error=verdict.is_error,
-                terminate=verdict.terminate,
-                details=verdict.details,
-            )
+            settled = result_message(call_id, str(message.get("toolName")), verdict)
         else:
             return None  # the step prompt is already recorded as the step message
         self._record(settled)
