@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from piw.agent_steps.budgeted import BudgetedProvider
 from piw.agent_steps.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
 from piw.agent_steps.events import StepDelivered
 from piw.agent_steps.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
@@ -38,6 +39,7 @@ from piw.providers.messages import (
     ToolSpec,
 )
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.store.replay import update_to_json
 from piw.store.session import SessionEntry, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
@@ -234,8 +236,6 @@ class AttemptRun:
         return receipt.to_json()
 
     def _status(self) -> dict[str, Any]:
-        from piw.store.replay import update_to_json
-
         return {"updates": [update_to_json(r) for r in self.attempt.writer.state.sorted_updates()]}
 
     # ---- deliveries ------------------------------------------------------------------------------------
@@ -336,8 +336,6 @@ class AttemptRun:
         gate = self.attempt.budget
         if gate is None or not gate.active:
             return self.run_provider()
-        from piw.agent_steps.budgeted import BudgetedProvider
-
         owner = self.update_owner or self.attempt
         child_key = self.attempt.gnode.local_id if self.child else None
         return BudgetedProvider(self.run_provider(), gate, owner, self.attempt.attempt_id, child_key)
