@@ -24,7 +24,8 @@ from typing import Any
 
 from rich.console import Console
 
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.attempt import AgentSettings
+from piw.agent_steps.executor import AgentExecutor
 from piw.agent_steps.factory import agent_executor_factory
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, start_run

@@ -34,7 +34,7 @@ from piw import DefinitionError, agent, assistant_message
 from piw.agent_steps.events import AgentSettled, AutoRetryEnd, AutoRetryStart, MessageEnd
 from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
 from piw.providers.base import ChatRequest
-from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock
+from piw.providers.messages import AssistantReply, TextBlock, ToolCallBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.tools import Tool, ToolResult, register, unregister
@@ -97,7 +97,7 @@ def test_02_exact_text_is_kept(home: Path, tmp_path: Path, openai_stub: OpenAISt
         openai_stub.respond = [StubReply.text(EXACT)]
         provider: Any = openai_stub.provider()
     else:
-        provider = ScriptedProvider([AssistantMessage(content=[TextBlock(text=EXACT)])])
+        provider = ScriptedProvider([AssistantReply(content=[TextBlock(text=EXACT)])])
     run = start(home, assistant_flow(tmp_path), provider)
     assert run.terminal("step")["payload"]["output"] == EXACT
     receipt = run.of_type("assistant_completion_recorded")[0]["payload"]
@@ -404,9 +404,9 @@ def test_11_next_node_starts_only_after_settlement(home: Path, tmp_path: Path) -
     order: list[str] = []
 
     def reply(text: str) -> Any:
-        def make(request: ChatRequest, index: int) -> AssistantMessage:
+        def make(request: ChatRequest, index: int) -> AssistantReply:
             order.append(f"request:{request.step.node_id if request.step else '?'}")
-            return AssistantMessage(content=[TextBlock(text=text)])
+            return AssistantReply(content=[TextBlock(text=text)])
 
         return make
 
@@ -494,7 +494,7 @@ class Crash(BaseException):
 
 
 def _crash_after_message_end(event: Any) -> None:
-    if isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+    if isinstance(event, MessageEnd) and isinstance(event.message, AssistantReply):
         raise Crash
 
 
@@ -533,7 +533,7 @@ def test_14_reply_of_an_earlier_visit_is_never_adopted(home: Path, tmp_path: Pat
     )
     # visit 1 completes with "again", routing back to the same node; visit 2 crashes before its reply settles
 
-    def second(request: ChatRequest, index: int) -> AssistantMessage:
+    def second(request: ChatRequest, index: int) -> AssistantReply:
         raise Crash
 
     crashed = start_crashing(home, flow, make_executor(ScriptedProvider(["again", second])), Crash)
@@ -550,7 +550,7 @@ def test_14_multiple_tool_blocks_are_not_final(home: Path, tmp_path: Path) -> No
     """A7: a message ending in tool calls is intermediate even when it holds text."""
     calls = [ToolCallBlock(id="c1", name="nothing", arguments={})]
     provider = ScriptedProvider(
-        [AssistantMessage(content=[TextBlock(text="Looks final."), *calls], stop_reason="toolUse"), "Final."]
+        [AssistantReply(content=[TextBlock(text="Looks final."), *calls], stop_reason="toolUse"), "Final."]
     )
     run = start(home, assistant_flow(tmp_path), provider)
     assert run.terminal("step")["payload"]["output"] == "Final."

@@ -42,7 +42,7 @@ from piw.agent_steps.events import (
     ToolExecutionEnd,
     ToolExecutionStart,
 )
-from piw.providers.messages import AssistantMessage, CustomMessage, TextBlock, ThinkingBlock
+from piw.providers.messages import AssistantReply, CustomMessage, TextBlock, ThinkingBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.views.cards import card_text, compact_card_lines, expanded_card_lines
@@ -235,8 +235,8 @@ def _display_output(events: list[Any], *, terminal: bool, verbose: bool = False)
 
 @pytest.mark.parametrize("terminal", [True, False])
 def test_27_hostile_model_output_is_inert(terminal: bool) -> None:
-    message = AssistantMessage(content=[ThinkingBlock(thinking=HOSTILE), TextBlock(text=HOSTILE)])
-    error = AssistantMessage(stop_reason="error", error_message="HTTP 500: " + HOSTILE)
+    message = AssistantReply(content=[ThinkingBlock(thinking=HOSTILE), TextBlock(text=HOSTILE)])
+    error = AssistantReply(stop_reason="error", error_message="HTTP 500: " + HOSTILE)
     events = [
         StepDelivered(details=details(title=HOSTILE, detail=HOSTILE), content=HOSTILE),
         MessageUpdate(delta="thinking_delta", text=HOSTILE, content_index=0),
@@ -418,9 +418,12 @@ def test_29_verbose_terminal_keeps_thinking_and_answer_apart() -> None:
         MessageUpdate(delta="thinking_delta", text="options", content_index=0),
         MessageUpdate(delta="text_delta", text="The ", content_index=1),
         MessageUpdate(delta="text_delta", text="answer.", content_index=1),
-        MessageEnd(message=AssistantMessage(content=[ThinkingBlock(thinking="weighing options"),
-                                                     TextBlock(text="The answer.")])),
-    ]  # fmt: skip
+        MessageEnd(
+            message=AssistantReply(
+                content=[ThinkingBlock(thinking="weighing options"), TextBlock(text="The answer.")]
+            )
+        ),
+    ]
     assert _display_output(events, terminal=True, verbose=True).splitlines() == [
         "weighing options",
         "The answer.",

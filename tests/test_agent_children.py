@@ -28,7 +28,8 @@ from agent_harness import (
     write_workflow,
 )
 
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.attempt import AgentSettings
+from piw.agent_steps.executor import AgentExecutor
 from piw.testing import OpenAIStub, StubReply
 
 __all__ = ["home"]
@@ -157,8 +158,9 @@ def test_interrupting_the_run_cancels_every_in_flight_child(home: Path, tmp_path
         write_stub_config(home, stub)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PIW_"))}
         env.update({"PIW_HOME": str(home), "NO_COLOR": "1"})
-        process = subprocess.Popen([PIW, "run", str(workflow)], env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
+        process = subprocess.Popen(
+            [PIW, "run", str(workflow)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         deadline = time.monotonic() + 20
         while stub.request_count < 3 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -22,7 +22,7 @@ from agent_harness import home, one_agent, only_run, piw_cli, write_stub_config
 
 from piw.agent_steps.display import SHOWN_CHARS, AgentDisplay
 from piw.agent_steps.events import MessageEnd, MessageUpdate, StepDelivered, ToolExecutionStart
-from piw.providers.messages import AssistantMessage, TextBlock
+from piw.providers.messages import AssistantReply, TextBlock
 from piw.testing import OpenAIStub, StubReply, openai_stub
 
 __all__ = ["home", "openai_stub"]
@@ -56,8 +56,8 @@ def _console(terminal: bool) -> tuple[Console, StringIO]:
     return Console(file=out, width=80, force_terminal=terminal, color_system=None), out
 
 
-def _reply(text: str) -> AssistantMessage:
-    return AssistantMessage(content=[TextBlock(text=text)], stop_reason="stop")
+def _reply(text: str) -> AssistantReply:
+    return AssistantReply(content=[TextBlock(text=text)], stop_reason="stop")
 
 
 def test_streaming_on_a_terminal_stops_at_the_budget_and_says_so() -> None:

@@ -28,7 +28,7 @@ from piw.agent_steps.events import AutoRetryEnd, AutoRetryStart
 from piw.agent_steps.loop import AgentLoop, Deadline, LoopTool, TurnBudget
 from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
-from piw.providers.messages import AssistantMessage, Message, ToolSpec, Usage, UserMessage
+from piw.providers.messages import AssistantReply, Message, ToolSpec, Usage, UserMessage
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.tools import ToolResult
@@ -78,7 +78,7 @@ def test_event_order_for_a_tool_turn_then_text() -> None:
     echo = LoopTool(ECHO, lambda call_id, args, raw: ToolResult(f"echo {args}"))
     loop, events, recorded = make_loop(provider, tools=[echo])
     result = loop.run(context())
-    assert result.end == "settled" and isinstance(result.final, AssistantMessage)
+    assert result.end == "settled" and isinstance(result.final, AssistantReply)
     assert result.final.visible_text() == "Done."
     kinds = [e.type for e in events if e.type != "message_update"]
     assert kinds == [
@@ -111,7 +111,7 @@ def test_unknown_tools_bad_arguments_and_exceptions_become_error_results() -> No
         ToolCallBlock(id="b", name="echo", raw_arguments="[1, 2"),
         ToolCallBlock(id="c", name="boom"),
     ]
-    provider = ScriptedProvider([AssistantMessage(content=list(calls), stop_reason="toolUse"), "ok"])
+    provider = ScriptedProvider([AssistantReply(content=list(calls), stop_reason="toolUse"), "ok"])
 
     def boom(call_id: str, args: dict[str, Any], raw: str | None) -> ToolResult:
         raise RuntimeError("kaput")
@@ -149,9 +149,9 @@ def test_retries_back_off_2_4_8_then_give_up() -> None:
     end = [e for e in events if isinstance(e, AutoRetryEnd)]
     assert len(end) == 1 and end[0].success is False and end[0].final_error == "HTTP 503: overloaded"
     assert result.end == "error" and result.error == "HTTP 503: overloaded"
-    assert [m.retried for m in recorded if isinstance(m, AssistantMessage)] == [True, True, True, False]
+    assert [m.retried for m in recorded if isinstance(m, AssistantReply)] == [True, True, True, False]
     # retried failures never go back to the model
-    assert all(not any(isinstance(m, AssistantMessage) for m in r.messages) for r in provider.requests)
+    assert all(not any(isinstance(m, AssistantReply) for m in r.messages) for r in provider.requests)
 
 
 @pytest.mark.parametrize(("retry_after", "expected"), [(5.0, 5.0), (60.0, 60.0), (61.0, 2.0), (0.0, 0.0)])

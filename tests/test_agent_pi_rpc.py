@@ -19,11 +19,12 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
 
 from agent_harness import Run, bundle_of, home, one_agent
 
-from piw.agent_steps.executor import AgentSettings
+from piw.agent_steps.attempt import AgentSettings
 from piw.agent_steps.pi_process import PiLaunch
 from piw.agent_steps.pi_rpc import PiRpcExecutor
 from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
 from piw.providers.config import ProviderConfig
+from piw.providers.selection import ProviderSelection
 from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply, openai_stub
 
@@ -58,8 +59,7 @@ def _submit(output: Any) -> Any:
 
 def _executor(stub: OpenAIStub, tmp_path: Path) -> PiRpcExecutor:
     settings = ProviderConfig.model_validate({"base_url": stub.base_url, "models": ["m"]})
-    launch = PiLaunch(provider="stub", model="m", settings=settings, model_settings=settings.find_model("m"),
-                      cwd=tmp_path)  # fmt: skip
+    launch = PiLaunch(ProviderSelection("stub", "m", settings, settings.find_model("m")), cwd=tmp_path)
     return PiRpcExecutor(launch, AgentSettings(provider_factory=lambda: stub.provider(), cwd=tmp_path))
 
 
@@ -139,8 +139,11 @@ def test_pi_rpc_assistant_step_is_not_offered_workflow(
     openai_stub.respond = StubReply.text("Thanks for writing.")
     executor = _executor(openai_stub, tmp_path)
     try:
-        run = start(home, one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
-                    executor=executor)  # fmt: skip
+        run = start(
+            home,
+            one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
+            executor=executor,
+        )
     finally:
         executor.close()
     assert openai_stub.tool_names == [[]]
@@ -169,8 +172,11 @@ def test_pi_rpc_submit_in_assistant_step_gets_the_a11_text(
     openai_stub.respond = lambda _body: next(replies)
     executor = _executor(openai_stub, tmp_path)
     try:
-        run = start(home, one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
-                    executor=executor)  # fmt: skip
+        run = start(
+            home,
+            one_agent(tmp_path, "agent(prompt='Reply.', expected_output=assistant_message())"),
+            executor=executor,
+        )
     finally:
         executor.close()
     assert openai_stub.tool_names == [[], []]

@@ -34,7 +34,7 @@ from piw.providers.config import ProviderConfig, parse_config
 from piw.providers.messages import UserMessage
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.scripted import ScriptedProvider
-from piw.providers.selection import select_provider
+from piw.providers.selection import ProviderSelection, select_provider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 
 __all__ = ["home", "openai_stub"]
@@ -96,7 +96,7 @@ def test_33_unset_key_raises_needs_key_before_any_run(home: Path, tmp_path: Path
     settings = ProviderConfig(base_url="http://127.0.0.1:9/v1", api_key="$PIW_TEST_UNSET_KEY")
     with pytest.raises(NeedsKey, match="PIW_TEST_UNSET_KEY"):
         list(
-            OpenAICompatProvider("local", "m", settings, env={}).stream(
+            OpenAICompatProvider(ProviderSelection("local", "m", settings), env={}).stream(
                 ChatRequest(model="m", messages=[UserMessage(content="hi")]), threading.Event()
             )
         )
@@ -234,8 +234,12 @@ def test_35_replay_after_the_model_published_an_update(
     def update(body: dict[str, Any]) -> StubReply:
         step, attempt = active_ids(body)
         data = {"schema": "pi-workflows.progress.v1", "status": "running", "label": "Reading"}
-        arguments = {"action": "update", "step": step, "attempt": attempt,
-                     "update": {"type": "progress", "key": "read", "data": data}}  # fmt: skip
+        arguments = {
+            "action": "update",
+            "step": step,
+            "attempt": attempt,
+            "update": {"type": "progress", "key": "read", "data": data},
+        }
         return StubReply.tool("workflow", arguments, call_id="call_update")
 
     replies = sequence(update, submit_reply({"route": "bug", "reason": "crash"}))
@@ -271,7 +275,9 @@ def test_36_non_loopback_url_is_refused_before_any_socket(
         start_configured(home, flow)
     assert _bundles(home) == []
     # the adapter itself refuses too, when reached directly: the step fails with the guard's message
-    far = OpenAICompatProvider("far", "m", ProviderConfig(base_url="http://10.255.255.1/v1"))
+    far = OpenAICompatProvider(
+        ProviderSelection("far", "m", ProviderConfig(base_url="http://10.255.255.1/v1"))
+    )
     run = start(home, flow, far)
     assert "refusing non-loopback base URL" in run.terminal("step")["payload"]["error"]
     assert attempts == []

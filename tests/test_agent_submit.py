@@ -39,7 +39,7 @@ from piw.agent_steps.workflow_tool import (
     step_tool_schema,
 )
 from piw.providers.base import ChatRequest
-from piw.providers.messages import AssistantMessage, CustomMessage, ToolCallBlock
+from piw.providers.messages import AssistantReply, CustomMessage, ToolCallBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 
@@ -199,13 +199,13 @@ def test_19_per_action_models_reject_bad_calls(arguments: dict[str, Any], reason
 
 
 def test_19_invalid_json_arguments_through_the_loop(home: Path, tmp_path: Path) -> None:
-    def broken(request: ChatRequest, index: int) -> AssistantMessage:
+    def broken(request: ChatRequest, index: int) -> AssistantReply:
         call = ToolCallBlock(id="c1", name="workflow", raw_arguments='{"action": "submit", oops')
-        return AssistantMessage(content=[call], stop_reason="toolUse")
+        return AssistantReply(content=[call], stop_reason="toolUse")
 
-    def good(request: ChatRequest, index: int) -> AssistantMessage:
+    def good(request: ChatRequest, index: int) -> AssistantReply:
         args = {"action": "submit", "output": [1, 2]}  # step and attempt are optional
-        return AssistantMessage(
+        return AssistantReply(
             content=[ToolCallBlock(id="c2", name="workflow", arguments=args)], stop_reason="toolUse"
         )
 
@@ -219,7 +219,7 @@ def test_19_invalid_json_arguments_through_the_loop(home: Path, tmp_path: Path) 
 
 
 def test_20_exact_texts_and_termination_in_one_batch(home: Path, tmp_path: Path) -> None:
-    def batch(request: ChatRequest, index: int) -> AssistantMessage:
+    def batch(request: ChatRequest, index: int) -> AssistantReply:
         assert request.step is not None
         attempt = request.step.attempt_id
         calls = [
@@ -230,7 +230,7 @@ def test_20_exact_texts_and_termination_in_one_batch(home: Path, tmp_path: Path)
             {"action": "status"},
         ]
         blocks = [ToolCallBlock(id=f"c{i}", name="workflow", arguments=c) for i, c in enumerate(calls)]
-        return AssistantMessage(content=list(blocks), stop_reason="toolUse")
+        return AssistantReply(content=list(blocks), stop_reason="toolUse")
 
     provider = ScriptedProvider([batch])
     run = start(home, one_agent(tmp_path, UPDATES_NODE), provider)
@@ -261,7 +261,7 @@ PROGRESS = {
 
 
 def test_20_update_publishes_and_never_finishes(home: Path, tmp_path: Path) -> None:
-    def update(request: ChatRequest, index: int) -> AssistantMessage:
+    def update(request: ChatRequest, index: int) -> AssistantReply:
         assert request.step is not None
         args = {
             "action": "update",
@@ -269,7 +269,7 @@ def test_20_update_publishes_and_never_finishes(home: Path, tmp_path: Path) -> N
             "attempt": request.step.attempt_id,
             "update": {"type": "progress", "key": "scan", "data": PROGRESS},
         }
-        return AssistantMessage(
+        return AssistantReply(
             content=[ToolCallBlock(id="upd_1", name="workflow", arguments=args)], stop_reason="toolUse"
         )
 
@@ -557,7 +557,7 @@ def test_gate_closes_for_assistant_steps_in_code() -> None:
 
 
 def test_update_tool_call_id_is_the_idempotency_key(home: Path, tmp_path: Path) -> None:
-    def batch(request: ChatRequest, index: int) -> AssistantMessage:
+    def batch(request: ChatRequest, index: int) -> AssistantReply:
         assert request.step is not None
         base = {"action": "update", "step": "step", "attempt": request.step.attempt_id}
         other = {**PROGRESS, "completed": 2}
@@ -566,7 +566,7 @@ def test_update_tool_call_id_is_the_idempotency_key(home: Path, tmp_path: Path) 
             ToolCallBlock(id="u1", name="workflow", arguments={**base, "update": _progress(PROGRESS)}),
             ToolCallBlock(id="u1", name="workflow", arguments={**base, "update": _progress(other)}),
         ]
-        return AssistantMessage(content=list(calls), stop_reason="toolUse")
+        return AssistantReply(content=list(calls), stop_reason="toolUse")
 
     run = start(home, one_agent(tmp_path, UPDATES_NODE), ScriptedProvider([batch, {"submit": 1}]))
     assert len(run.of_type("update_published")) == 1

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 import piw.updates.publishing
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.attempt import AgentSettings
+from piw.agent_steps.executor import AgentExecutor
 from piw.providers.base import ChatRequest, Provider
-from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock, ToolResultMessage
+from piw.providers.messages import AssistantReply, TextBlock, ToolCallBlock, ToolResultMessage
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, start_run
 from piw.store.replay import state_to_json
@@ -29,7 +30,7 @@ from piw.updates.envelope import TokenBucket
 
 PROGRESS = "pi-workflows.progress.v1"
 STEP_IN_PROMPT = re.compile(r"step ([^\s,]+), attempt ([0-9a-f]{32})")
-Reply = Callable[[ChatRequest, int], AssistantMessage]
+Reply = Callable[[ChatRequest, int], AssistantReply]
 
 
 @pytest.fixture
@@ -74,14 +75,14 @@ def calls(*specs: tuple[str, dict[str, Any]], text: str = "") -> Reply:
     """One assistant response with ``workflow`` calls ``(call_id, arguments)``; ``step``/``attempt`` are
     filled in from the live request unless the arguments name them."""
 
-    def reply(request: ChatRequest, _index: int) -> AssistantMessage:
+    def reply(request: ChatRequest, _index: int) -> AssistantReply:
         assert request.step is not None
         live = {"step": request.step.node_id, "attempt": request.step.attempt_id}
         blocks: list[Any] = [TextBlock(text=text)] if text else []
         blocks += [
             ToolCallBlock(id=call_id, name="workflow", arguments={**live, **args}) for call_id, args in specs
         ]
-        return AssistantMessage(content=blocks)
+        return AssistantReply(content=blocks)
 
     return reply
 

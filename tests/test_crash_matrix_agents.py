@@ -80,7 +80,8 @@ class Case:
         return self.home / "runs" / self.run_id
 
     def _options(self) -> Any:
-        from piw.agent_steps.executor import AgentExecutor, AgentSettings
+        from piw.agent_steps.attempt import AgentSettings
+        from piw.agent_steps.executor import AgentExecutor
         from piw.run.runner import ForegroundOptions
 
         provider = self.stub.provider()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from piw import (
     switch,
 )
 from piw.workflow.graph import definition_digest, flatten, snapshot, successors
+from piw.workflow.loader import load_workflow
 
 
 class Verdict(BaseModel):
@@ -195,6 +197,28 @@ def test_include_cycle_is_found_by_identity_not_by_name() -> None:
     leaf.includes["back"] = include(top)  # closing the loop needs mutation; the DSL alone cannot build one
     with pytest.raises(DefinitionError, match=r"include cycle \(same → same → same\)"):
         flatten(top)
+
+
+def test_a_built_in_named_by_id_is_mounted_only_by_the_loader(tmp_path: Path) -> None:
+    """``include("id")`` in a definition built in Python names a built-in the loader never saw: flattening says so."""
+    top = define_workflow(
+        name="top",
+        start_at="s",
+        nodes={"y": compute(1)},
+        includes={"s": include("plain-summary", input={"source": "S.", "purpose": "P"})},
+        edges=[edge("s", "y")],
+    )
+    with pytest.raises(DefinitionError, match=r"include 's' names the built-in 'plain-summary'"):
+        flatten(top)
+    path = tmp_path / "top.workflow.py"
+    path.write_text(
+        "from piw import compute, define_workflow, edge, include\n"
+        "workflow = define_workflow(name='top', start_at='s', nodes={'y': compute(1)},\n"
+        "    includes={'s': include('plain-summary', input={'source': 'S.', 'purpose': 'P'})},\n"
+        "    edges=[edge('s', 'y')])\n",
+        encoding="utf-8",
+    )
+    assert "s/summarize" in load_workflow(path, tmp_path).graph.nodes
 
 
 def test_snapshot_is_json_without_functions_and_digest_is_stable() -> None:

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from piw.providers.messages import (
     MESSAGE_ADAPTER,
-    AssistantMessage,
+    AssistantReply,
     CustomMessage,
     TextBlock,
     ThinkingBlock,
@@ -20,7 +20,7 @@ from piw.providers.messages import (
 
 
 def test_visible_text_joins_text_blocks_exactly_and_ignores_the_rest() -> None:
-    message = AssistantMessage(
+    message = AssistantReply(
         content=[
             ThinkingBlock(thinking="let me think"),
             TextBlock(text="  **Hello**, "),
@@ -45,7 +45,7 @@ def test_usage_add_sums_tokens_and_keeps_an_unknown_cost_unknown() -> None:
 
 
 def test_assistant_message_wire_shape_is_camel_case_and_round_trips() -> None:
-    message = AssistantMessage(
+    message = AssistantReply(
         content=[TextBlock(text="hi"), ToolCallBlock(id="c", name="t", arguments={"a": 1})],
         stop_reason="error",
         error_message="HTTP 500",

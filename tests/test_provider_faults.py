@@ -68,8 +68,12 @@ class Case:
             encoding="utf-8",
         )
 
-    def run(self, replies: list[StubReply] | Callable[[dict[str, Any]], StubReply], node: str = ASSISTANT,
-            timeout: float = 20) -> Case:  # fmt: skip
+    def run(
+        self,
+        replies: list[StubReply] | Callable[[dict[str, Any]], StubReply],
+        node: str = ASSISTANT,
+        timeout: float = 20,
+    ) -> Case:
         self.stub.respond = replies
         path = self.make_workflow(
             "fault",
@@ -214,8 +218,9 @@ def test_a_stream_cut_mid_text_fails_and_is_never_output(case: Case, fast_retrie
 
 
 def test_a_stream_cut_mid_tool_call_is_retried(case: Case, fast_retries: tuple[float, ...]) -> None:
-    cut = StubReply.tool("workflow", {}, arguments_text='{"action": "submit", "out', finish_reason=None,
-                         end_marker=False)  # fmt: skip
+    cut = StubReply.tool(
+        "workflow", {}, arguments_text='{"action": "submit", "out', finish_reason=None, end_marker=False
+    )
     case.run([cut, submit()], node=SUBMIT)
     case.completed({"ok": True}, requests=2)
 
@@ -273,9 +278,12 @@ def test_piw_killed_while_the_provider_hangs_resumes_and_completes(
 ) -> None:
     case = Case(cli, make_workflow, openai_stub)
     openai_stub.respond = [StubReply.hold()]
-    path = make_workflow("fault", "from piw import agent, assistant_message, define_workflow\n"
-                         "workflow = define_workflow(name='fault', start_at='s', nodes={'s': "
-                         f"{ASSISTANT.format(timeout=60)}}})\n")  # fmt: skip
+    path = make_workflow(
+        "fault",
+        "from piw import agent, assistant_message, define_workflow\n"
+        "workflow = define_workflow(name='fault', start_at='s', nodes={'s': "
+        f"{ASSISTANT.format(timeout=60)}}})\n",
+    )
     process = cli.popen("run", str(path))
     deadline = time.monotonic() + 30
     while openai_stub.request_count < 1 and time.monotonic() < deadline:

@@ -16,7 +16,6 @@ import pytest
 from piw.errors import ProviderError
 from piw.providers.anthropic_messages import StreamState as _AnthropicState
 from piw.providers.anthropic_messages import build_body as anthropic_body
-from piw.providers.anthropic_messages import finish as anthropic_finish
 from piw.providers.base import (
     ChatRequest,
     DoneEvent,
@@ -31,7 +30,7 @@ from piw.providers.builder import MessageBuilder
 from piw.providers.config import ProviderConfig
 from piw.providers.failures import is_transient_status, parse_retry_after, status_message
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     TextBlock,
     ToolCallBlock,
     ToolResultMessage,
@@ -40,6 +39,7 @@ from piw.providers.messages import (
     UserMessage,
 )
 from piw.providers.openai_compat import OpenAICompatProvider
+from piw.providers.selection import ProviderSelection
 from piw.testing import OpenAIStub, StubReply
 
 
@@ -99,7 +99,7 @@ def test_retry_after_forms() -> None:
 def test_an_injected_http_client_is_used_cancellable_and_left_open() -> None:
     with OpenAIStub() as stub, httpx2.Client() as client:
         config = ProviderConfig(base_url=stub.base_url)
-        provider = OpenAICompatProvider("stub", "stub-model", config, http_client=client)
+        provider = OpenAICompatProvider(ProviderSelection("stub", "stub-model", config), http_client=client)
         stub.respond = [StubReply.text("ok"), StubReply.hold(), StubReply.text("again")]
         request = ChatRequest(model="stub-model", messages=[UserMessage(content="hi")])
         assert complete(provider, request).visible_text() == "ok"
@@ -122,7 +122,7 @@ def test_anthropic_body_keeps_the_system_prompt_apart_and_groups_tool_results() 
         tool_choice=force_tool("workflow"),
         messages=[
             UserMessage(content="go"),
-            AssistantMessage(content=[TextBlock(text="reading"), call_a, call_b], stop_reason="toolUse"),
+            AssistantReply(content=[TextBlock(text="reading"), call_a, call_b], stop_reason="toolUse"),
             ToolResultMessage(tool_call_id="a", tool_name="read", content="one"),
             ToolResultMessage(tool_call_id="b", tool_name="read", content="two", is_error=True),
         ],
@@ -180,7 +180,7 @@ def test_anthropic_stream_without_a_known_stop_reason_is_no_reply(
     builder = MessageBuilder("claude", "sonnet")
     state = _AnthropicState(builder, None)
     streamed = [out for event in _anthropic_events(*events) for out in state.feed(event)]
-    final = anthropic_finish(builder, state)[-1]
+    final = state.finish()[-1]
     if stop is None:
         assert isinstance(final, ErrorEvent) and final.transient
         assert final.message.stop_reason == "error" and error in (final.message.error_message or "")

@@ -19,7 +19,7 @@ from piw.providers.llamacpp import (
 )
 from piw.providers.messages import ToolSpec, UserMessage
 from piw.providers.openai_request import build_body
-from piw.providers.selection import select_provider
+from piw.providers.selection import ProviderSelection, select_provider
 
 HAS_RUNTIME = importlib.util.find_spec("xllamacpp") is not None
 
@@ -102,7 +102,7 @@ def test_requests_go_to_the_loopback_server_with_required_tools(tmp_path: Path) 
 def test_without_the_runtime_selecting_it_names_the_extra(tmp_path: Path) -> None:
     settings = local(tmp_path)
     with pytest.raises(ProviderError, match=r"pip install 'piw\[llamacpp\]'"):
-        LlamaCppProvider("local", "qwen", settings, piw_home=tmp_path)
+        LlamaCppProvider(ProviderSelection("local", "qwen", settings), piw_home=tmp_path)
     assert INSTALL_HINT == "pip install 'piw[llamacpp]'"
 
 
@@ -129,9 +129,8 @@ def test_the_server_starts_lazily_and_stops_with_close(
     runtime = type("Runtime", (), {"CommonParams": FakeParams, "Server": FakeServer})
     monkeypatch.setattr("piw.providers.llamacpp.import_runtime", lambda: runtime)
     monkeypatch.setattr("piw.providers.llamacpp._wait_healthy", lambda url, timeout_s: None)
-    provider = LlamaCppProvider(
-        "local", "qwen", local(tmp_path, chat_template="qwen-bare-json"), piw_home=tmp_path
-    )
+    selection = ProviderSelection("local", "qwen", local(tmp_path, chat_template="qwen-bare-json"))
+    provider = LlamaCppProvider(selection, piw_home=tmp_path)
     assert started == []  # lazy: building the provider starts nothing
     client = provider._started()
     (params,) = started

@@ -18,7 +18,7 @@ from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, complete, force_tool
 from piw.providers.config import ProviderConfig
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     CustomMessage,
     TextBlock,
     ThinkingBlock,
@@ -28,6 +28,7 @@ from piw.providers.messages import (
     UserMessage,
 )
 from piw.providers.openai_compat import OpenAICompatProvider
+from piw.providers.selection import ProviderSelection
 from piw.testing import OpenAIStub, StubReply
 
 WORKFLOW = ToolSpec(name="workflow", description="Finish the step.", parameters={"type": "object"})
@@ -44,7 +45,7 @@ def ask(text: str = "hi", **fields: Any) -> ChatRequest:
     return ChatRequest(model="stub-model", messages=[UserMessage(content=text)], **fields)
 
 
-def run(provider: OpenAICompatProvider, request: ChatRequest) -> tuple[list[ProviderEvent], AssistantMessage]:
+def run(provider: OpenAICompatProvider, request: ChatRequest) -> tuple[list[ProviderEvent], AssistantReply]:
     events: list[ProviderEvent] = []
     message = complete(provider, request, threading.Event(), on_event=events.append)
     return events, message
@@ -136,7 +137,9 @@ def test_connection_refused_is_a_transient_error_result() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    provider = OpenAICompatProvider("dead", "m", ProviderConfig(base_url=f"http://127.0.0.1:{port}/v1"))
+    provider = OpenAICompatProvider(
+        ProviderSelection("dead", "m", ProviderConfig(base_url=f"http://127.0.0.1:{port}/v1"))
+    )
     events, message = run(provider, ChatRequest(model="m"))
     final = events[-1]
     assert isinstance(final, ErrorEvent) and final.transient
@@ -242,14 +245,14 @@ def test_an_unset_key_variable_raises_needs_key_before_any_request(stub: OpenAIS
 
 def test_conversation_maps_onto_openai_roles(stub: OpenAIStub) -> None:
     call = ToolCallBlock(id="c1", name="read", arguments={"path": "a"})
-    failed = AssistantMessage(content=[TextBlock(text="partial")], stop_reason="error", retried=True)
+    failed = AssistantReply(content=[TextBlock(text="partial")], stop_reason="error", retried=True)
     request = ChatRequest(
         model="stub-model",
         system_prompt="You are careful.",
         messages=[
             CustomMessage(custom_type="pi-workflows-agent-step", content="Do the step."),
             failed,
-            AssistantMessage(
+            AssistantReply(
                 content=[ThinkingBlock(thinking="hm"), TextBlock(text="Reading."), call],
                 stop_reason="toolUse",
             ),
@@ -290,7 +293,9 @@ def test_guard_refuses_non_loopback_before_any_socket(monkeypatch: pytest.Monkey
     monkeypatch.setattr(piw.providers, "ALLOW_MODEL_REQUESTS", False)
     monkeypatch.setattr(socket.socket, "connect", no_sockets)
     monkeypatch.setattr(socket, "getaddrinfo", no_sockets)
-    provider = OpenAICompatProvider("remote", "m", ProviderConfig(base_url="http://example.invalid/v1"))
+    provider = OpenAICompatProvider(
+        ProviderSelection("remote", "m", ProviderConfig(base_url="http://example.invalid/v1"))
+    )
     with pytest.raises(ProviderError, match=r"example\.invalid"):
         complete(provider, ChatRequest(model="m"))
 

@@ -10,7 +10,7 @@ import pytest
 
 from piw.errors import ProviderError, ScriptExhausted
 from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, StepRef, complete
-from piw.providers.messages import AssistantMessage, TextBlock, ThinkingBlock, UserMessage
+from piw.providers.messages import AssistantReply, TextBlock, ThinkingBlock, UserMessage
 from piw.providers.scripted import ScriptedProvider, load_script
 
 
@@ -19,7 +19,7 @@ def request(node: str | None = "check", attempt: str = "a" * 32, text: str = "go
     return ChatRequest(model="scripted", messages=[UserMessage(content=text)], step=step)
 
 
-def run(provider: ScriptedProvider, req: ChatRequest) -> tuple[list[ProviderEvent], AssistantMessage]:
+def run(provider: ScriptedProvider, req: ChatRequest) -> tuple[list[ProviderEvent], AssistantReply]:
     events: list[ProviderEvent] = []
     return events, complete(provider, req, threading.Event(), on_event=events.append)
 
@@ -83,13 +83,13 @@ def test_length_stop() -> None:
 def test_assistant_messages_and_functions_as_entries() -> None:
     seen: list[tuple[str, int]] = []
 
-    def echo(req: ChatRequest, index: int) -> AssistantMessage:
+    def echo(req: ChatRequest, index: int) -> AssistantReply:
         last = req.messages[-1]
         assert isinstance(last, UserMessage)
         seen.append((last.content, index))
-        return AssistantMessage(content=[TextBlock(text=f"echo {index}")])
+        return AssistantReply(content=[TextBlock(text=f"echo {index}")])
 
-    fixed = AssistantMessage(content=[TextBlock(text="fixed")])
+    fixed = AssistantReply(content=[TextBlock(text="fixed")])
     provider = ScriptedProvider([fixed, echo, "bare string"])
     assert complete(provider, request(text="one")).visible_text() == "fixed"
     assert complete(provider, request(text="two")).visible_text() == "echo 1"

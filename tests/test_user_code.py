@@ -76,8 +76,9 @@ workflow = define_workflow(
 def test_sys_exit_without_a_route_fails_the_run_with_a_clear_message(
     cli: Cli, make_workflow: WorkflowMaker
 ) -> None:
-    path = make_workflow("ex", HEADER + 'workflow = define_workflow(name="ex", start_at="a",'
-                         ' nodes={"a": action(leave)})\n')  # fmt: skip
+    path = make_workflow(
+        "ex", HEADER + 'workflow = define_workflow(name="ex", start_at="a", nodes={"a": action(leave)})\n'
+    )
     done = cli("run", str(path), "--json")
     assert done.returncode == 1, (done.stdout, done.stderr)
     result = json.loads(done.stdout)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from piw.agent_steps.attempt import AgentSettings
 from piw.agent_steps.display import AgentDisplay, StreamSink
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.executor import AgentExecutor
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
 from piw.providers.base import Provider

@@ -20,7 +20,7 @@ from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
 # The provider layer is imported by the agent steps that use the gate, never for a plain run.
 if TYPE_CHECKING:
     from piw.providers.base import ChatRequest
-    from piw.providers.messages import AssistantMessage
+    from piw.providers.messages import AssistantReply
     from piw.store.writer import RunWriter
 
 CHARS_PER_TOKEN = 4
@@ -82,7 +82,7 @@ class BudgetGate:
             }
             return reason
 
-    def record(self, message: AssistantMessage, owner: Spender, step_key: str, child_key: str | None) -> None:
+    def record(self, message: AssistantReply, owner: Spender, step_key: str, child_key: str | None) -> None:
         """Append ``usage_recorded`` for one request that was sent (retried failures included)."""
         usage = message.usage
         payload: dict[str, Any] = {

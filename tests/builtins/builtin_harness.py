@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.agent_steps.attempt import AgentSettings
+from piw.agent_steps.executor import AgentExecutor
 from piw.providers.base import Provider
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, resume_run, start_run

@@ -251,19 +251,19 @@ def test_a_required_point_the_source_does_not_cover_is_listed_with_the_not_cover
 def test_cancelling_during_summarize_ends_the_run_with_no_output_and_no_finish(piw_home: Path) -> None:
     from builtin_harness import BuiltinRun, executor_for
 
-    from piw.providers.messages import AssistantMessage, TextBlock
+    from piw.providers.messages import AssistantReply, TextBlock
     from piw.providers.scripted import ScriptedProvider
     from piw.run.engine import Engine, RunOptions
     from piw.workflow.loader import load_workflow
 
     box: dict[str, Engine] = {}
 
-    def cancel(request: Any, index: int) -> AssistantMessage:
+    def cancel(request: Any, index: int) -> AssistantReply:
         engine = box["engine"]
         assert engine.active is not None
         engine.active.cancel.set()  # what a cancel does to the running attempt, while the reply streams
         time.sleep(0.2)  # the loop's watchdog looks every 50 ms; the reply is still streaming when it does
-        return AssistantMessage(content=[TextBlock(text="Half a summ")])
+        return AssistantReply(content=[TextBlock(text="Half a summ")])
 
     provider = ScriptedProvider({"summarize": [cancel]})
     engine = Engine(load_workflow("plain-summary", piw_home), piw_home,

@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from piw.errors import DefinitionError, NodeFailure
+from piw.processes import kill_process_group
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.run.process_groups import group_record
 from piw.updates.shell_lines import CappedText, LineFramer, ShellLine
 from piw.workflow.definition import ActionNode, ShellCommand, ShellUpdates
 from piw.workflow.user_code import WorkflowCodeExit, call_user, is_escape
 
-KILL_GRACE_S = 1.0
 _COMMAND_FIELDS = set(ShellCommand.__dataclass_fields__)
 
 
@@ -57,37 +57,6 @@ def to_command(value: Any, node_id: str) -> ShellCommand:
             f"shell node {node_id}: command, args, cwd and env cannot contain NUL characters"
         )
     return command
-
-
-def kill_group(
-    process: subprocess.Popen[bytes],
-    grace_s: float = KILL_GRACE_S,
-    drained: Callable[[], bool] = lambda: True,
-) -> None:
-    """SIGTERM the process group, then SIGKILL if within ``grace_s`` the leader has not exited or the pipes
-    (``drained``) have not reached EOF. A command that has fully closed is never signalled: its group is gone
-    and the id may belong to someone else by now.
-    """
-
-    def closed() -> bool:
-        return process.poll() is not None and drained()
-
-    if closed() or not _signal_group(process.pid, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if closed():
-            return
-        time.sleep(0.01)
-    _signal_group(process.pid, signal.SIGKILL)
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 class _StreamReader(threading.Thread):
@@ -249,10 +218,10 @@ class ShellActionExecutor:
                 time.sleep(0.01)
         except BaseException:
             # Ctrl-C or SIGTERM (park): the command must not outlive the attempt.
-            kill_group(process, drained=drained)
+            kill_process_group(process, drained)
             raise
         if failure is not None:
-            kill_group(process, drained=drained)
+            kill_process_group(process, drained)
         process.wait()
         for reader in readers.values():
             reader.join(timeout=2.0)
