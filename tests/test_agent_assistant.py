@@ -14,9 +14,15 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import (
+from piw import DefinitionError, agent, assistant_message
+from piw.agent_steps.events import AgentSettled, AutoRetryEnd, AutoRetryStart, MessageEnd
+from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
+from piw.providers.base import ChatRequest
+from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock
+from piw.providers.scripted import ScriptedProvider
+from piw.testing import OpenAIStub, StubReply, openai_stub
+from piw.tools import Tool, ToolResult, register, unregister
+from tests.support.agent_harness import (
     PIW,
     Run,
     home,
@@ -29,15 +35,6 @@ from agent_harness import (
     write_stub_config,
     write_workflow,
 )
-
-from piw import DefinitionError, agent, assistant_message
-from piw.agent_steps.events import AgentSettled, AutoRetryEnd, AutoRetryStart, MessageEnd
-from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
-from piw.providers.base import ChatRequest
-from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock
-from piw.providers.scripted import ScriptedProvider
-from piw.testing import OpenAIStub, StubReply, openai_stub
-from piw.tools import Tool, ToolResult, register, unregister
 
 __all__ = ["home", "openai_stub"]  # fixtures used by name
 
@@ -247,7 +244,7 @@ def test_08_user_interrupt_parks_and_resume_keeps_attempt(
     assert [p["deliveryKind"] for p in run.prompts()] == ["step"]  # no reminder
     first_attempt = run.of_type("agent_prompt_sent")[0]["attemptId"]
 
-    from agent_harness import piw_cli
+    from tests.support.agent_harness import piw_cli
 
     resumed = piw_cli(home, "resume", run.run_id)
     assert resumed.returncode == 0, resumed.stderr
@@ -334,7 +331,7 @@ def test_09_late_submit_from_a_timed_out_attempt_is_stale(
     old: dict[str, str] = {}
 
     def respond(body: dict[str, Any]) -> StubReply:
-        from agent_harness import active_ids
+        from tests.support.agent_harness import active_ids
 
         step, attempt = active_ids(body)
         number = openai_stub.request_count

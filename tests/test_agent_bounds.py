@@ -7,15 +7,16 @@ requests the stub received and on what the run left on disk.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import (
+from piw.agent_steps import loop as agent_loop
+from piw.agent_steps.events import MessageEnd
+from piw.providers.messages import ToolResultMessage
+from piw.testing import OpenAIStub, StubReply, openai_stub
+from tests.support.agent_harness import (
     Run,
     home,
     make_executor,
@@ -28,11 +29,6 @@ from agent_harness import (
     write_stub_config,
     write_workflow,
 )
-
-from piw.agent_steps import loop as agent_loop
-from piw.agent_steps.events import MessageEnd
-from piw.providers.messages import ToolResultMessage
-from piw.testing import OpenAIStub, StubReply, openai_stub
 
 __all__ = ["home", "openai_stub"]
 

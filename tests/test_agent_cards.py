@@ -8,7 +8,6 @@ import pty
 import re
 import select
 import subprocess
-import sys
 import time
 from io import StringIO
 from pathlib import Path
@@ -17,21 +16,6 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import (
-    PIW,
-    home,
-    one_agent,
-    only_run,
-    piw_cli,
-    start,
-    start_configured,
-    user_texts,
-    write_stub_config,
-    write_workflow,
-)
 
 from piw.agent_steps.display import AgentDisplay
 from piw.agent_steps.events import (
@@ -46,6 +30,18 @@ from piw.providers.messages import AssistantMessage, CustomMessage, TextBlock, T
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.views.cards import card_text, compact_card_lines, expanded_card_lines
+from tests.support.agent_harness import (
+    PIW,
+    home,
+    one_agent,
+    only_run,
+    piw_cli,
+    start,
+    start_configured,
+    user_texts,
+    write_stub_config,
+    write_workflow,
+)
 
 __all__ = ["home", "openai_stub"]
 

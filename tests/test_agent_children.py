@@ -6,15 +6,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import (
+from piw.agent_steps.executor import AgentExecutor, AgentSettings
+from piw.testing import OpenAIStub, StubReply
+from tests.support.agent_harness import (
     PIW,
     Run,
     active_ids,
@@ -27,9 +26,6 @@ from agent_harness import (
     write_stub_config,
     write_workflow,
 )
-
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
-from piw.testing import OpenAIStub, StubReply
 
 __all__ = ["home"]
 

@@ -8,7 +8,6 @@ naming the command that shows it whole; the bundle keeps every character.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from io import StringIO
 from pathlib import Path
@@ -16,14 +15,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import home, one_agent, only_run, piw_cli, write_stub_config
-
 from piw.agent_steps.display import SHOWN_CHARS, AgentDisplay
 from piw.agent_steps.events import MessageEnd, MessageUpdate, StepDelivered, ToolExecutionStart
 from piw.providers.messages import AssistantMessage, TextBlock
 from piw.testing import OpenAIStub, StubReply, openai_stub
+from tests.support.agent_harness import home, one_agent, only_run, piw_cli, write_stub_config
 
 __all__ = ["home", "openai_stub"]
 

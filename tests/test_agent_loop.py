@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -10,18 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import (
-    home,
-    one_agent,
-    piw_cli,
-    start,
-    start_configured,
-    submit_reply,
-    write_stub_config,
-)
 
 from piw import DefinitionError, agent
 from piw.agent_steps.events import AutoRetryEnd, AutoRetryStart
@@ -32,6 +19,15 @@ from piw.providers.messages import AssistantMessage, Message, ToolSpec, Usage, U
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.tools import ToolResult
+from tests.support.agent_harness import (
+    home,
+    one_agent,
+    piw_cli,
+    start,
+    start_configured,
+    submit_reply,
+    write_stub_config,
+)
 
 __all__ = ["home", "openai_stub"]
 
@@ -290,7 +286,7 @@ def test_shipped_tools_are_offered_only_when_listed(home: Path, tmp_path: Path) 
     flow = one_agent(
         tmp_path, "agent(prompt='Read notes.txt.', expected_output=assistant_message(), tools=('read', 'ls'))"
     )
-    from agent_harness import make_executor
+    from tests.support.agent_harness import make_executor
 
     provider = ScriptedProvider([{"tool": "read", "arguments": {"path": "notes.txt"}}, "It says 7."])
     run = start(home, flow, executor=make_executor(provider, cwd=tmp_path))

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import Run, bundle_of, home, one_agent
 
 from piw.agent_steps.executor import AgentSettings
 from piw.agent_steps.pi_process import PiLaunch
@@ -26,6 +21,7 @@ from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
 from piw.providers.config import ProviderConfig
 from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply, openai_stub
+from tests.support.agent_harness import Run, bundle_of, home, one_agent
 
 __all__ = ["home", "openai_stub"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -12,9 +11,15 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import (
+from piw.errors import NeedsKey, ProviderError, ScriptExhausted
+from piw.providers.base import ChatRequest, StepRef
+from piw.providers.config import ProviderConfig, parse_config
+from piw.providers.messages import UserMessage
+from piw.providers.openai_compat import OpenAICompatProvider
+from piw.providers.scripted import ScriptedProvider
+from piw.providers.selection import select_provider
+from piw.testing import OpenAIStub, StubReply, openai_stub
+from tests.support.agent_harness import (
     active_ids,
     home,
     one_agent,
@@ -27,15 +32,6 @@ from agent_harness import (
     write_stub_config,
     write_workflow,
 )
-
-from piw.errors import NeedsKey, ProviderError, ScriptExhausted
-from piw.providers.base import ChatRequest, StepRef
-from piw.providers.config import ProviderConfig, parse_config
-from piw.providers.messages import UserMessage
-from piw.providers.openai_compat import OpenAICompatProvider
-from piw.providers.scripted import ScriptedProvider
-from piw.providers.selection import select_provider
-from piw.testing import OpenAIStub, StubReply, openai_stub
 
 __all__ = ["home", "openai_stub"]
 

@@ -3,29 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import (
-    Run,
-    active_ids,
-    home,
-    one_agent,
-    piw_cli,
-    sequence,
-    start,
-    start_configured,
-    submit_args,
-    submit_reply,
-    user_texts,
-    write_stub_config,
-    write_workflow,
-)
 from pydantic import BaseModel
 
 from piw.agent_steps.contract import contract_text, format_reminder, format_step_prompt, make_contract
@@ -42,6 +23,21 @@ from piw.providers.base import ChatRequest
 from piw.providers.messages import AssistantMessage, CustomMessage, ToolCallBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
+from tests.support.agent_harness import (
+    Run,
+    active_ids,
+    home,
+    one_agent,
+    piw_cli,
+    sequence,
+    start,
+    start_configured,
+    submit_args,
+    submit_reply,
+    user_texts,
+    write_stub_config,
+    write_workflow,
+)
 
 __all__ = ["home", "openai_stub"]
 

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, WorkflowMaker, trace_lines
 
 from piw import DefinitionError, choice, human_decision, text_input, timeout_after
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 GATE = """
 from piw import choice, compute, define_workflow, edge, human_decision, include, switch, text_input, timeout_after

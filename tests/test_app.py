@@ -1,6 +1,6 @@
 """``piw view`` driven through Textual's headless pilot: every screen and key, on real run bundles.
 
-The runs come from real CLI runs (``test_views_support.shared_runs``: a completed run with a hostile title, a
+The runs come from real CLI runs (``tests.support.views.shared_runs``: a completed run with a hostile title, a
 failed one, a waiting one, and a running copy cut mid-run) plus bundles written line by line. What is asserted
 is what the screen shows (its cells as text), never timings; waits are bounded polls on the screen.
 """
@@ -13,8 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_views_support import RUN_IDS, Runs, assert_terminal_safe, cut_bundle, shared_runs
-from viewer_support import (
+
+from piw.app.help import HelpScreen
+from piw.app.pane import LinesPane
+from piw.app.run_screen import RunScreen
+from piw.app.runs_screen import RunsScreen
+from piw.app.step_screen import StepScreen
+from piw.app.viewer import TooSmall, ViewerApp
+from tests.support.viewer import (
     NOW,
     PROGRESS_RUN,
     ready,
@@ -24,13 +30,7 @@ from viewer_support import (
     write_fork_with_budget,
     write_progress_run,
 )
-
-from piw.app.help import HelpScreen
-from piw.app.pane import LinesPane
-from piw.app.run_screen import RunScreen
-from piw.app.runs_screen import RunsScreen
-from piw.app.step_screen import StepScreen
-from piw.app.viewer import TooSmall, ViewerApp
+from tests.support.views import RUN_IDS, Runs, assert_terminal_safe, cut_bundle, shared_runs
 
 COMPLETED, FAILED, WAITING = RUN_IDS["completed"], RUN_IDS["failed"], RUN_IDS["waiting"]
 

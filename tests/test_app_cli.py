@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_views_support import RUN_IDS, Runs, shared_runs
 
 from piw.app.serve import is_loopback, view_command
+from tests.support.views import RUN_IDS, Runs, shared_runs
 
 TMUX = shutil.which("tmux")
 

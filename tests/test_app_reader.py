@@ -7,8 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import RunWorkflow, WorkflowMaker
-from test_views_support import RUN_IDS, Runs, shared_runs
 
 from piw.app import reader as reader_module
 from piw.app.reader import fast_state, open_run
@@ -17,6 +15,8 @@ from piw.store.replay import fold, fold_more, state_to_json
 from piw.store.state import RunState, decode_state
 from piw.store.trace import TraceEvent, read_trace
 from piw.views.progress import Tracks
+from tests.support.runs import RunWorkflow, WorkflowMaker
+from tests.support.views import RUN_IDS, Runs, shared_runs
 
 
 @pytest.fixture(scope="session")

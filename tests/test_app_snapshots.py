@@ -1,6 +1,6 @@
 """SVG snapshots (pytest-textual-snapshot) of every screen of ``piw view`` at 80×24 and 120×40.
 
-The runs are the real CLI runs of ``test_views_support`` (the completed one has a hostile title, prompts and
+The runs are the real CLI runs of ``tests.support.views`` (the completed one has a hostile title, prompts and
 replies: escape sequences, OSC 52, a carriage return, U+202E and rich markup) and a run with progress tracks at
 0 %, partial and 100 %, and one without a total. The clock is fixed and live following is off, so every frame is
 the same on every machine. ``pytest --snapshot-update`` rewrites them after a deliberate change; look at the
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_views_support import RUN_IDS, Runs, shared_runs
-from viewer_support import NOW, PROGRESS_RUN, ready, write_progress_run
 
 from piw.app.viewer import ViewerApp
+from tests.support.viewer import NOW, PROGRESS_RUN, ready, write_progress_run
+from tests.support.views import RUN_IDS, Runs, shared_runs
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
 

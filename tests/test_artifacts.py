@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, RunWorkflow, WorkflowMaker
 
 from piw.errors import StoreError
 from piw.store.artifacts import (
@@ -19,6 +18,8 @@ from piw.store.artifacts import (
     safe_bundle_path,
 )
 from piw.store.trace import FileLayer
+from tests.support.cli import Cli
+from tests.support.runs import RunWorkflow, WorkflowMaker
 
 
 def roundtrip(store: ArtifactStore, value: Any) -> tuple[Any, Any]:

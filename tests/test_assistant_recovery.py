@@ -15,17 +15,15 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PIW_COMMAND, Cli, WorkflowMaker, trace_lines
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-from agent_harness import write_stub_config
 
 from piw.testing import OpenAIStub, StubReply
+from tests.support.agent_harness import write_stub_config
+from tests.support.cli import PIW_COMMAND, Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 REPLY = "The one reply, shown once."
 

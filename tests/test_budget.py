@@ -7,19 +7,15 @@ Each test drives the real ``piw`` command against the loopback model stub and co
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import submit_reply, write_stub_config
-
 from piw import Budget, DefinitionError
 from piw.testing import OpenAIStub, openai_stub
 from piw.workflow.budget import parse_budget
+from tests.support.agent_harness import submit_reply, write_stub_config
 
 __all__ = ["openai_stub"]
 

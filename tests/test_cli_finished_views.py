@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import Cli, WorkflowMaker
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 BRANCH = """
 from piw import compute, define_workflow, switch

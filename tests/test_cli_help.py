@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from importlib.metadata import version
 
-from conftest import Cli
+from tests.support.cli import Cli
 
 COMMAND_ROW = re.compile(r"^  ([a-z]+)\s{2,}(\S.*)$")
 

@@ -1,6 +1,6 @@
 """The in-process ``cli`` fixture says what the real ``piw`` process says, and leaves the test process as it was.
 
-Most CLI tests run ``piw`` in process for speed (tests/piw_inprocess.py); these compare it against a real
+Most CLI tests run ``piw`` in process for speed (tests/support/inprocess.py); these compare it against a real
 subprocess on the same commands, so a difference between the two (prog name, streams, exit codes, terminal
 detection, environment) fails here instead of hiding in every other test.
 """
@@ -13,9 +13,10 @@ import signal
 import sys
 
 import pytest
-from conftest import Cli, WorkflowMaker
 
 import piw.tools
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 FLOW = """
 import os

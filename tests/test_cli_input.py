@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Cli, WorkflowMaker
+
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 
 def _no_runs(home: Path) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import Cli, WorkflowMaker
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 RUN_ID = re.compile(r"\d{8}T\d{9}Z-[a-z0-9-]+-[0-9a-f]{8}")
 

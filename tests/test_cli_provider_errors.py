@@ -12,7 +12,9 @@ import socket
 import textwrap
 
 import pytest
-from conftest import Cli, WorkflowMaker
+
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 AGENT_FLOW = """
 from piw import agent, assistant_message, define_workflow

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Cli, WorkflowMaker
+
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 LONG = "a-workflow-whose-name-is-long-enough-to-fill"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import Cli, WorkflowMaker
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 FLOW = """
 from pydantic import BaseModel

@@ -13,10 +13,11 @@ import subprocess
 import sys
 
 import typer
-from conftest import Cli, WorkflowMaker
 
 from piw.cli.app import app
 from piw.cli.commands import COMMAND_MODULES, command_group, command_name, register_all
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 
 def test_the_command_table_names_every_registered_command_and_its_module() -> None:

@@ -1,4 +1,4 @@
-"""``piw inspect``, ``piw watch`` and ``piw graph`` through the real command line (in process, see piw_inprocess)."""
+"""``piw inspect``, ``piw watch`` and ``piw graph`` through the real command line, run in process."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from test_views_support import (
+
+from piw.store.replay import fold, state_to_json
+from piw.store.trace import read_trace
+from piw.views import VIEW_NAMES, view_for
+from tests.support.views import (
     RUN_IDS,
     Runs,
     render,
     run_cli,
     shared_runs,
 )
-
-from piw.store.replay import fold, state_to_json
-from piw.store.trace import read_trace
-from piw.views import VIEW_NAMES, view_for
 
 
 @pytest.fixture(scope="session")
@@ -142,7 +142,7 @@ def test_graph_json_is_the_snapshot(runs: Runs) -> None:
 
 
 def test_graph_mermaid_and_dot_are_valid(runs: Runs) -> None:
-    from test_views_graph import parse_dot, parse_mermaid
+    from tests.test_views_graph import parse_dot, parse_mermaid
 
     mermaid = run_cli(runs.home("completed"), "graph", str(runs.workflow), "--format", "mermaid").stdout
     nodes, edges = parse_mermaid(mermaid)

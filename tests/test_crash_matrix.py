@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PIW_COMMAND, WORKFLOW_FIXTURES
 
 from piw.errors import PiwError
 from piw.store.bundle import Bundle, load_state
 from piw.store.db.queue import SqliteQueue
 from piw.store.replay import fold, state_to_json
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
+from tests.support.cli import PIW_COMMAND
+from tests.support.paths import WORKFLOW_FIXTURES
 
 WORKFLOW = WORKFLOW_FIXTURES / "crash.workflow.py"
 NODES = ("first", "broken", "act", "cmd", "tell", "sub/inside", "last")

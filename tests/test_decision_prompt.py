@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PIW_COMMAND, Cli, WorkflowMaker, trace_lines
+
+from tests.support.cli import PIW_COMMAND, Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 GATE = """
 from piw import choice, compute, define_workflow, human_decision, switch, text_input, edge

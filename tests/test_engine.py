@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, RunWorkflow, WorkflowMaker, trace_lines
 
 from piw.store.trace import FileLayer
+from tests.support.cli import Cli
+from tests.support.runs import RunWorkflow, WorkflowMaker, trace_lines
 
 
 def test_node_context(make_workflow: WorkflowMaker, run_workflow: RunWorkflow, piw_home: Path) -> None:

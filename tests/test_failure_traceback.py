@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import Cli, WorkflowMaker, trace_lines
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 FLOW = """
 import json

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, RunWorkflow, WorkflowMaker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,8 @@ from piw.store import foldcache
 from piw.store.foldcache import replay, valid_checkpoints
 from piw.store.replay import fold
 from piw.store.trace import TraceEvent, read_trace
+from tests.support.cli import Cli
+from tests.support.runs import RunWorkflow, WorkflowMaker
 
 RUN_ID = "20260101T000000000Z-ckpt-00000001"
 OTHER_ID = "20260101T000000000Z-ckpt-00000002"

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import submit_reply, write_stub_config
-
 from piw.testing import OpenAIStub, openai_stub
+from tests.support.agent_harness import submit_reply, write_stub_config
 
 __all__ = ["openai_stub"]
 

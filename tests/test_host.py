@@ -12,7 +12,6 @@ import os
 import pty
 import sqlite3
 import subprocess
-import sys
 import textwrap
 import time
 from collections import Counter
@@ -20,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PIW_COMMAND, Cli, WorkflowMaker, trace_lines
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-from agent_harness import active_ids, write_stub_config
 
 from piw.run.runner import ForegroundOptions, queue_run
 from piw.testing import OpenAIStub, StubReply
+from tests.support.agent_harness import active_ids, write_stub_config
+from tests.support.cli import PIW_COMMAND, Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 TWO_STEPS = """
 from pydantic import BaseModel

@@ -8,7 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
-from conftest import Cli, WorkflowMaker, trace_lines
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 SHORT = """
 from piw import compute, define_workflow

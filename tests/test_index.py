@@ -9,7 +9,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from conftest import Cli, WorkflowMaker
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 QUICK = """
 from piw import compute, define_workflow

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, WorkflowMaker, trace_lines
+
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 GATED = """
 from pathlib import Path

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, WorkflowMaker
 
 import piw.workflow.loader
 from piw import DefinitionError, LoadError
@@ -24,6 +23,8 @@ from piw.workflow.loader import (
     resolve_title,
     shipped_workflows_dir,
 )
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 SIMPLE = """
 from piw import compute, define_workflow

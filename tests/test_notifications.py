@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Cli, WorkflowMaker, trace_lines
 
 from piw.store.db.queue import SqliteQueue
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 TELL = """
 from piw import compute, define_workflow, edge, notify

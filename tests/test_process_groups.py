@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Cli, WorkflowMaker, trace_lines
 
 from piw.run.process_groups import group_record, same_group, stop_group
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 COMMAND = r"""
 import os, subprocess, sys, time

@@ -35,10 +35,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Cli, WorkflowMaker, trace_lines
 
 from piw.store.trace import read_trace
 from piw.testing import OpenAIStub, StubReply
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 ASSISTANT = "agent(prompt='Go.', expected_output=assistant_message(), timeout_s={timeout})"
 SUBMIT = "agent(prompt='Go.', timeout_s={timeout})"

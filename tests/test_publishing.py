@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from piw_inprocess import run_piw
 
 import piw.updates.publishing
 from piw.run.runner import ForegroundOptions, start_run
 from piw.store.replay import fold, state_to_json
 from piw.store.trace import FileLayer, read_trace
 from piw.updates.envelope import TokenBucket
+from tests.support.inprocess import run_piw
 
 PIW = str(Path(sys.executable).with_name("piw"))
 UPDATE_ID = re.compile(r"upd_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
@@ -107,7 +107,7 @@ def _piw_env(home: Path, env: dict[str, str] | None) -> dict[str, str]:
 
 
 def piw_cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``piw ARGS`` in this process (tests/piw_inprocess.py)."""
+    """``piw ARGS`` in this process (tests/support/inprocess.py)."""
     return run_piw(args, env=_piw_env(home, env))
 
 

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_queue import QUEUE_IMPLEMENTATIONS, FakeClock
 
 from piw.store.db.database import close_databases
 from piw.store.db.decisions import AnswerRecord, NewDecision
 from piw.store.db.outbox import DELIVERY_LEASE_MS, NewNotification
 from piw.store.db.queue import NewRun, RunQueue, SqliteQueue
+from tests.support.paths import REPO
+from tests.test_queue import QUEUE_IMPLEMENTATIONS, FakeClock
 
 MakeQueue = Callable[..., RunQueue]
 
@@ -168,8 +169,8 @@ def test_concurrent_answers_from_threads_make_one_continuation(make_queue: MakeQ
 RACER = """
 import json, sys
 from pathlib import Path
-sys.path.insert(0, {tests!r})
-from test_queue_decisions import answer
+sys.path.insert(0, {repo!r})
+from {module} import answer
 from piw.store.db.queue import SqliteQueue
 queue = SqliteQueue.open(Path({home!r}))
 print(json.dumps(queue.resolve_answer(answer(sys.argv[1], sys.argv[2])).outcome))
@@ -178,7 +179,7 @@ print(json.dumps(queue.resolve_answer(answer(sys.argv[1], sys.argv[2])).outcome)
 
 def test_concurrent_answers_from_processes_make_one_continuation(piw_home: Path) -> None:
     SqliteQueue.open(piw_home)  # create the database before the race
-    code = RACER.format(tests=str(Path(__file__).parent), home=str(piw_home))
+    code = RACER.format(repo=str(REPO), module=__name__, home=str(piw_home))
     racers = [
         subprocess.Popen([sys.executable, "-c", code, f"p{i}", "yes" if i % 2 else "no"], stdout=subprocess.PIPE,
                          text=True)

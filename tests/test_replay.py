@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunWorkflow, WorkflowMaker
 
 from piw.store.bundle import Bundle, load_state
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.state import StepList, StepRecord, count_steps, decode_state
 from piw.store.trace import TraceEvent, read_trace
+from tests.support.runs import RunWorkflow, WorkflowMaker
 
 WORKFLOW = """
 from piw import ShellCommand, action, compute, define_workflow, edge, include, notify, shell, switch

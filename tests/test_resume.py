@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, WorkflowMaker, trace_lines
 
 from piw.store.bundle import Bundle, WriterLock
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 LINEAR = """
 from piw import action, checkpoint, compute, define_workflow, edge, notify

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunWorkflow, WorkflowMaker
+
+from tests.support.runs import RunWorkflow, WorkflowMaker
 
 HEADER = """
 from piw import action, compute, define_workflow, edge, include, switch

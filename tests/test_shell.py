@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, RunWorkflow, WorkflowMaker, trace_lines
+
+from tests.support.cli import Cli
+from tests.support.runs import RunWorkflow, WorkflowMaker, trace_lines
 
 HEADER = """
 import sys

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import Cli, RunWorkflow, WorkflowMaker
 
 from piw.errors import RunLocked, RunNotFound, TraceCorrupt, UsageError
 from piw.store.bundle import (
@@ -26,6 +25,8 @@ from piw.store.bundle import (
     slugify,
     write_private_file,
 )
+from tests.support.cli import Cli
+from tests.support.runs import RunWorkflow, WorkflowMaker
 
 
 def test_piw_home_from_env_created_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

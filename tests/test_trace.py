@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunWorkflow, WorkflowMaker
 
 from piw import TraceCorrupt
 from piw.store.replay import fold
@@ -24,6 +23,7 @@ from piw.store.trace import (
     read_trace,
     resolve_durability,
 )
+from tests.support.runs import RunWorkflow, WorkflowMaker
 
 WORKFLOW = """
 from piw import ShellCommand, action, compute, define_workflow, edge, include, notify, shell, switch

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Cli, WorkflowMaker, trace_lines
+
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker, trace_lines
 
 HEADER = """
 import sys

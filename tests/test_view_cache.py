@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from viewer_support import BundleWriter
 
 from piw.cli.console import make_console
 from piw.cli.views import print_view
 from piw.store import foldcache, viewcache
 from piw.store.trace import TraceEvent
 from piw.views import load_run, row_cache, view_for
+from tests.support.cli import Cli
+from tests.support.viewer import BundleWriter
 
 RUN_ID = "20260101T000000000Z-rows-00000001"
 OTHER_ID = "20260101T000000000Z-rows-00000002"
@@ -86,7 +86,7 @@ def _events(ops: list[str], *, running: bool = True, first_seq: int = 1, salt: s
 
 
 def _write(home: Path, events: list[TraceEvent], run_id: str = RUN_ID) -> Path:
-    """A one-node bundle (``viewer_support.BundleWriter``) whose trace is exactly ``events``, replacing any."""
+    """A one-node bundle (``tests.support.viewer.BundleWriter``) whose trace is exactly ``events``, replacing any."""
     shutil.rmtree(home / "runs" / run_id, ignore_errors=True)
     writer = BundleWriter(home, run_id, {"work": "compute"}, [])
     writer.trace.write(b"".join(event.encode() for event in events))

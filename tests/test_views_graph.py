@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len
-from test_views_support import Runs, render, shared_runs
 
 from piw.views.graph import draw_graph, graph_view
 from piw.views.graph_export import to_dot, to_mermaid
 from piw.workflow.loader import load_workflow
+from tests.support.views import Runs, render, shared_runs
 
 # ---- Mermaid -----------------------------------------------------------------------------------------------
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_views_support import RUN_IDS, Runs, assert_terminal_safe, render, shared_runs
 
 from piw.cli.live import LiveDisplay, StepLog
 from piw.run.runner import ForegroundOptions, start_run
 from piw.store.replay import RunState, fold
 from piw.store.trace import read_trace
+from tests.support.views import RUN_IDS, Runs, assert_terminal_safe, render, shared_runs
 
 WORKFLOW = """
 from piw import action, compute, define_workflow, edge, notify

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_views_support import assert_terminal_safe, render
 
 from piw.progress import parse_instant
 from piw.run.runner import ForegroundOptions, start_run
@@ -20,6 +19,7 @@ from piw.views import load_run, view_for
 from piw.views.frame import FrameModel
 from piw.views.progress import progress_view
 from piw.views.source import RunData
+from tests.support.views import assert_terminal_safe, render
 
 WORKFLOW = """
 from datetime import datetime, timedelta, timezone
@@ -138,7 +138,7 @@ def test_no_progress_means_no_panel(tmp_path: Path) -> None:
 def test_the_live_frame_draws_a_bar_per_track(tmp_path: Path) -> None:
     """``piw watch``/``piw run``'s frame: bars at 0 %, part-way and 100 %, and a pulse with the rate without a
     total — all from the frame's own sample windows."""
-    from viewer_support import NOW, PROGRESS_RUN, write_progress_run
+    from tests.support.viewer import NOW, PROGRESS_RUN, write_progress_run
 
     home = tmp_path / "home"
     write_progress_run(home)

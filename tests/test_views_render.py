@@ -1,6 +1,6 @@
 """Snapshots of every view for a completed, a failed, a running and a waiting run, at 80 and 40 columns.
 
-The runs are real (see ``test_views_support``); rendering goes through a plain ``Console`` with no colour, so
+The runs are real (see ``tests.support.views``); rendering goes through a plain ``Console`` with no colour, so
 the snapshot is exactly what a pipe would receive.
 """
 
@@ -11,7 +11,10 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from test_views_support import (
+
+from piw.views import VIEW_NAMES, view_for
+from piw.views.frame import FrameModel
+from tests.support.views import (
     RUN_IDS,
     Runs,
     assert_terminal_safe,
@@ -20,9 +23,6 @@ from test_views_support import (
     render,
     shared_runs,
 )
-
-from piw.views import VIEW_NAMES, view_for
-from piw.views.frame import FrameModel
 
 KINDS = ("completed", "failed", "running", "waiting")
 WIDTHS = (80, 40)

@@ -6,7 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from test_views_support import (
+
+from piw.progress import parse_instant
+from piw.store.replay import fold, state_to_json
+from piw.store.trace import read_trace
+from piw.views import VIEW_NAMES, view_for
+from piw.views.source import load_run
+from tests.support.views import (
     RUN_IDS,
     Runs,
     assert_terminal_safe,
@@ -15,12 +21,6 @@ from test_views_support import (
     render,
     shared_runs,
 )
-
-from piw.progress import parse_instant
-from piw.store.replay import fold, state_to_json
-from piw.store.trace import read_trace
-from piw.views import VIEW_NAMES, view_for
-from piw.views.source import load_run
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +95,7 @@ def test_updates_and_progress_grow_with_at(runs: Runs) -> None:
 
 
 def test_cli_at_json_is_the_fold_of_the_prefix(runs: Runs) -> None:
-    from test_views_support import run_cli
+    from tests.support.views import run_cli
 
     events = _events(runs, "completed")
     for at in (1, 7, 16, len(events)):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_views_support import RUN_IDS, Runs, cut_bundle, render, shared_runs
 
 from piw.cli.watch import Follower, Watcher, newest_run
 from piw.store.bundle import Bundle, WriterLock
@@ -25,6 +24,7 @@ from piw.store.replay import fold
 from piw.store.trace import decode_event, read_trace
 from piw.views.frame import FrameView
 from piw.views.source import Tail
+from tests.support.views import RUN_IDS, Runs, cut_bundle, render, shared_runs
 
 
 @pytest.fixture(scope="session")

@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from piw_inprocess import replace_everywhere, run_piw
 from rich.console import Console, RenderableType
 
 from piw.views.source import RunData, load_run
+from tests.support.inprocess import replace_everywhere, run_piw
+from tests.support.paths import TESTS
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 HOSTILE = "\x1b[2J\x1b]52;c;QUFB\x07\r\u202e[red]x[/red]"
-SNAPSHOTS = Path(__file__).parent / "snapshots" / "views"
+SNAPSHOTS = TESTS / "snapshots" / "views"
 RUN_IDS = {
     "completed": "20260101T000000000Z-views-demo-00000001",
     "failed": "20260101T000000000Z-views-demo-00000002",
@@ -121,7 +122,7 @@ def _fake_clock() -> Callable[[], str]:
 def run_cli(
     home: Path, *args: str, columns: int = 80, check: bool = False, fake_clock: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """``piw ARGS`` (in process, see ``piw_inprocess``) with its own ``PIW_HOME``; stdout is never a terminal.
+    """``piw ARGS`` (in process, see ``tests.support.inprocess``) with its own ``PIW_HOME``; stdout is never a terminal.
 
     With ``fake_clock`` every timestamp piw writes comes from a clock that ticks one second per reading, so the
     run's times (and the durations derived from them) are the same on every machine.

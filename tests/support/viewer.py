@@ -3,7 +3,7 @@
 Bundles are written with the trace's own encoder (``TraceEvent.encode``), exactly the bytes a writer commits,
 so the app reads real trace lines; they are built in code where the shape matters (progress tracks at 0 %,
 partial, 100 % and without a total; a long run for the bench) and come from real CLI runs elsewhere
-(``test_views_support.shared_runs``).
+(``tests.support.views.shared_runs``).
 """
 
 from __future__ import annotations

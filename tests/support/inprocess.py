@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-_REPO = str(Path(__file__).resolve().parent.parent) + os.sep
+from tests.support.paths import REPO
+
+_REPO = str(REPO) + os.sep
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
 
 
