@@ -7,7 +7,7 @@ plus whatever effect ran in between (a shell command, a notification's session e
 
 The matrix forks a child per start and per resume (the library calls ``piw run`` and ``piw resume`` make),
 which keeps ~80 crashes fast; the CLI path is crashed for real at a few points below and in
-``test_resume.py``.
+``tests/run/test_resume.py``.
 """
 
 from __future__ import annotations

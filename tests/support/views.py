@@ -32,7 +32,7 @@ from tests.support.paths import TESTS
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 HOSTILE = "\x1b[2J\x1b]52;c;QUFB\x07\r\u202e[red]x[/red]"
-SNAPSHOTS = TESTS / "snapshots" / "views"
+SNAPSHOTS = TESTS / "views" / "snapshots"
 RUN_IDS = {
     "completed": "20260101T000000000Z-views-demo-00000001",
     "failed": "20260101T000000000Z-views-demo-00000002",
@@ -291,7 +291,7 @@ def assert_terminal_safe(text: str) -> None:
 
 
 def check_snapshot(name: str, text: str) -> None:
-    """Compare with ``tests/snapshots/views/NAME.txt``; ``PIW_UPDATE_SNAPSHOTS=1`` rewrites it."""
+    """Compare with ``tests/views/snapshots/NAME.txt``; ``PIW_UPDATE_SNAPSHOTS=1`` rewrites it."""
     path = SNAPSHOTS / f"{name}.txt"
     if os.environ.get("PIW_UPDATE_SNAPSHOTS") or not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

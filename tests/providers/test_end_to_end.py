@@ -32,10 +32,10 @@ from tests.support.agent_harness import (
     write_stub_config,
     write_workflow,
 )
+from tests.support.paths import REPO
 
 __all__ = ["home", "openai_stub"]
 
-REPO = Path(__file__).resolve().parent.parent
 TRIAGE = REPO / "workflows" / "examples" / "triage.workflow.py"
 ASSISTANT = "agent(prompt='Answer.', expected_output=assistant_message())"
 

@@ -35,10 +35,10 @@ from tests.support.agent_harness import (
     write_stub_config,
     write_workflow,
 )
+from tests.support.paths import AGENT_FIXTURES, REPO
 
 __all__ = ["home", "openai_stub"]  # fixtures used by name
 
-FIXTURES = Path(__file__).parent / "fixtures" / "agent"
 ASSISTANT = "agent(prompt='Answer the user.', expected_output=assistant_message())"
 
 
@@ -472,12 +472,12 @@ def test_13_mypy_reports_call_overload() -> None:
             "--strict",
             "--no-error-summary",
             "--hide-error-context",
-            str(FIXTURES / "overload_misuse.py"),
+            str(AGENT_FIXTURES / "overload_misuse.py"),
         ],
         capture_output=True,
         text=True,
         timeout=90,
-        cwd=Path(__file__).parent.parent,
+        cwd=REPO,
     )
     assert "[call-overload]" in result.stdout, result.stdout + result.stderr
     assert "overload_misuse.py:13:" in result.stdout  # only the misuse line, not the valid calls

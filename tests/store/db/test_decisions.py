@@ -20,8 +20,8 @@ from piw.store.db.database import close_databases
 from piw.store.db.decisions import AnswerRecord, NewDecision
 from piw.store.db.outbox import DELIVERY_LEASE_MS, NewNotification
 from piw.store.db.queue import NewRun, RunQueue, SqliteQueue
+from tests.store.db.test_queue import QUEUE_IMPLEMENTATIONS, FakeClock
 from tests.support.paths import REPO
-from tests.test_queue import QUEUE_IMPLEMENTATIONS, FakeClock
 
 MakeQueue = Callable[..., RunQueue]
 

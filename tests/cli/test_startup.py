@@ -143,7 +143,7 @@ def test_inspect_json_imports_neither_rich_nor_pydantic(cli: Cli, make_workflow:
 
 def test_runs_from_a_current_index_imports_no_fold(cli: Cli, make_workflow: WorkflowMaker) -> None:
     """``piw runs`` lists from the ``runs`` index: the trace codec and the fold are imported only to refold a row
-    whose trace changed, or a bundle the index does not know (tests/test_index.py)."""
+    whose trace changed, or a bundle the index does not know (tests/store/db/test_index.py)."""
     run_id = json.loads(cli("run", str(make_workflow("small", COMPUTE_ONLY)), "--json").stdout)["runId"]
     assert [row["runId"] for row in json.loads(cli("runs", "--json").stdout)] == [run_id]
     modules = _modules_after("runs")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from piw.app.viewer import ViewerApp
+from tests.support.paths import REPO
 from tests.support.viewer import NOW, PROGRESS_RUN, ready, write_progress_run
 from tests.support.views import RUN_IDS, Runs, shared_runs
 
@@ -119,7 +120,6 @@ DOC_IMAGES = {
 @pytest.mark.parametrize("image", sorted(DOC_IMAGES))
 def test_the_docs_show_the_pinned_screens(image: str) -> None:
     """docs/images/view-*.svg are copies of these snapshots, so the documentation never drifts from the app."""
-    root = Path(__file__).resolve().parent
-    docs = root.parent / "docs" / "images" / image
-    pinned = root / "__snapshots__" / "test_app_snapshots" / DOC_IMAGES[image]
+    docs = REPO / "docs" / "images" / image
+    pinned = Path(__file__).resolve().parent / "__snapshots__" / "test_snapshots" / DOC_IMAGES[image]
     assert docs.read_bytes() == pinned.read_bytes(), f"copy {pinned.name} to docs/images/{image}"

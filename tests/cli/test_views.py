@@ -142,7 +142,7 @@ def test_graph_json_is_the_snapshot(runs: Runs) -> None:
 
 
 def test_graph_mermaid_and_dot_are_valid(runs: Runs) -> None:
-    from tests.test_views_graph import parse_dot, parse_mermaid
+    from tests.views.test_graph import parse_dot, parse_mermaid
 
     mermaid = run_cli(runs.home("completed"), "graph", str(runs.workflow), "--format", "mermaid").stdout
     nodes, edges = parse_mermaid(mermaid)
