@@ -38,7 +38,7 @@ pytest_plugins.append("tests.support.builtin_harness")
 
 try:
     import piw.providers as _providers
-except Exception:  # pragma: no cover - the provider layer is written by a colleague
+except Exception:  # pragma: no cover - a broken provider layer fails its own tests, not every test's set-up
     _providers = None  # type: ignore[assignment]
 if _providers is not None:
     _providers.ALLOW_MODEL_REQUESTS = False

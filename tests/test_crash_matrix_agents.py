@@ -1,4 +1,4 @@
-"""The crash matrix with agents (issue 8 "Tests"): shell effects counted in a file, a notify, a submit agent and an
+"""The crash matrix with agents: shell effects counted in a file, a notify, a submit agent and an
 assistant agent answered by the loopback stub, SIGKILLed before and after every trace append, then resumed.
 
 Every case must end with the uninterrupted run's final output, no completed node executed again, exactly one

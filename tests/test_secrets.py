@@ -1,4 +1,4 @@
-"""Secrets never leave through side doors (issue 10.3): provider errors, tool environments, file tools.
+"""Secrets never leave through side doors: provider errors, tool environments, file tools.
 
 Each test first reproduces the leak through the public surface (a real run's files, the CLI's output, what a tool
 returns to the model) and then checks it is closed.

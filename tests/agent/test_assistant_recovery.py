@@ -1,5 +1,5 @@
 """At most one visible reply per assistant node visit across crashes, resumed in a terminal or met by a host
-(``persistence.md`` §9, §12 test 8; issue 8 item 8).
+(``persistence.md`` §9, §12 test 8).
 
 A real ``piw run`` talking to the loopback stub is SIGKILLed at an append point of an assistant step (before the
 prompt is recorded, after it, after the reply settled but before its receipt, after the receipt, before routing).

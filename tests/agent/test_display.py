@@ -1,7 +1,7 @@
 """What the origin session prints of agent steps is bounded, so a huge reply cannot eat the step's deadline.
 
-The display runs on the agent loop's thread: printing megabytes (wrapping, sanitising, a slow terminal) used to take
-minutes while the deadline was 20 s. A reply now shows at most ``SHOWN_CHARS`` characters and one elision marker
+The display runs on the agent loop's thread, where printing megabytes (wrapping, sanitising, a slow terminal) would
+take minutes against a 20 s deadline. A reply shows at most ``SHOWN_CHARS`` characters and one elision marker
 naming the command that shows it whole; the bundle keeps every character.
 """
 

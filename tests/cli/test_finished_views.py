@@ -1,4 +1,4 @@
-"""Views of finished runs (issue 11.9): a branch not taken reads as not taken, plurals are right, and the progress
+"""Views of finished runs: a branch not taken reads as not taken, plurals are right, and the progress
 view says what the run's log line said.
 
 Before, a completed run's unselected branch showed ``· pending``, a single sample read ``1 samples``, and the

@@ -1,4 +1,4 @@
-"""Help that reads well (issue 11.5): whole first sentences, ``WORKFLOW`` in usage, ``--version``, the environment.
+"""Help that reads well: whole first sentences, ``WORKFLOW`` in usage, ``--version``, the environment.
 
 Before, the command list cut sentences ("…until it ends, waits, or is..."), usage lines read ``{workflow}``, there
 was no ``--version`` and the help never named ``PIW_HOME`` or ``PIW_PROVIDER``.

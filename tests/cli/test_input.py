@@ -1,4 +1,4 @@
-"""Input checked at the door (issue 11.4): without an input model the input is a JSON object; @file and - work.
+"""Input checked at the door: without an input model the input is a JSON object; @file and - work.
 
 Before, ``--input '[1,2]'`` was accepted and the run then failed inside a node with ``AttributeError``, and
 ``--input -`` was read as JSON text (``-``) instead of standard input.

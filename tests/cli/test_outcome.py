@@ -1,4 +1,4 @@
-"""``piw run`` ends with what the run produced: the output, the error, or what it waits for (issue 11.1).
+"""``piw run`` ends with what the run produced: the output, the error, or what it waits for.
 
 Before, a completed run ended with ``■ completed`` and nothing else; the output needed ``--json`` or ``inspect``.
 """

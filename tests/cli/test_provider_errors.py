@@ -1,4 +1,4 @@
-"""Provider errors with context (issue 11.6).
+"""Provider errors with context.
 
 Before, a refused connection ended, after the retries, with ``Connection error: [Errno 111] Connection refused``
 (no provider, no URL, nothing to check), and a typo in ``config.toml`` stopped even a workflow with no agent step.

@@ -1,4 +1,4 @@
-"""Run ids people can type (issue 11.2): prefixes, ``latest`` and ``-N`` everywhere, ids never wrapped in ``piw runs``.
+"""Run ids people can type: prefixes, ``latest`` and ``-N`` everywhere, ids never wrapped in ``piw runs``.
 
 Before, ``piw runs`` folded ids over two lines at 80 columns, ``inspect``/``watch``/``resume`` took only a full id,
 ``piw inspect -1`` was ``No such option: -1``, and an unknown workflow name suggested nothing.

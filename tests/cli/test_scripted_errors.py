@@ -1,4 +1,4 @@
-"""The scripted provider teaches itself (issue 11.7).
+"""The scripted provider teaches itself.
 
 Before: "needs replies" never mentioned the ``NAME.replies.json`` convention; a reply list keyed by a node the
 workflow does not have was silently unused until some request found nothing; and that "no reply" error did not

@@ -1,8 +1,8 @@
-"""Start-up (issue 12.6): a command line imports and builds only its own command, ``--help`` builds none.
+"""Start-up: a command line imports and builds only its own command, ``--help`` builds none.
 
-``piw --help`` took 666 ms when filed and 329 ms before this change (``bench/targets.py --only startup``);
-``piw inspect`` of a small run 511 ms. The figures live in the bench; these tests pin what made them small, and
-that nothing a user reads changed: the help text, the command table, and the conversion of option values.
+The figures live in the bench (``bench/targets.py --only startup``); these tests pin what keeps them small, and
+that what a user reads does not depend on it: the help text, the command table, and the conversion of option
+values.
 """
 
 from __future__ import annotations

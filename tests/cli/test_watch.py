@@ -309,8 +309,8 @@ def test_lines_appended_before_the_file_watch_starts_are_reported(
     growing: tuple[Bundle, list[bytes], list[bytes]],
 ) -> None:
     """An append that raises no file event (it came before the watch was registered) is still reported, at the
-    first tick; a quiet tick after that reports nothing. (A plain ``piw watch`` only re-reads on a report, so it
-    used to wait for the next write, forever if the run had just written its last line.)"""
+    first tick; a quiet tick after that reports nothing. (A plain ``piw watch`` only re-reads on a report, so
+    without one it would wait for the next write, forever if the run had just written its last line.)"""
     from piw.views.follow import file_changes
 
     bundle, trace_rest, _ = growing

@@ -1,4 +1,4 @@
-"""Checkpoints and human decisions: answering, deciding, continuations, bad input (issue 8 item 6)."""
+"""Checkpoints and human decisions: answering, deciding, continuations, bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Failures say where: the workflow frames of a node's exception are in the trace and on screen (issue 11.3).
+"""Failures say where: the workflow frames of a node's exception are in the trace and on screen.
 
 Before, ``✗ second failed 0 ms KeyError: 'frist'`` named no file and no line, and nothing recorded one.
 """
