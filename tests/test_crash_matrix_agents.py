@@ -1,4 +1,4 @@
-"""The crash matrix with agents (issue 8 "Tests"): shell effects counted in a file, a notify, a submit agent and an
+"""The crash matrix with agents: shell effects counted in a file, a notify, a submit agent and an
 assistant agent answered by the loopback stub, SIGKILLed before and after every trace append, then resumed.
 
 Every case must end with the uninterrupted run's final output, no completed node executed again, exactly one
@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WORKFLOW_FIXTURES
-from test_crash_matrix import in_child
 
 import piw.providers
 from piw.errors import PiwError
@@ -27,6 +25,8 @@ from piw.store.db.queue import SqliteQueue
 from piw.store.replay import fold
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 from piw.testing import OpenAIStub, StubReply
+from tests.support.paths import WORKFLOW_FIXTURES
+from tests.test_crash_matrix import in_child
 
 WORKFLOW = WORKFLOW_FIXTURES / "crash_agents.workflow.py"
 NODES = ("prepare", "plan", "tell", "reply", "archive", "finish")

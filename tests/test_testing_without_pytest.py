@@ -1,4 +1,4 @@
-"""The docs' offline adapter example runs after the README install, which has no pytest (issue 11.8).
+"""The docs' offline adapter example runs after the README install, which has no pytest.
 
 Before, ``from piw.testing import OpenAIStub`` imported pytest at module level, so the example in
 docs/providers.md failed with ``ModuleNotFoundError: No module named 'pytest'`` outside the dev extra. This runs the

@@ -13,22 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import (
-    BUILTINS,
-    BuiltinRun,
-    RunBuiltin,
-    assert_no_hidden_reasoning,
-    executor_for,
-    no_runs,
-    resume_builtin,  # noqa: F401  (fixture)
-    run_builtin,  # noqa: F401  (fixture)
-)
 
 from piw.providers.base import ChatRequest
 from piw.providers.messages import AssistantReply, TextBlock, ToolCallBlock
 from piw.providers.scripted import ScriptedProvider
 from piw.run.engine import Engine, RunOptions
 from piw.workflow.loader import load_workflow
+from tests.support.builtin_harness import (
+    BUILTINS,
+    BuiltinRun,
+    RunBuiltin,
+    assert_no_hidden_reasoning,
+    executor_for,
+    no_runs,
+)
 
 WORKERS = [
     {"name": "analyst", "description": "Finds the facts."},
