@@ -1,4 +1,5 @@
-"""``piw view --serve`` locked down (issue 27, item 1): a token, the Host and Origin checks, a session cap.
+"""``piw view --serve`` locked down (issue 27, items 1 and 2): a token, the Host and Origin checks, a session cap,
+and sessions that render whatever ``NO_COLOR`` and ``TERM`` the server has.
 
 Every test but the first few drives a real ``piw view --serve`` subprocess on 127.0.0.1 (a free port) over real
 HTTP and websocket connections (aiohttp's client, the library textual-serve itself runs on); nothing is mocked.
@@ -374,12 +375,16 @@ KEYS = ["\r", "1", "2", "3", "4", "5", "6", "\t", "\r", "\x1b", ",", ".", "[", "
     "env",
     [
         {"NO_COLOR": None, "TERM": "xterm-256color"},
+        {"NO_COLOR": "1", "TERM": "xterm-256color"},
+        {"NO_COLOR": "1", "TERM": "dumb"},
+        {"NO_COLOR": None, "TERM": None},
     ],
-    ids=["colour"],
+    ids=["colour", "no-color", "no-color-dumb-term", "no-term"],
 )
 def test_a_served_session_renders_and_changes_no_run(
     runs: Runs, tmp_path: Path, env: dict[str, str | None]
 ) -> None:
+    """Whatever ``NO_COLOR`` and ``TERM`` the server has (``NO_COLOR`` was an ``AttributeError`` in every session)."""
     home = runs.home("completed")
     before = digest(home)
     with serving(home, tmp_path, env=env) as served:
