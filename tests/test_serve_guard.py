@@ -221,6 +221,10 @@ def served(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 def test_the_printed_address_opens_the_page_and_sets_a_strict_cookie(served: Served) -> None:
     status, headers, _ = bounded(get(served.url))
     assert status == 303 and headers["Location"] == "/", "the token leaves the address bar at once"
+    status, headers_kept, _ = bounded(get(f"{served.url}&fontsize=20"))
+    assert status == 303 and headers_kept["Location"] == "/?fontsize=20", "other parameters stay"
+    status, headers_far, _ = bounded(get(f"{served.base}//evil.example/?token={served.token}"))
+    assert status != 303 and "Location" not in headers_far, "the token load never redirects elsewhere"
     cookie = headers["Set-Cookie"]
     assert cookie.startswith(f"piw-token-{served.port}={served.token};")
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie

@@ -29,9 +29,10 @@ import aiohttp_jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from textual_serve.server import Server, to_int
+from yarl import URL
 
 from piw.errors import UsageError
-from piw.web.guard import SECURITY_HEADERS, TOKEN_PARAM, Refusal, WebGuard
+from piw.web.guard import DEFAULT_MAX_SESSIONS, SECURITY_HEADERS, TOKEN_PARAM, Refusal, WebGuard
 
 LOOPBACK = "127.0.0.1"
 WEBSOCKET_PATH = "/ws"
@@ -72,14 +73,11 @@ def guard_middleware(guard: WebGuard) -> Middleware:
         if refusal is not None:
             return refused(refusal)
         if not websocket:
-            if TOKEN_PARAM in request.query:
+            if request.path == "/" and TOKEN_PARAM in request.query:
                 rest = {key: value for key, value in request.query.items() if key != TOKEN_PARAM}
+                location = str(URL("/").with_query(rest))  # always this server's page: no open redirect
                 return web.Response(
-                    status=303,
-                    headers={
-                        "Location": str(request.rel_url.with_query(rest)),
-                        "Set-Cookie": guard.cookie_header(),
-                    },
+                    status=303, headers={"Location": location, "Set-Cookie": guard.cookie_header()}
                 )
             return await handler(request)
         full = guard.open_session()
@@ -153,7 +151,7 @@ def serve(
     port: int,
     *,
     allowed_hosts: tuple[str, ...] = (),
-    max_sessions: int = 4,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> None:
     """Serve the viewer until interrupted (``PIW_HOME`` is passed on through the environment)."""
     guard = WebGuard(host, port, allowed_hosts=allowed_hosts, max_sessions=max_sessions)
