@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pytest
-from conftest import PIW_COMMAND, Cli
-from test_views_support import Runs, shared_runs
 
 from piw.web.guard import WebGuard, host_with_port
+from tests.support.cli import PIW_COMMAND, Cli
+from tests.support.views import Runs, shared_runs
 
 T = TypeVar("T")
 STARTUP_S = 30.0  # a loaded two-core machine starts piw, aiohttp and textual-serve in 1–3 s
