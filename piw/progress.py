@@ -388,6 +388,9 @@ def _wire(event: object) -> Mapping[str, Any] | None:
 def progress_records_from_trace(events: Iterable[object]) -> list[ProgressRecord]:
     """The ``progress`` updates of a trace in order; lines without the update shape are skipped, not fatal.
 
+    The shape: an integer ``seq``, an ``at`` time, and a payload with a string ``updateId`` and ``key`` and an object
+    ``data`` (``docs/updates-progress.md`` §7). An ``updateId`` that is not a string is as malformed as a missing one.
+
     ``events`` are camelCase dicts as on disk, or objects with ``to_wire()`` (``TraceEvent``, wire models) or
     pydantic's ``model_dump(by_alias=True)``. Data is not validated here; the track builder skips bad data.
     """
@@ -402,14 +405,19 @@ def _record(event: object) -> ProgressRecord | None:
     if not isinstance(payload, Mapping) or payload.get("type") != "progress":
         return None
     at, seq, key, data = wire.get("at"), wire.get("seq"), payload.get("key"), payload.get("data")
+    update_id = payload.get("updateId")
     if isinstance(at, datetime):
         at = at.isoformat()
     if not (
-        isinstance(at, str) and isinstance(seq, int) and isinstance(key, str) and isinstance(data, Mapping)
+        isinstance(at, str)
+        and isinstance(seq, int)
+        and isinstance(key, str)
+        and isinstance(data, Mapping)
+        and isinstance(update_id, str)
     ):
         return None
     return ProgressRecord(
-        update_id=str(payload.get("updateId", "")),
+        update_id=update_id,
         seq=seq,
         at=at,
         run_id=str(wire.get("runId", "")),

@@ -48,6 +48,20 @@ def single_line(text: str) -> str:
     return sanitize_terminal_text(text).replace("\n", " ")
 
 
+def visible_title(value: object) -> str | None:
+    """``value`` when it is a string with something to see, else ``None``: empty, whitespace-only and invisible
+    (format or control characters only, such as a zero-width space) titles, and non-strings, are no title.
+
+    A run title that shows nothing would leave a card reading ``▶  › step``; callers fall back to the workflow
+    name instead (``docs/agent-steps.md``, step cards).
+    """
+    if not isinstance(value, str):
+        return None
+    if any(not char.isspace() and unicodedata.category(char) not in ("Cf", "Cc") for char in value):
+        return value
+    return None
+
+
 def safe_text(text: str, style: str = "") -> Text:
     """A rich ``Text`` of sanitized workflow data: never markup, never ANSI, no highlighting."""
     from rich.text import Text  # rich is imported by what renders, not by piw --help

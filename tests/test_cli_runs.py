@@ -231,7 +231,7 @@ def test_run_json_completed_is_the_only_stdout(cli: Cli, piw_home: Path) -> None
     payload = json.loads(done.stdout)  # the whole of stdout is one JSON document
     assert set(payload) == RUN_KEYS
     assert payload["status"] == "completed" and payload["error"] is None
-    assert set(payload["finalOutput"]) == {"notificationId", "targetSessionId"}
+    assert set(payload["finalOutput"]) == {"notificationId", "runId", "targetSessionId"}
     assert "tell" in done.stderr  # the step log went to stderr
     assert (piw_home / "runs" / payload["runId"] / "trace.ndjson").is_file()
 

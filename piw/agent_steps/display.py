@@ -134,6 +134,8 @@ class AgentDisplay:
             args = json.dumps(event.args, ensure_ascii=False)[:_LINE_CHARS]
             line = sanitize_terminal_text(f"  ⚙ {event.tool_name} {args}").replace("\n", " ")
             self.console.print(Text(clip_cells(line, self.console.width), style="dim"))
+            if self.verbose and event.tool_name == "workflow" and event.args.get("action") == "submit":
+                self._submitted(event.args.get("output"))
         elif isinstance(event, ToolExecutionEnd) and event.result.get("is_error"):
             content = str(event.result.get("content", ""))[:_LINE_CHARS]
             line = sanitize_terminal_text(f"    ✗ {content}").replace("\n", " ")
@@ -145,6 +147,13 @@ class AgentDisplay:
             self.console.print(
                 Text(clip_cells(sanitize_terminal_text(line), self.console.width), style="yellow")
             )
+
+    def _submitted(self, output: object) -> None:
+        """``--verbose``: the submitted output in full under its (clipped) call line, as one unclipped JSON line."""
+        text = json.dumps(output, ensure_ascii=False, default=str)
+        shown = sanitize_terminal_text(text[:SHOWN_CHARS]).replace("\n", " ")
+        self.console.print(Text(f"    output: {shown}", style="dim"), soft_wrap=True)
+        self._elided(len(text))
 
     def _elided(self, length: int) -> None:
         """After a cut reply: one unwrapped marker line (its command stays copyable)."""

@@ -3,7 +3,9 @@
 The first matching row wins: a committed completion receipt; an accepted submission; a completed assistant reply
 (adopted, never re-asked); a loop that stopped at the prompt or at tool results (continued without a new message);
 otherwise the prompt is delivered again as ``resume`` under the same attempt id. A reply from another attempt or
-another branch is never adopted, so each node visit shows at most one visible response.
+another branch is never adopted, so each node visit shows at most one visible response. Nor is a reply that
+something else follows on the branch — a notification, a user message, another step's prompt: it is no longer
+the answer to this step's prompt alone, so the step is asked again (``docs/agent-steps.md``, Assistant mode).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def recover(
                 return run.succeed(run.accept(lenient_json(output)))
             except Exception as exc:
                 return run.fail(f"Recorded submission no longer validates: {exc}")
-    else:
+    elif len(after) == len(branch) - latest - 1:  # nothing (another step's prompt) follows the prompt's range
         adopted = _completed_reply(after)
         if adopted is not None:
             entry, message = adopted

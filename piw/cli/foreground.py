@@ -31,7 +31,10 @@ ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider
 ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")]
 ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
 VerboseOption = Annotated[
-    bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
+    bool,
+    typer.Option(
+        "--verbose", help="Expand step cards, show submitted outputs; a failure shows its whole traceback."
+    ),
 ]
 BudgetOption = Annotated[
     str | None,

@@ -77,13 +77,19 @@ class StepLog:
         notification_text: NotificationText | None = None,
         *,
         outcome_below: bool = False,
+        agent_cards: bool = False,
     ) -> None:
         self.console = console
         self.notification_text = notification_text
         self.outcome_below = outcome_below
         """``piw run`` prints the outcome block after the status line, so the line leaves the error to it."""
+        self.agent_cards = agent_cards
+        """The agent display prints a step card (``▶ title › node``) for each delivered prompt, so an agent node's
+        own ``▶ node  agent`` line waits: dropped when its prompt is sent (the card is the step's one ``▶`` line),
+        printed when anything else comes first (a step that fails or stops before its prompt)."""
         self.plain = not console.is_terminal
         self._tracks: dict[str, ProgressWindow] = {}
+        self._agent_start: tuple[TraceEvent, RunState] | None = None
 
     def _progress_line(self, event: TraceEvent) -> str | None:
         """The track's progress line (label, counts, phase, ETA) from a bounded window of its samples."""
@@ -99,7 +105,17 @@ class StepLog:
             return None
 
     def __call__(self, event: TraceEvent, state: RunState) -> None:
-        parts = self.segments(event, state)
+        if self.agent_cards:
+            waiting, self._agent_start = self._agent_start, None
+            if event.type == "node_started" and event.payload.get("nodeType") == "agent":
+                self._agent_start = (event, state)
+                return
+            carded = event.type == "agent_prompt_sent" and waiting is not None
+            if waiting is not None and not (carded and waiting[0].attempt_id == event.attempt_id):
+                self._print(self.segments(*waiting))
+        self._print(self.segments(event, state))
+
+    def _print(self, parts: Segments | None) -> None:
         if parts is None:
             return
         if self.plain:
@@ -227,7 +243,7 @@ class LiveDisplay:
         self._session: Tail[SessionEntry] | None = None
         self._live: Live | None = None
         self._opened = False
-        self._steps = StepLog(console, self._notification_text, outcome_below=True)
+        self._steps = StepLog(console, self._notification_text, outcome_below=True, agent_cards=True)
 
     def _open(self, event: TraceEvent, state: RunState) -> None:
         """Open the bundle on the first event (``run_started``, or ``run_resumed`` for a resume)."""

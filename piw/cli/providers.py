@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,9 +13,21 @@ from piw.cli.console import make_console
 from piw.store.home import piw_home
 from piw.terminal import json_text, safe_text
 
+if TYPE_CHECKING:
+    from piw.providers.check import CheckResult
+    from piw.providers.config import PiwConfig
+
 
 @app.command()
-def providers(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False) -> int:
+def providers(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Test each provider with one request (5 s timeout); exit 1 if any fails."
+        ),
+    ] = False,
+) -> int:
     """Show configured providers and models (keys appear only as $NAME references)."""
     from rich.table import Table  # loaded by this command only, not by piw --help
 
@@ -22,17 +35,25 @@ def providers(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON
     from piw.providers.selection import describe_providers
 
     home = piw_home()
-    summaries = describe_providers(load_config(home))
+    config = load_config(home)
+    summaries = describe_providers(config)
+    checks = _checks(config, home) if check else {}
+    failed = any(not result.ok for result in checks.values())
     if as_json:
         rows = [summary.model_dump(by_alias=True) for summary in summaries]
+        for row in rows if check else ():
+            row["check"] = checks[row["name"]].to_json()
         sys.stdout.write(json_text(rows) + "\n")
-        return 0
+        return 1 if failed else 0
     console = make_console()
     if not summaries:
         console.print(
             safe_text(f"No providers configured in {config_path(home)}; 'scripted' is always available.")
         )
         return 0
+    if check:
+        _print_checks(checks)
+        return 1 if failed else 0
     table = Table(box=None, pad_edge=False)
     for column in ("provider", "api", "base url", "key", "models"):
         table.add_column(column, overflow="fold")
@@ -46,3 +67,19 @@ def providers(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON
     console.print(table)
     console.print("'scripted' (deterministic, offline) is always available.")
     return 0
+
+
+def _checks(config: PiwConfig, home: Path) -> dict[str, CheckResult]:
+    from piw.providers.check import check_providers  # the HTTP client is loaded for --check only
+
+    return check_providers(config, home)
+
+
+def _print_checks(checks: dict[str, CheckResult]) -> None:
+    """One line per provider: ``name  ok|failed  what was done or what failed`` (never clipped: it is the answer)."""
+    out = make_console()
+    width = max(len(name) for name in checks)
+    for name, result in checks.items():
+        mark = "ok    " if result.ok else "failed"
+        line = f"{name:<{width}}  {mark}  {result.detail} ({result.elapsed_ms} ms)"
+        out.print(safe_text(line, "" if result.ok else "red"), soft_wrap=True)

@@ -20,6 +20,7 @@ from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
+    final_on_loopback,
     is_transient_status,
     parse_retry_after,
     status_message,
@@ -113,8 +114,11 @@ class AnthropicProvider(ConfiguredProvider):
             )
         if isinstance(error, sdk.APIConnectionError | OSError):
             cause = str(error.__cause__ or error).strip() or type(error).__name__
-            message = connection_message(self.name, self.base_url, cause, mid_reply=builder.received)
-            return builder.fail(message, usage, transient=True)
+            final = final_on_loopback(self.base_url, error)
+            message = connection_message(
+                self.name, self.base_url, cause, mid_reply=builder.received, final=final
+            )
+            return builder.fail(message, usage, transient=not final)
         if isinstance(error, sdk.APIError | ValueError):
             return builder.fail(f"Provider error: {error}", usage)
         raise error

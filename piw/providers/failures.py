@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit, urlunsplit
 
+from piw.providers import is_loopback_url
+
 
 def is_transient_status(status: int) -> bool:
     """429 (rate limited) and every 5xx are worth retrying; other statuses will fail the same way again."""
@@ -70,11 +72,39 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
 
 
-def connection_message(provider: str, base_url: str, cause: str, *, mid_reply: bool = False) -> str:
+def failed_to_connect(error: BaseException) -> bool:
+    """Whether ``error`` (or what it wraps) is a connection that was never made: refused, or timed out connecting.
+
+    Walks the ``__cause__``/``__context__`` chain, so it reads the same through the ``openai`` and ``anthropic`` SDKs
+    and their HTTP layers (``ConnectTimeout`` is the httpx and httpcore name of a connect timeout).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError) or type(current).__name__ == "ConnectTimeout":
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def final_on_loopback(base_url: str, error: BaseException) -> bool:
+    """A loopback provider that could not be connected to is not retried (issue 26; ``docs/providers.md``).
+
+    On this machine the kernel answers a connect at once: a refused port or a listener accepting nothing will not
+    be different 2, 4 or 8 seconds later, and the retries only made a stopped local server take 14 s to report.
+    """
+    return is_loopback_url(base_url) and failed_to_connect(error)
+
+
+def connection_message(
+    provider: str, base_url: str, cause: str, *, mid_reply: bool = False, final: bool = False
+) -> str:
     """A refused or dropped connection, with the provider, its URL and what to check (not just ``Errno 111``).
 
     ``mid_reply``: the server was reached and had started replying when the connection dropped, so "cannot reach"
-    would send the user to check a server that is plainly running.
+    would send the user to check a server that is plainly running. ``final``: a loopback connection that was
+    never made, which is not retried (:func:`final_on_loopback`); the message says so.
     """
     if mid_reply:
         return (
@@ -82,8 +112,11 @@ def connection_message(provider: str, base_url: str, cause: str, *, mid_reply: b
             f"of its reply ({cause}). The partial reply was not used. The server was reachable: check its log (it "
             "may have crashed or hit a limit) and any proxy's timeout."
         )
-    return (
+    message = (
         f"Connection error: cannot reach provider {provider!r} at {shown_url(base_url)} ({cause}). "
         "Check that the server is running and reachable there, and the provider's base_url in config.toml "
-        "(see 'piw providers')."
+        "(see 'piw providers --check')."
     )
+    if final:
+        message += " Not retried: nothing on this machine accepted the connection."
+    return message

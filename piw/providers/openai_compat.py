@@ -19,12 +19,13 @@ from openai import Stream
 from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
-from piw.providers import guard_base_url
+from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
+    final_on_loopback,
     is_transient_status,
     parse_retry_after,
     status_message,
@@ -38,6 +39,8 @@ from piw.providers.selection import ProviderSelection
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=10.0)
 """Local models can think for minutes before their first byte, so reads get the SDK's generous default."""
+LOOPBACK_TIMEOUT = httpx2.Timeout(600.0, connect=2.0)
+"""On this machine a connect is answered at once; one that is not within 2 s will not be (it is not retried)."""
 
 _STOP_REASONS: dict[str, StopReason] = {"stop": "stop", "length": "length", "tool_calls": "toolUse"}
 _STOP_REASONS["function_call"] = "toolUse"
@@ -52,12 +55,13 @@ class OpenAICompatProvider(ConfiguredProvider):
         *,
         http_client: httpx2.Client | None = None,
         env: Mapping[str, str] | None = None,
-        timeout: httpx2.Timeout = DEFAULT_TIMEOUT,
+        timeout: httpx2.Timeout | None = None,
     ) -> None:
         super().__init__(selection, env=env)
         self.base_url = self.settings.base_url or DEFAULT_BASE_URL
         self._http_client = http_client
-        self._timeout = timeout
+        self.timeout = timeout or (LOOPBACK_TIMEOUT if is_loopback_url(self.base_url) else DEFAULT_TIMEOUT)
+        """The HTTP timeouts: a long read for slow local models; a 2 s connect on loopback, 10 s elsewhere."""
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
         guard_base_url(self.base_url)
@@ -87,7 +91,7 @@ class OpenAICompatProvider(ConfiguredProvider):
     def _client_factory(self, key: str, headers: dict[str, str]) -> Callable[[], tuple[openai.OpenAI, bool]]:
         def make() -> tuple[openai.OpenAI, bool]:
             own = self._http_client is None
-            http_client = self._http_client or httpx2.Client(timeout=self._timeout, follow_redirects=True)
+            http_client = self._http_client or httpx2.Client(timeout=self.timeout, follow_redirects=True)
             _install_trace_hook(http_client)
             client = openai.OpenAI(
                 base_url=self.base_url,
@@ -96,7 +100,7 @@ class OpenAICompatProvider(ConfiguredProvider):
                 api_key=key or _no_key,
                 default_headers=headers,
                 max_retries=0,
-                timeout=self._timeout,
+                timeout=self.timeout,
                 http_client=http_client,
             )
             return client, own
@@ -287,14 +291,18 @@ def _failure(
             transient=is_transient_status(error.status_code),
             retry_after_s=parse_retry_after(error.response.headers),
         )
-    if isinstance(error, openai.APITimeoutError):
+    final = final_on_loopback(base_url, error)
+    if isinstance(error, openai.APITimeoutError) and not final:
         return builder.fail("Request timed out.", usage, transient=True)
     if isinstance(error, openai.APIConnectionError | httpx2.TransportError | OSError):
         cause = error.__cause__ if isinstance(error, openai.APIConnectionError) and error.__cause__ else error
+        described = "timed out connecting" if isinstance(error, openai.APITimeoutError) else _describe(cause)
         return builder.fail(
-            connection_message(builder.provider, base_url, _describe(cause), mid_reply=builder.received),
+            connection_message(
+                builder.provider, base_url, described, mid_reply=builder.received, final=final
+            ),
             usage,
-            transient=True,
+            transient=not final,
         )
     if isinstance(error, openai.APIError | httpx2.HTTPError | ValueError):
         return builder.fail(f"Provider error: {_describe(error)}", usage)

@@ -56,6 +56,7 @@ from piw.store.db.lease import Lease
 from piw.store.replay import RunState, fold
 from piw.store.storage import storage_error
 from piw.store.trace import TraceEvent
+from piw.terminal import visible_title
 from piw.wire import Manifest, now_iso
 from piw.workflow.budget import BUDGET_WAIT
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
@@ -243,7 +244,8 @@ class Engine:
     ) -> OpenRun:
         """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
         definition = self.workflow.definition
-        run_title = title if title is not None else resolve_title(definition, input_value)
+        # A title that shows nothing (empty, whitespace, invisible) is no title: every view then shows the name.
+        run_title = visible_title(title if title is not None else resolve_title(definition, input_value))
         payload: dict[str, Any] = {
             "workflowName": definition.name,
             "runTitle": run_title,

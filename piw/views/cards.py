@@ -11,7 +11,7 @@ from typing import Any
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
-from piw.terminal import sanitize_terminal_text
+from piw.terminal import sanitize_terminal_text, visible_title
 
 
 def _one_line(value: str) -> str:
@@ -27,12 +27,23 @@ def clip_cells(text: str, width: int) -> str:
     return set_cell_size(text, max(0, width - 1)).rstrip("\x00") + "…" if width > 1 else "…"
 
 
-def card_label(details: dict[str, Any]) -> str:
-    """The run title when set, not blank and different from the workflow name; else the workflow name."""
+def _workflow_name(details: dict[str, Any]) -> str:
     contract = details.get("contract") or {}
-    workflow = str(contract.get("workflowName") or details.get("workflowName") or "")
-    title = str((details.get("presentation") or {}).get("runTitle") or "")
-    return title if title.strip() and title != workflow else workflow
+    return visible_title(contract.get("workflowName")) or visible_title(details.get("workflowName")) or ""
+
+
+def _run_title(details: dict[str, Any]) -> str:
+    """The run title when it is a string that shows something; a blank, invisible or non-string one is none."""
+    return visible_title((details.get("presentation") or {}).get("runTitle")) or ""
+
+
+def card_label(details: dict[str, Any]) -> str:
+    """The run title when set, not blank and different from the workflow name; else the workflow name.
+
+    Empty only when the details name no workflow either: the card then shows the node alone, never ``▶  › node``.
+    """
+    workflow, title = _workflow_name(details), _run_title(details)
+    return title if title and title != workflow else workflow
 
 
 def card_node(details: dict[str, Any]) -> str:
@@ -42,7 +53,8 @@ def card_node(details: dict[str, Any]) -> str:
 def compact_card_lines(details: dict[str, Any], width: int) -> list[str]:
     """Line 1 ``▶ label › node`` (``↻ … · kind`` for reminders and resumes); line 2 the status detail if any."""
     kind = str(details.get("kind", "step"))
-    head = f"{card_label(details)} › {card_node(details)}"
+    label = card_label(details)
+    head = f"{label} › {card_node(details)}" if label else card_node(details)
     first = f"▶ {head}" if kind == "step" else f"↻ {head} · {kind}"
     lines = [first]
     detail = (details.get("presentation") or {}).get("statusDetail")
@@ -54,7 +66,6 @@ def compact_card_lines(details: dict[str, Any], width: int) -> list[str]:
 def expanded_card_lines(details: dict[str, Any], content: str, width: int) -> list[str]:
     """Every field of the step message, then the full prompt (wrapped by the console, never clipped)."""
     contract = details.get("contract") or {}
-    presentation = details.get("presentation") or {}
     completion = "assistant response" if contract.get("completion") == "assistant" else "submit"
     if contract.get("completion") == "assistant":
         limit = contract.get("maxOutputChars")
@@ -62,8 +73,8 @@ def expanded_card_lines(details: dict[str, Any], content: str, width: int) -> li
     else:
         expected = str(contract.get("expectedOutput", ""))
     fields = [
-        ("workflow", contract.get("workflowName", "")),
-        ("run title", presentation.get("runTitle", "")),
+        ("workflow", _workflow_name(details)),
+        ("run title", _run_title(details)),
         ("run id", contract.get("runId", "")),
         ("node", contract.get("nodeId", "")),
         ("attempt", contract.get("attemptId", "")),

@@ -157,8 +157,12 @@ class WaitView(View):
         choices = [item for item in output.get("choices", []) if isinstance(item, dict)]
         pad = max((len(str(item.get("id"))) for item in choices), default=0)
         for item in choices:
-            line = Text(f"  {single_line(str(item.get('id'))):<{pad}}  ", style="bold")
-            line.append(single_line(str(item.get("label", ""))))
+            ident, label = single_line(str(item.get("id"))), single_line(str(item.get("label") or ""))
+            if label.strip() and label != ident:
+                line = Text(f"  {ident:<{pad}}  ", style="bold")
+                line.append(label)
+            else:  # a choice given as a plain string has its id as label: shown once
+                line = Text(f"  {ident}", style="bold")
             for field in item.get("inputs", []):
                 need = "needs" if field.get("required", True) else "optional"
                 line.append(f" — {need} text {single_line(str(field.get('name')))}", style="dim")

@@ -31,7 +31,13 @@ from piw.errors import DefinitionError, InputInvalid, LoadError
 from piw.wire import sha256_hex
 from piw.workflow.definition import Include, WorkflowDefinition
 from piw.workflow.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
-from piw.workflow.user_code import WorkflowCodeExit, call_user, describe_base_exception, is_escape
+from piw.workflow.user_code import (
+    WorkflowCodeExit,
+    call_user,
+    describe_base_exception,
+    is_escape,
+    sibling_import_hint,
+)
 
 SUFFIX = ".workflow.py"
 
@@ -122,7 +128,7 @@ def import_definition(path: Path) -> WorkflowDefinition:
         line = _user_line(exc, path)
         where = f"{path}:{line}" if line else str(path)
         what = describe_base_exception(exc) if is_escape(exc) else f"{type(exc).__name__}: {exc}".rstrip(": ")
-        raise LoadError(f"{where}: {what}") from None
+        raise LoadError(f"{where}: {what}{sibling_import_hint(exc, path)}") from None
     finally:
         sys.modules.pop(module_name, None)
     workflow = getattr(module, "workflow", None)

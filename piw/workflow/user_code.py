@@ -10,6 +10,7 @@ SIGTERM park the run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -48,3 +49,26 @@ def describe_base_exception(exc: BaseException) -> str:
     message = text.splitlines()[0] if text else ""
     name = type(exc).__name__
     return f"{name}: {message}" if message else name
+
+
+def sibling_import_hint(exc: BaseException, workflow_file: Path) -> str:
+    """For a failed import of a module that sits beside the workflow file: why it fails and how to import it.
+
+    piw does not put a workflow's folder on ``sys.path`` (``docs/authoring.md``, "The file"): a sibling module is
+    not part of the run's source identity, so ``piw resume`` cannot tell when it changed. The bare
+    ``No module named 'helper'`` reads as if ``helper.py`` were missing; this says what is going on. Empty when
+    the module is not beside the file (a typo or a package that is not installed keeps the plain error).
+    """
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return ""
+    top = exc.name.partition(".")[0]
+    folder = workflow_file.parent
+    found = next((p for p in (folder / f"{top}.py", folder / top) if p.exists()), None)
+    if found is None:
+        return ""
+    return (
+        f". {found.name} is beside the workflow, but the workflow's folder ({folder}) is not on sys.path: define it "
+        "in the workflow file, install it as a package, or add the folder first with "
+        "sys.path.insert(0, str(Path(__file__).parent)) (from pathlib import Path); piw resume does not notice "
+        "when such a module changes"
+    )

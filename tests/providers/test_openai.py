@@ -133,7 +133,8 @@ def test_rate_limits_and_server_errors_are_transient(
     assert final.transient and final.retry_after_s == expected
 
 
-def test_connection_refused_is_a_transient_error_result() -> None:
+def test_connection_refused_on_loopback_is_a_final_error_result() -> None:
+    """Not retried on loopback (issue 26; tests/providers/test_loopback_unreachable.py); elsewhere it is transient."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -142,7 +143,7 @@ def test_connection_refused_is_a_transient_error_result() -> None:
     )
     events, message = run(provider, ChatRequest(model="m"))
     final = events[-1]
-    assert isinstance(final, ErrorEvent) and final.transient
+    assert isinstance(final, ErrorEvent) and not final.transient
     assert message.stop_reason == "error" and (message.error_message or "").startswith("Connection error")
 
 

@@ -195,6 +195,7 @@ def test_notify_is_recorded_once_per_execution(
     finished = [e for e in events if e["type"] == "node_finished" and e["nodeId"] == "say"]
     assert finished[0]["payload"]["output"] == {
         "notificationId": queued[0]["notificationId"],
+        "runId": state.run_id,
         "targetSessionId": origin,
     }
 

@@ -3,7 +3,9 @@
 The index counts this node's ``ok`` steps, so a rerun after a crash reuses the same notification id. The order
 is ``persistence.md`` §10.3's: the outbox row (``INSERT OR IGNORE``, read back: the first content wins), then the
 conversation entry, then ``notification_queued``, then ``node_finished``; each is written at most once for that
-id, so a crash between any two of them leaves one row, one entry and one event after the rerun.
+id, so a crash between any two of them leaves one row, one entry and one event after the rerun. The entry's
+details, the event's payload and the node's output all name the run (``runId``), so none of them needs the
+envelope it came in to be traced back (``docs/bundle-format.md``).
 """
 
 from __future__ import annotations
@@ -70,13 +72,19 @@ class NotifyExecutor:
                     "role": "custom",
                     "customType": NOTIFICATION_CUSTOM_TYPE,
                     "content": text,
-                    "details": {"notificationId": ident, "notificationIndex": index, "kind": node.kind},
+                    "details": {
+                        "notificationId": ident,
+                        "notificationIndex": index,
+                        "kind": node.kind,
+                        "runId": attempt.run_id,
+                    },
                 }
             )
         content = existing.message.get("content", text)
         if not attempt.writer.notification_queued(ident):
             payload: dict[str, Any] = {
                 "notificationId": ident,
+                "runId": attempt.run_id,
                 "notificationIndex": index,
                 "kind": node.kind,
                 "contentSha256": "sha256:" + sha256_hex(content),
@@ -91,4 +99,4 @@ class NotifyExecutor:
                 attempt_id=attempt.attempt_id,
                 sync=True,
             )
-        return NodeOutcome.ok({"notificationId": ident, "targetSessionId": target})
+        return NodeOutcome.ok({"notificationId": ident, "runId": attempt.run_id, "targetSessionId": target})
