@@ -16,7 +16,8 @@ from piw.run.runner import ForegroundOptions, queue_run
 from piw.store.bundle import WriterLock, open_bundle
 from piw.store.db.database import close_databases
 from piw.store.db.lease import Lease
-from piw.store.db.queue import LEASE_MS, SqliteQueue
+from piw.store.db.rows import LEASE_MS
+from piw.store.db.run_database import open_run_database
 from piw.store.replay import fold
 from piw.store.session import SessionLog
 from piw.store.writer import RunWriter
@@ -49,7 +50,7 @@ def test_a_stale_writer_is_fenced_out_and_writes_nothing_more(piw_home: Path, tm
     run_id = queue_run(str(flow), piw_home, {}, None, ForegroundOptions(record_origin=False)).run_id
     close_databases()
     clock = Clock()
-    queue = SqliteQueue.open(piw_home, clock)
+    queue = open_run_database(piw_home, clock).queue
     bundle = open_bundle(piw_home, run_id)
 
     claim_a = queue.claim_next("elsewhere.example:1:1")

@@ -59,7 +59,7 @@ def host(
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
     from piw.agent_steps.factory import agent_executor_factory
     from piw.run.host import HostOptions, serve
-    from piw.store.db.queue import QueueRow
+    from piw.store.db.rows import QueueRow
 
     if max_runs is not None and max_runs < 1:
         raise UsageError("--max-runs must be at least 1.")

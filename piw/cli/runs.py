@@ -21,6 +21,7 @@ from piw.terminal import json_text, safe_text, single_line
 if TYPE_CHECKING:
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
+    from piw.store.db.idempotency import Adopted
     from piw.store.replay import RunState
     from piw.workflow.budget import Budget
 
@@ -119,7 +120,7 @@ RunJsonOption = Annotated[
 
 
 def _follow(
-    start: Callable[[ForegroundOptions], RunState],
+    start: Callable[[ForegroundOptions], RunState | Adopted],
     as_json: bool,
     flags: tuple[Any, ...],
     extra: dict[str, Any] | None = None,
@@ -130,15 +131,17 @@ def _follow(
     A run that stops at a human decision on a terminal then prompts for it and continues here
     (``piw.cli.prompt``).
     """
+    from piw.store.db.idempotency import Adopted
+
     state, code = _followed(start, as_json, flags, extra, replay_from)
-    if as_json or state.status != "waiting":
+    if isinstance(state, Adopted) or as_json or state.status != "waiting":
         return code
     from piw.cli.prompt import after_waiting, can_prompt
 
     if not can_prompt():
         return code
 
-    def follow(receipt: Any, claim: Any) -> tuple[RunState, int]:
+    def follow(receipt: Any, claim: Any) -> tuple[RunState | Adopted, int]:
         from piw.run.runner import continue_run
 
         spec = receipt.spec
@@ -148,18 +151,23 @@ def _follow(
 
 
 def _followed(
-    start: Callable[[ForegroundOptions], RunState],
+    start: Callable[[ForegroundOptions], RunState | Adopted],
     as_json: bool,
     flags: tuple[Any, ...],
     extra: dict[str, Any] | None = None,
     replay_from: str | None = None,
-) -> tuple[RunState, int]:
+) -> tuple[RunState | Adopted, int]:
+    """Run ``start`` under the live display; a start its idempotency key adopts reports that run instead."""
+    from piw.store.db.idempotency import Adopted
+
     verbose, provider, model, script = flags
     options, display = _foreground(as_json, verbose, provider, model, script, replay_from=replay_from)
     try:
         state = start(options)
     finally:
         display.close()
+    if isinstance(state, Adopted):
+        return state, _adopted(state, as_json)
     return state, _finish(state, as_json, extra, verbose=bool(flags[0]) if flags else False)
 
 
@@ -197,7 +205,6 @@ def run(
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
-    from piw.store.db.queue import StartAdopted
     from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
@@ -207,20 +214,15 @@ def run(
     home = piw_home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
-    try:
-        if detach:
-            return _detach(
-                workflow, raw_input, title, (provider, model, script), no_origin, as_json, key, limits
-            )
-        return _follow(
-            lambda options: start_run(
-                workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
-            ),
-            as_json,
-            (verbose, provider, model, script),
-        )
-    except StartAdopted as adopted:
-        return _adopted(adopted.run_id, key or "", as_json)
+    if detach:
+        return _detach(workflow, raw_input, title, (provider, model, script), no_origin, as_json, key, limits)
+    return _follow(
+        lambda options: start_run(
+            workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
+        ),
+        as_json,
+        (verbose, provider, model, script),
+    )
 
 
 def _checked_key(key: str | None) -> str | None:
@@ -232,9 +234,11 @@ def _checked_key(key: str | None) -> str | None:
     return key
 
 
-def _adopted(run_id: str, key: str, as_json: bool) -> int:
+def _adopted(adopted: Adopted, as_json: bool) -> int:
     """A repeated start: report the run the key already started (exit 0, nothing new created)."""
     from piw.store.bundle import load_state, open_bundle
+
+    run_id, key = adopted.run_id, adopted.key
 
     try:
         state = load_state(open_bundle(piw_home(), run_id))
@@ -268,6 +272,7 @@ def _detach(
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
     from piw.agent_steps.factory import agent_executor_factory
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
+    from piw.store.db.idempotency import Adopted
 
     home = piw_home()
     provider, model, script = launch
@@ -282,6 +287,8 @@ def _detach(
         budget=budget,
     )
     state = queue_run(workflow, home, raw_input, title, options, check=factory)
+    if isinstance(state, Adopted):
+        return _adopted(state, as_json)
     if as_json:
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": None, "error": None}
         sys.stdout.write(json_text(payload) + "\n")

@@ -28,7 +28,8 @@ from piw.errors import (
 )
 from piw.store.bundle import Bundle, WriterLock
 from piw.store.db.lease import BOUNDARY_FLAGS_MS, Lease
-from piw.store.db.queue import RENEW_MS, FinalStatus, ParkReason
+from piw.store.db.queue import RENEW_MS
+from piw.store.db.rows import FinalStatus, ParkReason
 from piw.store.replay import TERMINAL_STATUSES, RunState
 
 FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {

@@ -206,6 +206,15 @@ class Engine:
         self, input_value: Any, title: str | None, extra: dict[str, Any], run_id: str | None = None
     ) -> RunWriter:
         """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
+        payload = self.start_payload(input_value, title, extra)
+        return self._create(run_id or new_run_id(self.workflow.definition.name), payload)
+
+    def start_payload(
+        self, input_value: Any, title: str | None, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The ``run_started`` payload of a new run with this (validated) input and title; nothing is created.
+
+        The runner fingerprints it (``piw run --idempotency-key``) before it inserts the run's queue row."""
         definition = self.workflow.definition
         run_title = title if title is not None else resolve_title(definition, input_value)
         payload: dict[str, Any] = {
@@ -218,9 +227,9 @@ class Engine:
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
             "budget": self._limits(),
-            **extra,
+            **(extra or {}),
         }
-        return self._create(run_id or new_run_id(definition.name), payload)
+        return payload
 
     def start_continuation(self, spec: ContinuationSpec, *, lease: Lease | None = None) -> RunState:
         """Create the continuation of a waiting run and follow the answered checkpoint's edge (§8).

@@ -24,9 +24,12 @@ from piw.run.process_groups import stop_group
 from piw.run.runner import configured_durability, ensure_row
 from piw.store.bundle import Bundle, WriterLock, load_state, open_bundle
 from piw.store.db.database import now_ms
+from piw.store.db.holders import runner_id
 from piw.store.db.index import RunIndex
 from piw.store.db.lease import Lease
-from piw.store.db.queue import QueueRow, RunQueue, open_queue, runner_id
+from piw.store.db.queue import RunQueue
+from piw.store.db.rows import QueueRow
+from piw.store.db.run_database import open_run_database
 from piw.store.replay import RunState, fold
 from piw.store.trace import resolve_durability, truncate_tail
 from piw.store.writer import RunWriter
@@ -62,7 +65,7 @@ def _state(bundle: Bundle) -> RunState | None:
 def _result(home: Path, run_id: str, message: str, done: bool) -> LifecycleResult:
     bundle = open_bundle(home, run_id)
     state = _state(bundle)
-    row = open_queue(home).get(run_id)
+    row = open_run_database(home).queue.get(run_id)
     status = state.status if state is not None else "running"
     return LifecycleResult(run_id, status, row.status if row else None, message, done)
 
@@ -109,7 +112,7 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     state = _state(bundle)
     if state is not None and state.is_terminal:
         raise _finished(run_id, state, "pause")
-    queue = open_queue(home)
+    queue = open_run_database(home).queue
     row = _unfinished_row(queue, home, run_id, state, "pause", "paused")
     resume_hint = f"continue it with 'piw resume {run_id}'"
     node = state.current.node_id if state is not None and state.current else None
@@ -145,12 +148,13 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
 def cancel_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResult:
     bundle = open_bundle(home, run_id)
     state = _state(bundle)
-    queue = open_queue(home)
+    database = open_run_database(home)
+    queue = database.queue
     row = queue.get(run_id)
     if state is not None and state.is_terminal:
         if state.status == "waiting" and not (row is not None and row.status == "cancelled"):
             ensure_row(queue, state, home)
-            queue.cancel_waiting(run_id)
+            database.decisions.cancel_waiting(run_id)
             message = (
                 f"Run {run_id} was waiting on {state.waiting_on}; it is cancelled (its bundle is unchanged)."
             )
@@ -231,5 +235,5 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
 
 
 def is_live(home: Path, run_id: str) -> bool:
-    row = open_queue(home).get(run_id)
+    row = open_run_database(home).queue.get(run_id)
     return row is not None and row.has_live_claim(now_ms())

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from piw.store.db.queue import (
-    process_start_time,  # one definition of a process's identity, shared with claims
-)
+from piw.store.db.holders import (
+    process_start_time,
+)  # one definition of a process's identity, shared with claims
 
 GRACE_S = 1.0
 WAIT_GONE_S = 5.0

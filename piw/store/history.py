@@ -17,7 +17,8 @@ from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
 from piw.store.db.database import now_ms
 from piw.store.db.index import IndexRow, indexed_rows, usage_cost
-from piw.store.db.queue import QueueRow, SqliteQueue
+from piw.store.db.rows import QueueRow
+from piw.store.db.run_database import open_run_database
 from piw.store.storage import storage_error
 
 
@@ -89,7 +90,7 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
         if limit is not None:
             rows = rows[:limit]
         running = [row.run_id for row in rows if row.status == "running" and row.damage_line is None]
-        queue_rows = SqliteQueue.open(home).rows(running) if running else {}
+        queue_rows = open_run_database(home).queue.rows(running) if running else {}
     except Exception as exc:
         if storage_error(exc, home) is None:
             raise

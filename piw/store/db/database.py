@@ -205,6 +205,18 @@ def database_path(home: Path) -> Path:
     return home / DATABASE_NAME
 
 
+def read_only_connection(home: Path, timeout: float = 1.0) -> sqlite3.Connection | None:
+    """A read-only connection to ``home``'s database (``mode=ro``: it never creates, changes or checks the file),
+    for readers that must not write; ``None`` when there is no database or it cannot be opened."""
+    path = database_path(home)
+    if not path.is_file():
+        return None
+    try:
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+    except sqlite3.Error:
+        return None
+
+
 def _mismatch(path: Path, found: str) -> StateSchemaMismatch:
     return StateSchemaMismatch(
         f"{path} is not a {SCHEMA_ID} database ({found}); it was left untouched. Back it up and move it aside "

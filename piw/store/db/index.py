@@ -250,7 +250,7 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
     """The runs among ``run_ids`` whose queue row holds an unexpired claim of a holder not known to be dead."""
     if not run_ids:
         return set()
-    from piw.store.db.queue import claim_is_live
+    from piw.store.db.rows import claim_is_live
 
     marks = ", ".join("?" * len(run_ids))
     try:

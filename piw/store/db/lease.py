@@ -35,7 +35,8 @@ import threading
 from collections.abc import Callable
 
 from piw.errors import ClaimLost
-from piw.store.db.queue import POLL_MS, RENEW_MS, Claim, ClaimCheck, FinalStatus, ParkReason, RunQueue
+from piw.store.db.queue import POLL_MS, RENEW_MS, ClaimCheck, RunQueue
+from piw.store.db.rows import Claim, FinalStatus, ParkReason
 
 log = logging.getLogger(__name__)
 
