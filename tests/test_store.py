@@ -26,6 +26,7 @@ from piw.store.bundle import (
     slugify,
     write_private_file,
 )
+from piw.store.file_store import FileRunStore
 
 
 def test_piw_home_from_env_created_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,10 +124,10 @@ def test_writer_lock_is_exclusive_across_processes(piw_home: Path, tmp_path: Pat
     path.mkdir(parents=True)
     bundle = Bundle(path.name, path)
     assert not run_is_live(bundle)
-    lock = WriterLock(bundle).acquire()
+    store = FileRunStore(bundle).acquire()  # the run's store holds the bundle's writer lock
     try:
         assert run_is_live(bundle)
-        lock.fence()
+        store.fence()
         with pytest.raises(RunLocked):
             WriterLock(bundle).acquire()
         probe = subprocess.run(
@@ -143,9 +144,9 @@ def test_writer_lock_is_exclusive_across_processes(piw_home: Path, tmp_path: Pat
         )
         assert probe.stdout.strip() == "True" and "RunLocked" in probe.stderr
     finally:
-        lock.release()
+        store.release()
     with pytest.raises(RunLocked):
-        lock.fence()  # released: no more writes
+        store.fence()  # released: no more writes
     WriterLock(bundle).acquire().release()
     assert not run_is_live(bundle)
 

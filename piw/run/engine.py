@@ -37,23 +37,15 @@ from piw.run.executors.notify import NotifyExecutor, Outbox
 from piw.run.fork import Prefix, check_prefix
 from piw.run.process_groups import stop_group
 from piw.run.tracebacks import redact, workflow_files, workflow_traceback
-from piw.store.bundle import (
-    Bundle,
-    WriterLock,
-    copy_artifacts,
-    create_bundle,
-    discard_incomplete,
-    new_run_id,
-    open_bundle,
-    set_aside_incomplete,
-)
+from piw.store.bundle import Bundle, new_run_id, open_bundle
 from piw.store.damage import artifact_damage
 from piw.store.db.index import RunIndex
 from piw.store.db.lease import Lease
 from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
+from piw.store.run_store import RunStore, open_run_stores
 from piw.store.session import SessionLog
 from piw.store.storage import storage_error
-from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, truncate_tail
+from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, TraceRead
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
 from piw.wire import Manifest, now_iso
@@ -128,6 +120,7 @@ class Engine:
         self.graph = workflow.graph
         self.home = home
         self.options = options or RunOptions()
+        self.stores = open_run_stores(home, self.options.durability, self.options.files)
         self.writer: RunWriter | None = None
         self.session: SessionLog | None = None
         self.publisher: UpdatePublisher | None = None
@@ -284,13 +277,11 @@ class Engine:
         if self.claim.lease is None and self.options.claimer is not None:
             self.claim.hold(self.options.claimer(run_id, payload))
         try:
-            set_aside_incomplete(self.home)  # bundles of runs killed before they started (none are retried)
-            bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
-            lock = self.claim.acquire(bundle)
+            store = self.claim.acquire(self.stores.create(run_id, self.workflow.snapshot, manifest))
         except BaseException as exc:
             self.claim.settle(RunState(), None, exc)
             raise
-        writer = self._open_writer(bundle, lock, RunState(), manifest)
+        writer = self._open_writer(store, RunState(), manifest)
         try:
             writer.append(
                 "run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True
@@ -300,8 +291,8 @@ class Engine:
             writer.close()
             assert self.session is not None
             self.session.close()
-            lock.release()
-            discard_incomplete(bundle)
+            store.release()
+            store.discard()
             if self.claim.lease is not None:
                 self.claim.lease.release("failed", "the run never started")
             raise
@@ -335,8 +326,7 @@ class Engine:
     def _adopt(self, writer: RunWriter, prefix: Prefix) -> None:
         """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
         assert self.session is not None
-        writer.lock.fence()  # artifacts are bundle writes too
-        copy_artifacts(prefix.parent, writer.bundle)
+        writer.store.copy_artifacts(prefix.parent)
         for entry in prefix.entries:
             self.session.adopt(entry)
         self.session.sync()
@@ -366,13 +356,14 @@ class Engine:
 
     def resume(self, run_id: str, lease: Lease | None = None) -> RunState:
         """Continue an interrupted run from its trace (``persistence.md`` §8), under ``lease`` when given."""
-        bundle = open_bundle(self.home, run_id)
+        store = self.stores.open(run_id)
+        bundle = store.bundle
         self.claim.hold(lease)
-        lock = self.claim.acquire(bundle)
+        store = self.claim.acquire(store)
         state: RunState | None = None
         try:
             manifest = Manifest.model_validate(bundle.read_manifest())
-            read = bundle.read_trace()
+            read = store.read_trace()
             state = fold(read.events)
             if not read.events:
                 raise ResumeRefused(
@@ -381,7 +372,7 @@ class Engine:
             if state.status in TERMINAL_STATUSES:
                 raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
             self._check_source(state, bundle)
-            lock.fence()
+            store.fence()
             damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there
             if damage is not None:
                 raise ArtifactDamaged(
@@ -389,18 +380,18 @@ class Engine:
                     "start the run again.",
                     damage.file,
                 )
-            truncated = self._repair_tail(bundle, read.valid_bytes, read.torn_bytes)
+            truncated = self._repair_tail(store, read)
         except BaseException as exc:
-            lock.release()
+            store.release()
             self.claim.settle_refusal(exc, state)
             raise
         if not self.options.session_visible:
             # A host acts for the run's recorded origin session (or none): it never becomes one itself.
             self.options.origin_session = state.origin_session
-        writer = self._open_writer(bundle, lock, state, manifest)
+        writer = self._open_writer(store, state, manifest)
         self.claim.running()
         if not bundle.manifest_path.is_file():
-            lock.fence()
+            store.fence()
             bundle.write_manifest(manifest)  # it was lost and recovered from the trace: a cache, rebuilt
         return self._guarded(lambda: self._continue(writer, read.events, truncated))
 
@@ -464,10 +455,8 @@ class Engine:
     def _check_source(self, state: RunState, bundle: Bundle) -> None:
         check_source(self.workflow, state)
 
-    def _repair_tail(self, bundle: Bundle, valid_bytes: int, torn_bytes: int) -> int:
-        if torn_bytes <= 0:
-            return 0
-        return truncate_tail(bundle.trace_path, valid_bytes, self.options.files)
+    def _repair_tail(self, store: RunStore, read: TraceRead) -> int:
+        return store.repair_tail(read)
 
     def _continue(self, writer: RunWriter, events: list[TraceEvent], truncated: int) -> None:
         state = writer.state
@@ -548,18 +537,12 @@ class Engine:
 
     # ---- the loop -----------------------------------------------------------------------------------------
 
-    def _open_writer(
-        self, bundle: Bundle, lock: WriterLock, state: RunState, manifest: Manifest
-    ) -> RunWriter:
+    def _open_writer(self, store: RunStore, state: RunState, manifest: Manifest) -> RunWriter:
         index = RunIndex(self.home) if self.claim.lease is not None else None
-        writer = RunWriter(
-            bundle, lock, self.options.durability, state, manifest, self.options.files, index=index
-        )
+        writer = RunWriter(store, state, manifest, index=index)
         writer.listeners.extend(self.options.listeners)
         self.writer = writer
-        self.session = SessionLog(
-            bundle.session_path, self.options.durability, self.options.files, fence=lock.fence
-        )
+        self.session = store.open_session()
         self.publisher = UpdatePublisher(writer)
         self.budget = BudgetGate(writer)
         return writer
@@ -600,7 +583,7 @@ class Engine:
         finally:
             writer.close()
             self.session.close()
-            writer.lock.release()
+            writer.store.release()
             self.claim.settle(writer.state, self.stopped, error)
         return writer.state
 

@@ -36,7 +36,8 @@ from piw.store.db.lease import Lease
 from piw.store.db.rows import Claim, QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.replay import RunState
-from piw.store.trace import TraceEvent, read_trace, resolve_durability
+from piw.store.run_store import open_run_stores
+from piw.store.trace import resolve_durability
 from piw.store.writer import Listener
 from piw.terminal import single_line
 from piw.workflow.loader import LoadedWorkflow, load_workflow
@@ -205,7 +206,7 @@ class Host:
         assert row is not None
         self.options.report(f"{run_id}  claimed (generation {lease.claim.generation})")
         bundle_path = self.home / "runs" / run_id
-        started = bundle_path.is_dir() and _has_run_started(bundle_path)
+        started = _has_run_started(self.home, run_id)
         if started:
             from piw.store.bundle import load_state, open_bundle
 
@@ -264,12 +265,11 @@ class Host:
         )
 
 
-def _has_run_started(bundle_path: Path) -> bool:
+def _has_run_started(home: Path, run_id: str) -> bool:
     try:
-        events: list[TraceEvent] = read_trace(bundle_path / "trace.ndjson").events
+        return open_run_stores(home).head(run_id) > 0
     except PiwError:
         return True  # damaged: the resume path parks it as trace_corrupt
-    return bool(events) and events[0].type == "run_started"
 
 
 def serve(home: Path, options: HostOptions) -> HostResult:

@@ -22,7 +22,7 @@ from piw.errors import ClaimLost, PiwError, RunLocked, TraceCorrupt, UsageError
 from piw.run.engine import CANCELLED_ERROR
 from piw.run.process_groups import stop_group
 from piw.run.runner import configured_durability, ensure_row
-from piw.store.bundle import Bundle, WriterLock, load_state, open_bundle
+from piw.store.bundle import Bundle, load_state, open_bundle
 from piw.store.db.database import now_ms
 from piw.store.db.holders import runner_id
 from piw.store.db.index import RunIndex
@@ -31,7 +31,8 @@ from piw.store.db.queue import RunQueue
 from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import open_run_database
 from piw.store.replay import RunState, fold
-from piw.store.trace import resolve_durability, truncate_tail
+from piw.store.run_store import open_run_stores
+from piw.store.trace import resolve_durability
 from piw.store.writer import RunWriter
 from piw.wire import Manifest
 
@@ -186,14 +187,15 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
     """Claim a run nobody holds, repair its tail and append ``run_cancelled`` (no workflow is loaded)."""
     claim = queue.claim_run(run_id, runner_id())
     lease = Lease(queue, claim).start()
+    durability = resolve_durability(configured_durability(home))
     try:
-        lock = WriterLock(bundle, lease).acquire()
+        store = open_run_stores(home, durability).open(run_id).acquire(lease)
     except RunLocked:
         lease.park(delay_ms=0)
         raise
     try:
         try:
-            read = bundle.read_trace()
+            read = store.read_trace()
         except TraceCorrupt as exc:
             # A damaged middle line: writers refuse the run. The queue row is final; the bundle is left as is.
             lease.release("cancelled", str(exc))
@@ -203,15 +205,13 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
         if state.is_terminal:  # it finished between our check and the claim
             lease.release("done" if state.status in ("completed", "waiting") else "failed")
             raise UsageError(f"Run {run_id} already ended ({state.status}); there is nothing to cancel.")
-        lock.fence()
-        if read.torn_bytes:
-            truncate_tail(bundle.trace_path, read.valid_bytes)
+        store.fence()
+        store.repair_tail(read)
         group = state.current.process_group if state.current is not None else None
         if group:
             stop_group(group)  # a dead holder's command may still run: it must not outlive the run
         manifest = Manifest.model_validate(bundle.read_manifest())
-        durability = resolve_durability(configured_durability(home))
-        writer = RunWriter(bundle, lock, durability, state, manifest, index=RunIndex(home))
+        writer = RunWriter(store, state, manifest, index=RunIndex(home))
         try:
             writer.append(
                 "run", "run_cancelled", {"status": "cancelled", "error": CANCELLED_ERROR}, sync=True
@@ -219,17 +219,17 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
         finally:
             writer.close()
     except ClaimLost:
-        lock.release()
+        store.release()
         lease.stop()
         raise
     except UsageError:
-        lock.release()
+        store.release()
         raise
     except BaseException as exc:
-        lock.release()
+        store.release()
         lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
         raise
-    lock.release()
+    store.release()
     lease.release("cancelled")
     return _result(home, run_id, f"Run {run_id} cancelled.", True)
 

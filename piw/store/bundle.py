@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
@@ -359,24 +359,17 @@ def list_bundles(home: Path) -> Iterator[Bundle]:
             yield Bundle(entry.name, entry)
 
 
-class Fence(Protocol):
-    """What a claim holder offers the writer lock: ``fence()`` raises ``ClaimLost`` once the claim is gone."""
-
-    def fence(self) -> None: ...
-
-
 class WriterLock:
-    """An exclusive ``flock`` on the bundle directory, and the fence every bundle write passes first.
+    """An exclusive ``flock`` on the bundle directory, held by the one process that writes the run.
 
-    The SQLite claim (``persistence.md`` §10.2, ``piw.store.db.lease``) decides who may write; this lock closes the
-    gap between the fence check and the write: a new holder takes the lock before its first write, so a stale
-    holder that passed its check still writes alone, and its next check fails. :meth:`fence` precedes every
-    write to the bundle (trace, session, artifacts, state, manifest, tail repair).
+    The claim in the run database (``docs/detached.md``, "Claims and fencing") decides who may write; this lock
+    closes the gap between the claim's check and the write: a new holder takes the lock before its first write,
+    so a stale holder that passed its check still writes alone, and its next check fails. The run store's fence
+    (``piw.store.file_store``) checks the lock, then the claim, before every write to the bundle.
     """
 
-    def __init__(self, bundle: Bundle, lease: Fence | None = None) -> None:
+    def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
-        self.lease = lease
         self._fd = -1
 
     def acquire(self) -> WriterLock:
@@ -394,13 +387,6 @@ class WriterLock:
     @property
     def held(self) -> bool:
         return self._fd >= 0
-
-    def fence(self) -> None:
-        """Raise unless this process may write: the lock is held and the claim (if any) is still ours."""
-        if self._fd < 0:
-            raise RunLocked(f"Run {self.bundle.run_id}: writer lock not held.")
-        if self.lease is not None:
-            self.lease.fence()
 
     def release(self) -> None:
         if self._fd >= 0:

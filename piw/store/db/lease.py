@@ -16,7 +16,8 @@ it has to, and this is why skipping the read in between is sound:
    10 s even if rule 1 were broken from outside (a row edited by hand), and a renewal thread that stalls makes
    every append read the row until a renewal succeeds, so an expired claim is never written under.
 4. The gap between a fence check and the write is closed by the per-bundle writer lock, which a new holder
-   must take before writing (``WriterLock``); a stale holder paused between check and write still holds it.
+   must take before writing (the run store's ``acquire``); a stale holder paused between check and write still
+   holds it.
 
 Rule 2 needs one clock for holder and claimers: true on one host, which is all SQLite claims support (multi-host
 claims are out of scope, §11). A queue implementation for many machines must fence with a row read (or bound
@@ -30,11 +31,10 @@ boundary reads the flags too (:meth:`Lease.current_flags`), so a pause takes eff
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable
 
-from piw.errors import ClaimLost
+from piw.errors import ClaimLost, StoreBusy
 from piw.store.db.queue import POLL_MS, RENEW_MS, ClaimCheck, RunQueue
 from piw.store.db.rows import Claim, FinalStatus, ParkReason
 
@@ -117,7 +117,7 @@ class Lease:
             return
         try:
             self.confirm()
-        except sqlite3.Error as exc:
+        except StoreBusy as exc:
             log.warning("run %s: reading the pause and cancel flags failed: %s", self.run_id, exc)
 
     def _take_flags(self, row: ClaimCheck) -> None:
@@ -157,7 +157,7 @@ class Lease:
                 self.renew()
         except ClaimLost:
             return
-        except sqlite3.Error as exc:  # a busy or locked database: try again next round
+        except StoreBusy as exc:  # a busy or locked database: try again next round
             log.warning("run %s: lease round failed: %s", self.run_id, exc)
 
     def start(self) -> Lease:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound
+from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound, StoreBusy
 from piw.store.db.database import Clock, Database, now_ms, read_only_connection
 from piw.store.db.dialect import dumps
 from piw.store.db.idempotency import Adopted, guard_start
@@ -103,11 +103,13 @@ class RunQueue(Protocol):
         ...
 
     def renew(self, claim: Claim) -> Claim:
-        """Extend a live lease by ``LEASE_MS``; ``ClaimLost`` when it expired or changed (never renews)."""
+        """Extend a live lease by ``LEASE_MS``; ``ClaimLost`` when it expired or changed (never renews),
+        ``StoreBusy`` when the row cannot be written just now."""
         ...
 
     def fence(self, claim: Claim) -> ClaimCheck:
-        """Check a claim against its row (``ClaimLost(reason)`` otherwise); returns the row's flags."""
+        """Check a claim against its row (``ClaimLost(reason)`` otherwise); returns the row's flags. ``StoreBusy``
+        when the row cannot be read just now (the holder tries again)."""
         ...
 
     def mark_running(self, claim: Claim) -> None: ...
@@ -235,27 +237,33 @@ class SqliteQueue:
     def renew(self, claim: Claim) -> Claim:
         now = self.clock()
         expires = now + LEASE_MS
-        with self.db.transaction() as conn:
-            cursor = conn.execute(
-                "UPDATE run_queue SET claim_expires_at = ?, updated_at = ? WHERE run_id = ? AND claim_token = ? "
-                "AND claim_generation = ? AND status IN ('starting', 'running') AND claim_expires_at > ?",
-                (expires, now, claim.run_id, claim.token, claim.generation, now),
-            )
-            if cursor.rowcount != 1:
-                raise ClaimLost(lost_reason(get_row(conn, claim.run_id), claim, now))
+        try:
+            with self.db.transaction() as conn:
+                cursor = conn.execute(
+                    "UPDATE run_queue SET claim_expires_at = ?, updated_at = ? WHERE run_id = ? AND claim_token = ? "
+                    "AND claim_generation = ? AND status IN ('starting', 'running') AND claim_expires_at > ?",
+                    (expires, now, claim.run_id, claim.token, claim.generation, now),
+                )
+                if cursor.rowcount != 1:
+                    raise ClaimLost(lost_reason(get_row(conn, claim.run_id), claim, now))
+        except sqlite3.Error as exc:
+            raise StoreBusy(f"The run queue could not renew run {claim.run_id}'s lease: {exc}") from exc
         return Claim(claim.run_id, claim.token, claim.generation, claim.runner_id, expires, claim.taken_from)
 
     def fence(self, claim: Claim) -> ClaimCheck:
         now = self.clock()
-        found = (
-            self.db.connection()
-            .execute(
-                "SELECT claim_token, claim_generation, status, claim_expires_at, pause_requested, cancel_requested "
-                "FROM run_queue WHERE run_id = ?",
-                (claim.run_id,),
+        try:
+            found = (
+                self.db.connection()
+                .execute(
+                    "SELECT claim_token, claim_generation, status, claim_expires_at, pause_requested, "
+                    "cancel_requested FROM run_queue WHERE run_id = ?",
+                    (claim.run_id,),
+                )
+                .fetchone()
             )
-            .fetchone()
-        )
+        except sqlite3.Error as exc:
+            raise StoreBusy(f"The run queue could not check run {claim.run_id}'s claim: {exc}") from exc
         if found is None:
             raise ClaimLost("missing")
         token, generation, status, expires, pause, cancel = found
