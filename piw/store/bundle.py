@@ -29,7 +29,7 @@ from piw.store.home import home_path as home_path  # re-exported: callers of piw
 from piw.store.home import piw_home as piw_home
 from piw.store.home import tighten as tighten
 from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
-from piw.store.state import decode_state, iter_state_json
+from piw.store.state_json import decode_state, iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
@@ -314,7 +314,7 @@ def _cache_is_current(bundle: Bundle) -> bool:
 def current_state(bundle: Bundle, *, lazy_steps: bool = False) -> RunState | None:
     """``state.json`` when it is current — written after the trace last changed, naming this run, its
     ``traceSeq`` the seq of the trace's last line — else ``None``. Reads only the cache and the trace's end;
-    ``lazy_steps`` as in :func:`~piw.store.state.decode_state` (a reader that may never look at a step)."""
+    ``lazy_steps`` as in :func:`~piw.store.state_json.decode_state` (a reader that may never look at a step)."""
     if not _cache_is_current(bundle):
         return None
     try:

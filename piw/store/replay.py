@@ -23,6 +23,8 @@ from piw.store.state import (
     add_step_stat,
     add_usage,
     evolve,
+)
+from piw.store.state_json import (
     result_to_json,
     state_from_json,
     state_to_json,
