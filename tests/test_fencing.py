@@ -21,7 +21,7 @@ from piw.store.db.run_database import open_run_database
 from piw.store.replay import fold
 from piw.store.run_store import open_run_stores
 from piw.store.writer import RunWriter
-from piw.wire import Manifest
+from piw.wire_models import Manifest
 
 QUICK = """
 from piw import compute, define_workflow

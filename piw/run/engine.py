@@ -48,7 +48,8 @@ from piw.store.storage import storage_error
 from piw.store.trace import NODE_TERMINAL_TYPES, Durability, FileLayer, TraceEvent, TraceRead
 from piw.store.writer import Listener, RunWriter
 from piw.updates.publishing import UpdatePublisher
-from piw.wire import Manifest, now_iso
+from piw.wire import now_iso
+from piw.wire_models import Manifest
 from piw.workflow.budget import BUDGET_WAIT, Budget
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode, ComputeNode

@@ -34,7 +34,7 @@ from piw.store.replay import RunState, fold
 from piw.store.run_store import open_run_stores
 from piw.store.trace import resolve_durability
 from piw.store.writer import RunWriter
-from piw.wire import Manifest
+from piw.wire_models import Manifest
 
 WAIT_S = 10.0
 """How long ``pause``/``cancel`` wait for a live holder to act before reporting that the request is pending."""

@@ -35,7 +35,7 @@ from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
 
 if TYPE_CHECKING:
-    from piw.wire import Manifest
+    from piw.wire_models import Manifest
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -149,7 +149,7 @@ class Bundle:
 
     def recover_manifest(self) -> dict[str, Any]:
         """The manifest a run's first trace line implies (status from the fold is the reader's business)."""
-        from piw.wire import Manifest  # pydantic, loaded only when a manifest must be rebuilt
+        from piw.wire_models import Manifest  # pydantic, loaded only when a manifest must be rebuilt
 
         first = first_event(self.trace_path)
         if first is None or first.type != "run_started":

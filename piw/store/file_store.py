@@ -25,6 +25,7 @@ from piw.store.bundle import (
     open_bundle,
     set_aside_incomplete,
 )
+from piw.store.fence import Fence
 from piw.store.session import SessionLog
 from piw.store.trace import (
     Durability,
@@ -38,7 +39,6 @@ from piw.store.trace import (
 from piw.store.trace import iter_trace as iter_trace_file
 
 if TYPE_CHECKING:
-    from piw.store.run_store import Fence
     from piw.wire_models import Manifest
 
 

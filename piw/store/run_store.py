@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from piw.store.fence import Fence
 from piw.store.file_store import FileRunStores
 
 if TYPE_CHECKING:
@@ -26,12 +27,6 @@ if TYPE_CHECKING:
     from piw.store.session import SessionLog
     from piw.store.trace import Durability, FileLayer, TraceEvent, TraceRead
     from piw.wire_models import Manifest
-
-
-class Fence(Protocol):
-    """What a claim holder offers a store: ``fence()`` raises ``ClaimLost`` once the claim is gone."""
-
-    def fence(self) -> None: ...
 
 
 class RunStore(Protocol):

@@ -27,7 +27,7 @@ from piw.wire import is_plain, now_iso
 
 if TYPE_CHECKING:
     from piw.store.run_store import RunStore
-    from piw.wire import Manifest
+    from piw.wire_models import Manifest
 
 Listener = Callable[[TraceEvent, RunState], None]
 log = logging.getLogger(__name__)
