@@ -13,7 +13,7 @@ from test_views_support import RUN_IDS, Runs, shared_runs
 from piw.app import reader as reader_module
 from piw.app.reader import fast_state, open_run
 from piw.store.bundle import Bundle
-from piw.store.replay import fold, fold_more, state_to_json
+from piw.store.fold import fold, fold_more, state_to_json
 from piw.store.state import RunState
 from piw.store.state_json import decode_state
 from piw.store.trace import TraceEvent, read_trace

@@ -14,7 +14,7 @@ from test_views_support import (
     shared_runs,
 )
 
-from piw.store.replay import fold, state_to_json
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import read_trace
 from piw.views import VIEW_NAMES, view_for
 

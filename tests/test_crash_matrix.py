@@ -28,7 +28,7 @@ from conftest import PIW_COMMAND, WORKFLOW_FIXTURES
 from piw.errors import PiwError
 from piw.store.bundle import Bundle, load_state
 from piw.store.db.run_database import open_run_database
-from piw.store.replay import fold, state_to_json
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 
 WORKFLOW = WORKFLOW_FIXTURES / "crash.workflow.py"

@@ -24,7 +24,7 @@ from test_crash_matrix import in_child
 import piw.providers
 from piw.errors import PiwError
 from piw.store.db.run_database import open_run_database
-from piw.store.replay import fold
+from piw.store.fold import fold
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 from piw.testing import OpenAIStub, StubReply
 

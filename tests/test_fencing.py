@@ -18,7 +18,7 @@ from piw.store.db.database import close_databases
 from piw.store.db.lease import Lease
 from piw.store.db.rows import LEASE_MS
 from piw.store.db.run_database import open_run_database
-from piw.store.replay import fold
+from piw.store.fold import fold
 from piw.store.run_store import open_run_stores
 from piw.store.writer import RunWriter
 from piw.wire_models import Manifest

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from piw.store import checkpoint_files, foldcache
 from piw.store.checkpoint_files import valid_checkpoints
+from piw.store.fold import fold
 from piw.store.foldcache import replay
-from piw.store.replay import fold
 from piw.store.trace import TraceEvent, read_trace
 
 RUN_ID = "20260101T000000000Z-ckpt-00000001"

@@ -23,7 +23,7 @@ from piw_inprocess import run_piw
 
 import piw.updates.publishing
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.replay import fold, state_to_json
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import FileLayer, read_trace
 from piw.updates.envelope import TokenBucket
 

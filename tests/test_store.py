@@ -170,7 +170,7 @@ def test_a_current_state_json_is_read_without_replaying_the_trace(
     import json
 
     from piw.store.bundle import load_state, open_bundle
-    from piw.store.replay import fold
+    from piw.store.fold import fold
 
     source = (
         "from piw import compute, define_workflow\nworkflow = define_workflow(name='cached', start_at='a', "

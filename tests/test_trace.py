@@ -12,7 +12,7 @@ import pytest
 from conftest import RunWorkflow, WorkflowMaker
 
 from piw import TraceCorrupt
-from piw.store.replay import fold
+from piw.store.fold import fold
 from piw.store.trace import (
     RUN_TERMINAL_TYPES,
     FileLayer,

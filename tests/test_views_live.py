@@ -15,7 +15,7 @@ from test_views_support import RUN_IDS, Runs, assert_terminal_safe, render, shar
 
 from piw.cli.live import LiveDisplay, StepLog
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.replay import RunState, fold
+from piw.store.fold import RunState, fold
 from piw.store.trace import read_trace
 
 WORKFLOW = """

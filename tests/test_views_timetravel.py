@@ -17,7 +17,7 @@ from test_views_support import (
 )
 
 from piw.progress import parse_instant
-from piw.store.replay import fold, state_to_json
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import read_trace
 from piw.views import VIEW_NAMES, view_for
 from piw.views.source import load_run

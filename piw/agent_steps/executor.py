@@ -246,7 +246,7 @@ class _AttemptRun:
         return receipt.to_json()
 
     def _status(self) -> dict[str, Any]:
-        from piw.store.replay import update_to_json
+        from piw.store.fold import update_to_json
 
         return {"updates": [update_to_json(r) for r in self.attempt.writer.state.sorted_updates()]}
 

@@ -34,7 +34,7 @@ from piw.app.sources import (
     trace_source,
 )
 from piw.app.step_screen import StepScreen
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.store.session import SessionEntry
 from piw.views.base import fmt_clock, node_label, safe
 from piw.views.budget import spent_line

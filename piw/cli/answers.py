@@ -26,7 +26,7 @@ from piw.terminal import json_text, single_line
 
 if TYPE_CHECKING:
     from piw.run.answers import AnswerClaim, AnswerReceipt, Wait
-    from piw.store.replay import RunState
+    from piw.store.fold import RunState
     from piw.workflow.loader import LoadedWorkflow
 
 # The engine and the loader are imported inside the commands, so ``piw --help`` never loads them.

@@ -23,7 +23,7 @@ from piw.run.answers import AnswerReceipt, Wait, claim_decision, now_text, read_
 from piw.run.sweeper import sweep_timeouts
 from piw.store.db.rows import Claim
 from piw.store.db.run_database import RunDatabase, open_run_database
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.terminal import sanitize_terminal_text, single_line
 
 POLL_S = 0.5

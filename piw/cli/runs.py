@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
     from piw.store.db.idempotency import Adopted
-    from piw.store.replay import RunState
+    from piw.store.fold import RunState
     from piw.workflow.budget import Budget
 
 # Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.

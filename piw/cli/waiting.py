@@ -15,7 +15,7 @@ from rich.console import Console
 
 from piw.errors import PiwError
 from piw.store.bundle import open_bundle
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.views.decision import WaitView, answer_command, decide_commands, is_decision
 
 

@@ -29,7 +29,7 @@ from piw.store.db.holders import runner_id
 from piw.store.db.queue import RunQueue
 from piw.store.db.rows import NewRun
 from piw.store.db.run_database import RunDatabase
-from piw.store.replay import RunState, fold
+from piw.store.fold import RunState, fold
 from piw.wire import digest, format_time
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
 from piw.workflow.gates import check_answer, is_gate_request

@@ -29,7 +29,7 @@ from piw.errors import (
 from piw.store.db.lease import BOUNDARY_FLAGS_MS, Lease
 from piw.store.db.queue import RENEW_MS
 from piw.store.db.rows import FinalStatus, ParkReason
-from piw.store.replay import TERMINAL_STATUSES, RunState
+from piw.store.fold import TERMINAL_STATUSES, RunState
 from piw.store.run_store import RunStore
 
 FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from piw.errors import PiwError
 from piw.store.db.outbox import NotificationRow, Outbox
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.store.trace import TraceEvent, iter_trace
 
 Show = Callable[[NotificationRow], None]

@@ -41,7 +41,7 @@ from piw.store.bundle import Bundle, new_run_id, open_bundle
 from piw.store.damage import artifact_damage
 from piw.store.db.index import RunIndex
 from piw.store.db.lease import Lease
-from piw.store.replay import TERMINAL_STATUSES, RunState, fold, result_to_json
+from piw.store.fold import TERMINAL_STATUSES, RunState, fold, result_to_json
 from piw.store.run_store import RunStore, open_run_stores
 from piw.store.session import SessionLog
 from piw.store.storage import storage_error

@@ -35,7 +35,7 @@ from piw.store.db.index import from_ms
 from piw.store.db.lease import Lease
 from piw.store.db.rows import Claim, QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.store.run_store import open_run_stores
 from piw.store.trace import resolve_durability
 from piw.store.writer import Listener

@@ -30,7 +30,7 @@ from piw.store.db.lease import Lease
 from piw.store.db.queue import RunQueue
 from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import open_run_database
-from piw.store.replay import RunState, fold
+from piw.store.fold import RunState, fold
 from piw.store.run_store import open_run_stores
 from piw.store.trace import resolve_durability
 from piw.store.writer import RunWriter

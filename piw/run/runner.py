@@ -41,7 +41,7 @@ from piw.store.db.outbox import NotificationRow, Outbox
 from piw.store.db.queue import RunQueue
 from piw.store.db.rows import Claim, NewRun
 from piw.store.db.run_database import open_run_database
-from piw.store.replay import RunState, fold
+from piw.store.fold import RunState, fold
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso

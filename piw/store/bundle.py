@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.artifacts import resolve as resolve_artifacts
+from piw.store.fold import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
 from piw.store.home import home_path as home_path  # re-exported: callers of piw.store.bundle keep working
 from piw.store.home import piw_home as piw_home
 from piw.store.home import tighten as tighten
-from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.state_json import decode_state, iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq

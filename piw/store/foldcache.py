@@ -32,7 +32,7 @@ from piw.store.checkpoint_files import (
     verified_chain,
 )
 from piw.store.damage import Damage, line_damage
-from piw.store.replay import fold, fold_more
+from piw.store.fold import fold, fold_more
 from piw.store.state import RunState, StepRecord
 from piw.store.trace import TraceEvent, decode_event, decode_lines, last_seq, paused_gc
 

@@ -127,7 +127,7 @@ def folded_summaries(home: Path) -> list[RunSummary]:
     """Every run folded from its bundle (the listing before the index existed; the benchmark's baseline)."""
     # The fold, imported here: a listing by index needs none of it.
     from piw.store.bundle import list_bundles, load_state, run_is_live
-    from piw.store.replay import fold
+    from piw.store.fold import fold
     from piw.store.trace import read_trace_prefix
 
     out: list[RunSummary] = []

@@ -1,6 +1,6 @@
 """Run state: the ``RunState`` value the fold produces, its steps and records.
 
-``piw.store.replay`` is the only code that builds a ``RunState`` from events; this module only defines the value.
+``piw.store.fold`` is the only code that builds a ``RunState`` from events; this module only defines the value.
 Its ``state.json`` wire shape is :mod:`piw.store.state_json` (``docs/bundle-format.md`` §7).
 """
 

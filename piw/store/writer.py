@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from piw.errors import ClaimLost, PiwError, RunLocked
 from piw.store.artifacts import externalize_plain
+from piw.store.fold import RunState, fold_more
 from piw.store.foldcache import CheckpointTrail
-from piw.store.replay import RunState, fold_more
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, Scope, TraceEvent, decode_event
 from piw.wire import is_plain, now_iso
 

@@ -31,7 +31,7 @@ from piw.wire import parse_time
 if TYPE_CHECKING:  # the bundle and the fold are imported only to refold a row: a current index needs neither
     from piw.store.bundle import Bundle
     from piw.store.damage import Damage
-    from piw.store.replay import RunState
+    from piw.store.fold import RunState
 
 log = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
