@@ -218,23 +218,23 @@ def test_delivery_leases_expire_and_redeliver_the_same_notification(make_databas
     database.outbox.queue_notification(note(1))
     database.outbox.queue_notification(note(2))
     database.outbox.queue_notification(note(3, target=None))  # no origin session: a host's
-    (held,) = database.outbox.lease_notifications(run_id="run1", limit=1)
+    (held,) = database.outbox.lease_for_run("run1", limit=1)
     assert held.notification_id == "ntf_1" and held.delivery_token
     other = make_database()
-    assert [row.notification_id for row in other.outbox.lease_notifications(run_id="run1")] == ["ntf_2"]
-    assert other.outbox.lease_notifications(run_id="run1") == []  # both leased; ntf_3 is not the session's
+    assert [row.notification_id for row in other.outbox.lease_for_run("run1")] == ["ntf_2"]
+    assert other.outbox.lease_for_run("run1") == []  # both leased; ntf_3 is not the session's
     clock.advance(DELIVERY_LEASE_MS)
-    again = other.outbox.lease_notifications(run_id="run1")
+    again = other.outbox.lease_for_run("run1")
     assert [row.notification_id for row in again] == ["ntf_1", "ntf_2"]  # redelivered under new tokens
     assert not database.outbox.mark_delivered(
         "ntf_1", str(held.delivery_token)
     )  # the expired lease was taken over
     assert other.outbox.mark_delivered("ntf_1", str(again[0].delivery_token))
-    (hosted,) = database.outbox.lease_notifications(untargeted=True)
-    assert hosted.notification_id == "ntf_3" and database.outbox.lease_notifications(untargeted=True) == []
+    (hosted,) = database.outbox.lease_untargeted()
+    assert hosted.notification_id == "ntf_3" and database.outbox.lease_untargeted() == []
     assert database.outbox.mark_delivered("ntf_3", str(hosted.delivery_token))
     clock.advance(DELIVERY_LEASE_MS)
-    assert [row.notification_id for row in database.outbox.lease_notifications(run_id="run1")] == ["ntf_2"]
+    assert [row.notification_id for row in database.outbox.lease_for_run("run1")] == ["ntf_2"]
     delivered = [
         row.notification_id
         for row in database.outbox.notifications_of("run1")

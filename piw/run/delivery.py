@@ -61,7 +61,7 @@ class OriginDelivery:
         """
         count = 0
         with contextlib.suppress(PiwError):
-            for row in self.outbox.lease_notifications(run_id=run_id, only=queued):
+            for row in self.outbox.lease_for_run(run_id, only=queued):
                 if row.notification_id not in self.delivered and row.notification_id != shown and self.show:
                     self.show(row)
                 if self.outbox.mark_delivered(row.notification_id, str(row.delivery_token)):
@@ -74,7 +74,7 @@ def deliver_untargeted(outbox: Outbox, show: Show, delivered: set[str] | None = 
     """A host's pass over the outbox: rows with no target session, each shown once and marked delivered."""
     seen = delivered if delivered is not None else set()
     count = 0
-    for row in outbox.lease_notifications(untargeted=True):
+    for row in outbox.lease_untargeted():
         if row.notification_id not in seen:
             show(row)
             seen.add(row.notification_id)

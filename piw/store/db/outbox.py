@@ -96,15 +96,15 @@ class Outbox(Protocol):
 
     def notifications_of(self, run_id: str) -> list[NotificationRow]: ...
 
-    def lease_notifications(
-        self,
-        *,
-        run_id: str | None = None,
-        untargeted: bool = False,
-        only: Collection[str] | None = None,
-        limit: int = 100,
+    def lease_for_run(
+        self, run_id: str, only: Collection[str] | None = None, limit: int = 100
     ) -> list[NotificationRow]:
-        """Take a 30 s delivery lease on undelivered rows (of one run, or with no target session)."""
+        """Take a 30 s delivery lease on the undelivered rows of ``run_id`` that have a target session (its origin
+        session's process delivers them); ``only``: just those notification ids."""
+        ...
+
+    def lease_untargeted(self, limit: int = 100) -> list[NotificationRow]:
+        """Take a 30 s delivery lease on undelivered rows with no target session (a host delivers them)."""
         ...
 
     def mark_delivered(self, notification_id: str, token: str) -> bool:
@@ -157,33 +157,27 @@ class SqliteOutbox:
         )
         return [NotificationRow(*values) for values in found.fetchall()]
 
-    def lease_notifications(
-        self,
-        *,
-        run_id: str | None = None,
-        untargeted: bool = False,
-        only: Collection[str] | None = None,
-        limit: int = 100,
+    def lease_for_run(
+        self, run_id: str, only: Collection[str] | None = None, limit: int = 100
     ) -> list[NotificationRow]:
-        """Take the delivery lease of undelivered rows nobody holds: the rows of ``run_id`` that have a target
-        session (for its origin session's process), or, with ``untargeted``, rows with no target session (for a
-        host). Each gets its own token. ``only`` restricts it to those notification ids."""
-        now = self.clock()
-        sql = self.dialect.sql
-        where = "delivered_at IS NULL AND (delivery_expires_at IS NULL OR delivery_expires_at <= ?)"
-        params: list[Any] = [now]
-        if run_id is not None:
-            where += " AND run_id = ?"
-            params.append(run_id)
-        if untargeted:
-            where += " AND target_session_id IS NULL"
-        elif run_id is not None:
-            where += " AND target_session_id IS NOT NULL"
+        if only is not None and not only:
+            return []
+        where, params = " AND run_id = ? AND target_session_id IS NOT NULL", [run_id]
         if only is not None:
-            if not only:
-                return []
             where += f" AND notification_id IN ({','.join('?' * len(only))})"
             params.extend(only)
+        return self._lease(where, params, limit)
+
+    def lease_untargeted(self, limit: int = 100) -> list[NotificationRow]:
+        return self._lease(" AND target_session_id IS NULL", [], limit)
+
+    def _lease(self, where: str, params: list[Any], limit: int) -> list[NotificationRow]:
+        """Take the delivery lease of the undelivered rows nobody holds that also meet ``where``; each gets its own
+        token."""
+        now = self.clock()
+        sql = self.dialect.sql
+        where = "delivered_at IS NULL AND (delivery_expires_at IS NULL OR delivery_expires_at <= ?)" + where
+        params = [now, *params]
         taken: list[NotificationRow] = []
         with self.db.transaction() as conn:
             found = conn.execute(
