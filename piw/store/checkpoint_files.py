@@ -459,8 +459,12 @@ class Extension:
     def leave(self, bundle_path: Path, state: RunState) -> None:
         """Write the checkpoint of ``state``, the fold of exactly the bytes fed so far, and start a new segment."""
         self.link = hashlib.sha256(self.link + self.segment.digest()).digest()
-        where = {"offset": self.position, "previous_seq": self.previous_seq, "prefix_sha256": self.link.hex(),
-                 "step_start": self.step_start}  # fmt: skip
+        where = {
+            "offset": self.position,
+            "previous_seq": self.previous_seq,
+            "prefix_sha256": self.link.hex(),
+            "step_start": self.step_start,
+        }
         write_checkpoint(bundle_path, state, where, state.steps.after(self.step_start), self.artifact_refs)
         self.last = (state.trace_seq, self.link.hex())
         self.previous_seq, self.step_start = state.trace_seq, len(state.steps)

@@ -54,8 +54,13 @@ class _SharedSteps:
 
     __slots__ = ("_list", "_load", "_peek", "lazy")
 
-    def __init__(self, items: list[StepRecord], load: Callable[[], list[StepRecord]] | None = None,
-                 lazy: int = 0, peek: Callable[[int], StepRecord] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        items: list[StepRecord],
+        load: Callable[[], list[StepRecord]] | None = None,
+        lazy: int = 0,
+        peek: Callable[[int], StepRecord] | None = None,
+    ) -> None:
         self._list = items
         self._load = load
         self._peek = peek

@@ -272,9 +272,16 @@ def _state_of(
     updates: dict[tuple[str, str], UpdateRecord] = {}
     for raw in data.get("updates", []):
         record = UpdateRecord(
-            raw["updateId"], raw["seq"], raw["at"], raw["runId"], raw["nodeId"], raw["attemptId"],
-            raw["type"], raw["key"], raw["data"],
-        )  # fmt: skip
+            update_id=raw["updateId"],
+            seq=raw["seq"],
+            at=raw["at"],
+            run_id=raw["runId"],
+            node_id=raw["nodeId"],
+            attempt_id=raw["attemptId"],
+            type=raw["type"],
+            key=raw["key"],
+            data=raw["data"],
+        )
         updates[(record.type, record.key)] = record
     current = None
     if data.get("currentNode"):

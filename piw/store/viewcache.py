@@ -261,9 +261,19 @@ class CacheWriter:
             if prefix is None:
                 raise OSError("the trace is shorter than the rows")
             header = ViewCacheHeader(
-                VIEW_CACHE_SCHEMA, self.run_id, self.view, self.key, seq, offset, anchor_seq, prefix,
-                self._rows, self._size, self._digest.hexdigest(), self._offsets,
-            )  # fmt: skip
+                schema=VIEW_CACHE_SCHEMA,
+                run_id=self.run_id,
+                view=self.view,
+                key=self.key,
+                seq=seq,
+                offset=offset,
+                anchor_seq=anchor_seq,
+                prefix_sha256=prefix,
+                rows=self._rows,
+                text_bytes=self._size,
+                text_sha256=self._digest.hexdigest(),
+                row_offsets=self._offsets,
+            )
             folder = cache_dir(self.bundle_path)
             os.replace(temp, folder / f"{self.view}.txt")
             self._temp = None

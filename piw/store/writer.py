@@ -163,8 +163,9 @@ class RunWriter:
         except OSError as exc:
             self._failed = exc  # an artifact could not be written (a full disk): nothing was appended
             raise
-        event = TraceEvent(seq, at or now_iso(), cast(Scope, scope), type, self.bundle.run_id, wire, node_id,
-                           attempt_id)  # fmt: skip
+        event = TraceEvent(
+            seq, at or now_iso(), cast(Scope, scope), type, self.bundle.run_id, wire, node_id, attempt_id
+        )
         line = event.encode(plain=plain)
         if not plain:
             # Fold exactly what a reader will parse (JSON keys are strings, tuples become lists), so the

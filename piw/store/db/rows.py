@@ -149,8 +149,29 @@ _INSERTED = (
 
 def decode_row(values: tuple[Any, ...]) -> QueueRow:
     """A row selected as :data:`COLUMNS`."""
-    (run_id, status, ref, source, digest, input_json, options, token, generation, expires, runner,
-     available, affinity, origin, park, pause, cancel, parent, error, created, updated) = values  # fmt: skip
+    (
+        run_id,
+        status,
+        ref,
+        source,
+        digest,
+        input_json,
+        options,
+        token,
+        generation,
+        expires,
+        runner,
+        available,
+        affinity,
+        origin,
+        park,
+        pause,
+        cancel,
+        parent,
+        error,
+        created,
+        updated,
+    ) = values
     return QueueRow(
         run_id=run_id,
         status=status,
