@@ -1,7 +1,7 @@
 """Run bundles on disk: ``PIW_HOME``, run ids, bundle creation, cached state and the writer lock.
 
 The trace is authoritative; ``state.json`` and ``manifest.json`` are caches refreshed after each commit and
-checked by readers (``persistence.md`` §3). Everything piw creates is private: directories 0700, files 0600.
+checked by readers (``docs/bundle-format.md`` §4, §7). Everything piw creates is private: directories 0700, files 0600.
 """
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ def list_bundles(home: Path) -> Iterator[Bundle]:
 class WriterLock:
     """An exclusive ``flock`` on the bundle directory, held by the one process that writes the run.
 
-    The claim in the run database (``docs/detached.md``, "Claims and fencing") decides who may write; this lock
+    The claim in the run database (``docs/detached.md``, "What the database holds") decides who may write; this lock
     closes the gap between the claim's check and the write: a new holder takes the lock before its first write,
     so a stale holder that passed its check still writes alone, and its next check fails. The run store's fence
     (``piw.store.file_store``) checks the lock, then the claim, before every write to the bundle.

@@ -2,7 +2,7 @@
 
 A reader never hides damage and never crashes on it: it shows what it can (the readable prefix of a trace) and
 carries one :class:`Damage` beside it, so ``piw inspect --json`` and ``piw runs --json`` tell the truth instead of
-reporting a stale cache (``persistence.md`` §5).
+reporting a stale cache (``docs/bundle-format.md`` §10).
 """
 
 from __future__ import annotations

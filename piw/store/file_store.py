@@ -5,7 +5,7 @@ through a :class:`~piw.store.trace.LineAppender` (``os.write`` on an fd opened a
 durability setting says, ``docs/bundle-format.md`` §11), the conversation to ``session/entries.ndjson``, large
 strings to ``artifacts/``. Its fence is the bundle's writer lock, held from :meth:`FileRunStore.acquire` to
 :meth:`FileRunStore.release`, and then the holder's claim: the claim in the run database decides who may write,
-the lock closes the gap between the claim's check and the write (``docs/detached.md``, "Claims and fencing").
+the lock closes the gap between the claim's check and the write (``docs/detached.md``, "What the database holds").
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def _read(
     A batch is the lines of one chunk decoded in one call (:func:`piw.store.trace.decode_lines`), cut after
     every checkpoint boundary (``seq`` a multiple of :data:`CHECKPOINT_EVERY`), so a boundary event always ends
     its batch and the offset is exact there. A chunk that holds a bad line, or the line past ``at``, is read
-    line by line (one event per batch). The torn-tail rule of ``persistence.md`` §5 holds as for a read from
+    line by line (one event per batch). The torn-tail rule (``docs/bundle-format.md`` §10) holds as for a read from
     byte 0; the second value holds, once the stream is exhausted, the damage of a line that was not the last,
     the time of the event after ``at``, and whether an artifact ref was seen.
     """

@@ -1,7 +1,7 @@
 """Run listings: a summary row per run, newest first, from the ``runs`` index and the run queue.
 
 The index (``piw.store.db.index``) caches each bundle's fold, so listing does not fold every bundle. Whether a
-``running`` run is live comes from its queue row (``persistence.md`` §10.2, spec README §5): held by a process
+``running`` run is live comes from its queue row (``docs/detached.md``, "What the database holds"): held by a process
 with an unexpired lease is live; queued, paused or parked says so; anything else has no process writing it and
 is shown as interrupted. :func:`folded_summaries` is the old way (fold every bundle) kept for the benchmark.
 """

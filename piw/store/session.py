@@ -117,7 +117,7 @@ class SessionLog:
         fence: Callable[[], None] | None = None,
     ) -> None:
         self._fence = fence or (lambda: None)
-        """Checked before every write (the run's claim, ``persistence.md`` §7: appends are fenced)."""
+        """Checked before every write (the run's claim: appends are fenced, ``docs/bundle-format.md`` §8)."""
         path.parent.mkdir(mode=0o700, exist_ok=True)
         try:
             data = path.read_bytes()

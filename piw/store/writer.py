@@ -35,7 +35,7 @@ STATE_CACHE_INTERVAL_S = 1.0
 STATE_CACHE_COST_FACTOR = 20
 """``state.json`` is rewritten whole, so its cost grows with the run: after a write that took ``d`` seconds the
 next one waits at least ``20 × d`` (and at least a second), which keeps cache writes under ~5 % of a run
-however long it gets. Readers fold the trace tail past a stale cache (``persistence.md`` §3)."""
+however long it gets. Readers fold the trace tail past a stale cache (``docs/bundle-format.md`` §7)."""
 _IDLE_CHECK_S = 1.0
 """How often a writer's idle flusher looks at its caches when nothing is due (:meth:`RunWriter._flush_when_idle`)."""
 INDEX_INTERVAL_S = 1.0
@@ -179,7 +179,7 @@ class RunWriter:
             self.store.append(line, sync=sync or terminal or scope == "run", ride_along=ride_along)
         except OSError as exc:
             # A full disk (or an I/O error) mid-line leaves a torn tail: nothing more may be appended after
-            # it, or the tear would sit in mid-file. Resume truncates it (persistence.md §5).
+            # it, or the tear would sit in mid-file. Resume truncates it (docs/bundle-format.md §10).
             self._failed = exc
             raise
         if seq == self._kill_after:
@@ -236,7 +236,7 @@ class RunWriter:
     def sync(self) -> None:
         """An external effect is about to happen: make every line it may depend on durable.
 
-        ``node_started`` lines and compute steps ride along with the next fsync (``persistence.md`` §3), so
+        ``node_started`` lines and compute steps ride along with the next fsync (``docs/bundle-format.md`` §11), so
         under ``effects`` this fsyncs only when something else is pending.
         """
         with self._mutex:
@@ -304,7 +304,7 @@ class RunWriter:
 
         Appends coalesce these writes (:data:`STATE_CACHE_INTERVAL_S`, :data:`INDEX_INTERVAL_S`) and write them
         only on a later append, so without this a long step kept the caches behind for as long as it ran, where
-        ``persistence.md`` §3 allows about a second. This thread wakes at most once a second, holds the writer's
+        ``docs/bundle-format.md`` §7 allows about a second. This thread wakes at most once a second, holds the writer's
         mutex only while it writes, and stops when the writer closes or may no longer write.
         """
         with self._idle:

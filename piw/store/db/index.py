@@ -1,4 +1,4 @@
-"""The runs index: one summary row per run in the ``runs`` table of ``piw.sqlite`` (``persistence.md`` §10.1).
+"""The runs index: one summary row per run in the ``runs`` table of ``piw.sqlite`` (``docs/detached.md``).
 
 It is a cache of what each bundle's fold says, so ``piw runs`` lists a thousand runs without folding a thousand
 traces. The run writer upserts a run's row (write order step 5: a failure is logged, never fails the run);

@@ -1,4 +1,4 @@
-"""The run queue protocol: claims, leases, fencing, park and release (``docs/detached.md``, "Claims and fencing").
+"""The run queue protocol: claims, leases, fencing, park and release (``docs/detached.md``, "What the database holds").
 
 One small interface, :class:`RunQueue`, with :class:`SqliteQueue` (``piw.sqlite``) as its first implementation;
 a PostgreSQL one for many machines can come later and must pass the same suite (``tests/test_queue.py`` is
