@@ -24,8 +24,9 @@ from typing import Any
 
 from rich.console import Console
 
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
-from piw.agent_steps.setup import agent_executor_factory
+from piw.agent_steps.attempt import AgentSettings
+from piw.agent_steps.executor import AgentExecutor
+from piw.agent_steps.factory import agent_executor_factory
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, replies_responder

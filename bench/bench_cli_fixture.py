@@ -3,7 +3,7 @@
 Run ``python bench/bench_cli_fixture.py`` (``--calls N``; ``--mode inprocess|subprocess`` runs one side only, for
 ``farm-bench``). For each mode it makes the calls most CLI tests make — ``piw run hello --json`` then
 ``piw inspect -1 --json`` — in a fresh ``PIW_HOME``, and prints the median wall time per call and the process CPU
-time the whole loop used. The in-process side is ``tests/piw_inprocess.run_piw``, exactly what ``cli(...)`` runs.
+time the whole loop used. The in-process side is ``tests/support/inprocess.run_piw``, exactly what ``cli(...)`` runs.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from piw_inprocess import run_piw  # noqa: E402  (the test helper, from the tests folder)
+from tests.support.inprocess import run_piw  # noqa: E402  (the test helper, from the repository)
 
 PIW = [str(Path(sys.executable).with_name("piw"))]
 CALLS = (("run", "hello", "--json"), ("inspect", "-1", "--json"))

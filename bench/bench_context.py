@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from piw.agent_steps.setup import agent_executor_factory
+from piw.agent_steps.factory import agent_executor_factory
 from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply
 

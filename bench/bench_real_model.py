@@ -33,7 +33,7 @@ from typing import Any
 
 from rich.console import Console
 
-from piw.agent_steps.setup import agent_executor_factory
+from piw.agent_steps.factory import agent_executor_factory
 from piw.run.runner import ForegroundOptions, start_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -261,11 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.gguf:
             from piw.providers.config import ProviderConfig
             from piw.providers.llamacpp import LlamaCppProvider
+            from piw.providers.selection import ProviderSelection
 
             template = None if args.chat_template == "none" else args.chat_template
             settings = ProviderConfig(api="llamacpp", model_path=str(Path(args.gguf).resolve()),
                                       chat_template=template, n_ctx=args.ctx, n_threads=args.threads)  # fmt: skip
-            server = LlamaCppProvider("local", args.model, settings, piw_home=home)
+            server = LlamaCppProvider(ProviderSelection("local", args.model, settings), piw_home=home)
             loading = time.monotonic()
             client = server._started()
             base_url = client.base_url

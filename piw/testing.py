@@ -225,9 +225,10 @@ class OpenAIStub:
         """An ``openai-completions`` provider for this stub; ``settings`` are ``ProviderConfig`` fields."""
         from piw.providers.config import ProviderConfig
         from piw.providers.openai_compat import OpenAICompatProvider
+        from piw.providers.selection import ProviderSelection
 
         config = ProviderConfig.model_validate({"base_url": self.base_url, **settings})
-        return OpenAICompatProvider(name, model, config, config.find_model(model))
+        return OpenAICompatProvider(ProviderSelection(name, model, config, config.find_model(model)))
 
     # --- what was received ---------------------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Cli, WorkflowMaker
+
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 BAD_DEFINITIONS = {
     "syntax-error": (

@@ -7,7 +7,7 @@ plus whatever effect ran in between (a shell command, a notification's session e
 
 The matrix forks a child per start and per resume (the library calls ``piw run`` and ``piw resume`` make),
 which keeps ~80 crashes fast; the CLI path is crashed for real at a few points below and in
-``test_resume.py``.
+``tests/run/test_resume.py``.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PIW_COMMAND, WORKFLOW_FIXTURES
 
 from piw.errors import PiwError
 from piw.store.bundle import Bundle, load_state
 from piw.store.db.run_database import open_run_database
 from piw.store.fold import fold, state_to_json
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
+from tests.support.cli import PIW_COMMAND
+from tests.support.paths import WORKFLOW_FIXTURES
 
 WORKFLOW = WORKFLOW_FIXTURES / "crash.workflow.py"
 NODES = ("first", "broken", "act", "cmd", "tell", "sub/inside", "last")

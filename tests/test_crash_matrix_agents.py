@@ -1,4 +1,4 @@
-"""The crash matrix with agents (issue 8 "Tests"): shell effects counted in a file, a notify, a submit agent and an
+"""The crash matrix with agents: shell effects counted in a file, a notify, a submit agent and an
 assistant agent answered by the loopback stub, SIGKILLed before and after every trace append, then resumed.
 
 Every case must end with the uninterrupted run's final output, no completed node executed again, exactly one
@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WORKFLOW_FIXTURES
-from test_crash_matrix import in_child
 
 import piw.providers
 from piw.errors import PiwError
@@ -27,6 +25,8 @@ from piw.store.db.run_database import open_run_database
 from piw.store.fold import fold
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 from piw.testing import OpenAIStub, StubReply
+from tests.support.paths import WORKFLOW_FIXTURES
+from tests.test_crash_matrix import in_child
 
 WORKFLOW = WORKFLOW_FIXTURES / "crash_agents.workflow.py"
 NODES = ("prepare", "plan", "tell", "reply", "archive", "finish")
@@ -80,7 +80,8 @@ class Case:
         return self.home / "runs" / self.run_id
 
     def _options(self) -> Any:
-        from piw.agent_steps.executor import AgentExecutor, AgentSettings
+        from piw.agent_steps.attempt import AgentSettings
+        from piw.agent_steps.executor import AgentExecutor
         from piw.run.runner import ForegroundOptions
 
         provider = self.stub.provider()

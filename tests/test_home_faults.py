@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Cli, WorkflowMaker
+
+from tests.support.cli import Cli
+from tests.support.runs import WorkflowMaker
 
 CAN_MOUNT = os.geteuid() == 0 and shutil.which("mount") is not None
 

@@ -6,8 +6,8 @@ disk or an editor may have damaged, a planner's text, and whatever text reaches 
 contract for arbitrary input (hypothesis generates it) rather than for chosen examples.
 
 Profiles: the default runs fast enough for the test gate; ``PIW_HYPOTHESIS_PROFILE=heavy`` runs 20 times as many
-examples (``python -m pytest tests/test_properties.py --hypothesis-show-statistics``). The examples run per test
-are in the docstring of ``tests/conftest.py``'s profile and in the issue's closing note.
+examples (``python -m pytest tests/test_properties.py --hypothesis-show-statistics``). The number of examples per
+test is set by the profiles in ``tests/conftest.py``.
 """
 
 from __future__ import annotations

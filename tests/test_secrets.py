@@ -1,4 +1,4 @@
-"""Secrets never leave through side doors (issue 10.3): provider errors, tool environments, file tools.
+"""Secrets never leave through side doors: provider errors, tool environments, file tools.
 
 Each test first reproduces the leak through the public surface (a real run's files, the CLI's output, what a tool
 returns to the model) and then checks it is closed.
@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "agent"))
-
-from agent_harness import home, make_executor, one_agent, piw_cli, start, write_stub_config
-
 from piw.providers.redaction import REDACTED, redact
 from piw.providers.scripted import ScriptedProvider
 from piw.testing import OpenAIStub, StubReply, openai_stub
 from piw.tools import BASH, GREP, LS, READ, ToolContext, allow_env
 from piw.tools.environment import BASE_ALLOWED, tool_environment
+from tests.support.agent_harness import home, make_executor, one_agent, piw_cli, start, write_stub_config
 
 __all__ = ["home", "openai_stub"]
 

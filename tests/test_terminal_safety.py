@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PIW_COMMAND, Cli
+
+from tests.support.cli import PIW_COMMAND, Cli
 
 HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b[31mred\r\u202eevil\u2066\x7f\x9b1m\x00\x08[red]markup[/red]"
 

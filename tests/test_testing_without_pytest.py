@@ -1,4 +1,4 @@
-"""The docs' offline adapter example runs after the README install, which has no pytest (issue 11.8).
+"""The docs' offline adapter example runs after the README install, which has no pytest.
 
 Before, ``from piw.testing import OpenAIStub`` imported pytest at module level, so the example in
 docs/providers.md failed with ``ModuleNotFoundError: No module named 'pytest'`` outside the dev extra. This runs the
@@ -20,8 +20,10 @@ from piw.providers.base import ChatRequest
 from piw.providers.config import ProviderConfig
 from piw.providers.messages import UserMessage
 from piw.providers.openai_compat import OpenAICompatProvider
+from piw.providers.selection import ProviderSelection
 import threading
-provider = OpenAICompatProvider("local", "m", ProviderConfig(base_url=stub.base_url, models=["m"]))
+selection = ProviderSelection("local", "m", ProviderConfig(base_url=stub.base_url, models=["m"]))
+provider = OpenAICompatProvider(selection)
 request = ChatRequest(model="m", messages=[UserMessage(content="The app crashes on save.")])
 events = list(provider.stream(request, threading.Event()))
 print("REPLY:", events[-1].message.content[0].text)

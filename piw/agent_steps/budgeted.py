@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent, WrappedProvider
 from piw.providers.builder import MessageBuilder
-from piw.providers.messages import AssistantMessage
+from piw.providers.messages import AssistantReply
 
 if TYPE_CHECKING:
     from piw.run.budget import BudgetGate
@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 class BudgetedProvider(WrappedProvider):
     """Wraps a provider for one agent step: the gate admits each request and records what it spent."""
 
-    def __init__(self, inner: Provider, gate: BudgetGate, owner: Attempt, step_key: str,
-                 child_key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, inner: Provider, gate: BudgetGate, owner: Attempt, step_key: str, child_key: str | None = None
+    ) -> None:
         super().__init__(inner)
         self.gate = gate
         self.owner = owner
@@ -40,7 +41,7 @@ class BudgetedProvider(WrappedProvider):
             yield from builder.fail(f"Not sent: {refusal}.", aborted=True)
             return
         self.owner.writer.sync()  # the usage of earlier requests is durable before another one is sent
-        final: AssistantMessage | None = None
+        final: AssistantReply | None = None
         for event in self.inner.stream(request, cancel):
             if isinstance(event, DoneEvent | ErrorEvent):
                 final = event.message

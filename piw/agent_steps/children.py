@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from piw.agent_steps.attempt import AgentSettings, AttemptRun
 from piw.agent_steps.contract import format_step_prompt, make_contract
-from piw.agent_steps.executor import AgentExecutor, _AttemptRun
 from piw.errors import DefinitionError
+from piw.providers.base import Provider
 from piw.run.executors import Attempt
 from piw.store.session import SessionEntry, SessionLog, current_branch
 from piw.store.trace import iter_trace
@@ -74,8 +76,15 @@ class BranchSession:
 class ChildRunner:
     """The ``ctx.run_agent`` of one action attempt."""
 
-    def __init__(self, executor: AgentExecutor, attempt: Attempt, max_concurrent: int | None = None) -> None:
-        self.executor = executor
+    def __init__(
+        self,
+        settings: AgentSettings,
+        provider: Callable[[], Provider],
+        attempt: Attempt,
+        max_concurrent: int | None = None,
+    ) -> None:
+        self.settings = settings
+        self.provider = provider
         self.attempt = attempt
         self.slots = threading.BoundedSemaphore(max_concurrent or DEFAULT_MAX_CONCURRENT_CHILDREN)
         self.session_lock = threading.Lock()
@@ -164,8 +173,7 @@ class ChildRunner:
         contract = make_contract(
             parent.run_id, parent.ctx.workflow_name, child_id, child_attempt_id, expected
         )
-        run = _AttemptRun(self.executor, child, node, contract, child=True)
-        run.update_owner = parent
+        run = AttemptRun(self.settings, self.provider, child, node, contract, update_owner=parent)
         outcome = run.run(format_step_prompt(prompt, contract)) if prompt.strip() else None
         if outcome is None:
             result = ChildResult("failed", error=f"Child {key}: the prompt is empty.")
@@ -188,6 +196,12 @@ class ChildRunner:
         if conversation:
             payload["conversation"] = conversation
         if parent.active and not parent.cancel.is_set():  # an interrupted or timed-out action records no more
-            parent.writer.append("node", "child_step_finished", payload, node_id=parent.node_id,
-                                 attempt_id=parent.attempt_id, sync=True)  # fmt: skip
+            parent.writer.append(
+                "node",
+                "child_step_finished",
+                payload,
+                node_id=parent.node_id,
+                attempt_id=parent.attempt_id,
+                sync=True,
+            )
         return result

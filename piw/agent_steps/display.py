@@ -25,7 +25,7 @@ from piw.agent_steps.events import (
     ToolExecutionEnd,
     ToolExecutionStart,
 )
-from piw.providers.messages import AssistantMessage
+from piw.providers.messages import AssistantReply
 from piw.terminal import sanitize_terminal_text
 from piw.views.cards import card_text, clip_cells
 
@@ -107,7 +107,7 @@ class AgentDisplay:
                     self.console.file.write(piece)
                     self.console.file.flush()
                 self._open_line, self._open_kind = True, event.delta
-        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantMessage):
+        elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantReply):
             streamed_kind = self._open_kind
             self._end_stream()
             message = event.message

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from piw.providers.messages import AssistantMessage, ToolResultMessage
+from piw.providers.messages import AssistantReply, ToolResultMessage
 
 
 class _Event(BaseModel):
@@ -30,13 +30,13 @@ class TurnStart(_Event):
 class TurnEnd(_Event):
     type: Literal["turn_end"] = "turn_end"
     turn: int
-    message: AssistantMessage
+    message: AssistantReply
     tool_results: list[ToolResultMessage] = Field(default_factory=list)
 
 
 class MessageStart(_Event):
     type: Literal["message_start"] = "message_start"
-    message: AssistantMessage | None = None
+    message: AssistantReply | None = None
 
 
 class MessageUpdate(_Event):

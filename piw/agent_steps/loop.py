@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from piw.agent_steps.events import (
@@ -39,7 +39,7 @@ from piw.providers.base import (
     ToolCallDeltaEvent,
     ToolChoice,
 )
-from piw.providers.messages import AssistantMessage, Message, ToolCallBlock, ToolResultMessage, ToolSpec
+from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolResultMessage, ToolSpec
 from piw.tools import ToolResult
 from piw.workflow.user_code import call_user
 
@@ -80,7 +80,7 @@ class LoopResult:
 
     end: str
     messages: list[Message]
-    final: AssistantMessage | None = None
+    final: AssistantReply | None = None
     error: str | None = None
 
 
@@ -92,45 +92,49 @@ class TurnBudget:
     used: int = 0
 
 
+def result_message(call_id: str, tool_name: str, result: ToolResult) -> ToolResultMessage:
+    """A tool call's result as the conversation records it (§6)."""
+    return ToolResultMessage(
+        tool_call_id=call_id,
+        tool_name=tool_name,
+        content=result.content,
+        is_error=result.is_error,
+        terminate=result.terminate,
+        details=result.details,
+    )
+
+
+def _wait(seconds: float, event: threading.Event) -> bool:
+    return event.wait(seconds)
+
+
+@dataclass
 class AgentLoop:
     """Runs turns until the model stops calling tools, a terminating result arrives, or the attempt ends."""
 
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        tools: list[LoopTool],
-        budget: TurnBudget,
-        deadline: Deadline,
-        cancel: threading.Event,
-        record: Callable[[Message], None],
-        listeners: list[LoopListener] | None = None,
-        system_prompt: str | None = None,
-        tool_choice: ToolChoice | None = None,
-        max_tokens: int | None = None,
-        step: StepRef | None = None,
-        stop_when: Callable[[], bool] = lambda: False,
-        sleep: Callable[[float, threading.Event], bool] | None = None,
-        hidden_tools: list[LoopTool] | None = None,
-        cut_off: Callable[[AssistantMessage, int | None], Message] | None = None,
-    ) -> None:
-        self.provider = provider
-        self.tools = {tool.spec.name: tool for tool in tools}
-        self.hidden_tools = {tool.spec.name: tool for tool in hidden_tools or []}
-        """Answered when called but never offered (a closed ``workflow`` gate answers with its error text)."""
-        self.budget = budget
-        self.deadline = deadline
-        self.cancel = cancel
-        self.record = record
-        self.listeners = listeners or []
-        self.system_prompt = system_prompt
-        self.tool_choice = tool_choice
-        self.max_tokens = max_tokens
-        self.step = step
-        self.stop_when = stop_when
-        self.cut_off = cut_off
-        """Answers a response cut off at ``length`` inside a tool call; ``None``: such a response ends the loop."""
-        self._sleep = sleep or (lambda seconds, event: event.wait(seconds))
+    provider: Provider
+    _: KW_ONLY
+    tools: list[LoopTool]
+    budget: TurnBudget
+    deadline: Deadline
+    cancel: threading.Event
+    record: Callable[[Message], None]
+    listeners: list[LoopListener] = field(default_factory=list)
+    system_prompt: str | None = None
+    tool_choice: ToolChoice | None = None
+    max_tokens: int | None = None
+    step: StepRef | None = None
+    stop_when: Callable[[], bool] = lambda: False
+    sleep: Callable[[float, threading.Event], bool] = _wait
+    """Waits out a retry back-off; returns True when ``event`` was set meanwhile."""
+    hidden_tools: list[LoopTool] = field(default_factory=list)
+    """Answered when called but never offered (a closed ``workflow`` gate answers with its error text)."""
+    cut_off: Callable[[AssistantReply, int | None], Message] | None = None
+    """Answers a response cut off at ``length`` inside a tool call; ``None``: such a response ends the loop."""
+
+    def __post_init__(self) -> None:
+        self._offered = {tool.spec.name: tool for tool in self.tools}
+        self._hidden = {tool.spec.name: tool for tool in self.hidden_tools}
 
     def _emit(self, event: Any) -> None:
         for listener in self.listeners:
@@ -153,7 +157,7 @@ class AgentLoop:
         return None
 
     def _turns(self, context: list[Message], produced: list[Message]) -> LoopResult:
-        final: AssistantMessage | None = None
+        final: AssistantReply | None = None
         while True:
             ended = self._ended_by_clock()
             if ended:
@@ -199,10 +203,10 @@ class AgentLoop:
     ) -> ToolResultMessage:
         self._emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name, args=call.arguments))
         started = time.monotonic()
-        tool = self.tools.get(call.name) or self.hidden_tools.get(call.name)
+        tool = self._offered.get(call.name) or self._hidden.get(call.name)
         if tool is None:
             result = ToolResult(
-                f"Unknown tool {call.name!r}; available: {', '.join(self.tools) or 'none'}.", is_error=True
+                f"Unknown tool {call.name!r}; available: {', '.join(self._offered) or 'none'}.", is_error=True
             )
         else:
             raw_error = None
@@ -212,32 +216,29 @@ class AgentLoop:
                 result = call_user(tool.execute, call.id, call.arguments, raw_error)
             except Exception as exc:
                 result = ToolResult(f"Tool {call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
-        message = ToolResultMessage(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=result.content,
-            is_error=result.is_error,
-            terminate=result.terminate,
-            details=result.details,
-        )
+        message = result_message(call.id, call.name, result)
         duration = int((time.monotonic() - started) * 1000)
         self._emit(
             ToolExecutionEnd(
                 tool_call_id=call.id,
                 tool_name=call.name,
-                result={"content": result.content, "details": result.details, "is_error": result.is_error,
-                        "terminate": result.terminate},
+                result={
+                    "content": result.content,
+                    "details": result.details,
+                    "is_error": result.is_error,
+                    "terminate": result.terminate,
+                },
                 duration_ms=duration,
             )
-        )  # fmt: skip
+        )
         self._settle(message, context, produced)
         return message
 
-    def _request(self, context: list[Message]) -> AssistantMessage:
+    def _request(self, context: list[Message]) -> AssistantReply:
         request = ChatRequest(
             model=self.provider.model,
-            messages=[m for m in context if not (isinstance(m, AssistantMessage) and m.retried)],
-            tools=[tool.spec for tool in self.tools.values()],
+            messages=[m for m in context if not (isinstance(m, AssistantReply) and m.retried)],
+            tools=[tool.spec for tool in self._offered.values()],
             tool_choice=self.tool_choice,
             max_tokens=self.max_tokens,
             system_prompt=self.system_prompt,
@@ -262,11 +263,17 @@ class AgentLoop:
                 ):
                     delay = error.retry_after_s
                 retries += 1
-                self._emit(AutoRetryStart(attempt=retries, max_attempts=MAX_RETRIES, delay_s=delay,
-                                          error=message.error_message or ""))  # fmt: skip
+                self._emit(
+                    AutoRetryStart(
+                        attempt=retries,
+                        max_attempts=MAX_RETRIES,
+                        delay_s=delay,
+                        error=message.error_message or "",
+                    )
+                )
                 remaining = self.deadline.remaining()
                 wait = delay if remaining is None else max(0.0, min(delay, remaining))
-                if not (self._sleep(wait, self.cancel) or self.deadline.expired()):
+                if not (self.sleep(wait, self.cancel) or self.deadline.expired()):
                     # Recorded only once the retry really goes ahead; an interrupted back-off leaves this
                     # response as the turn's final message instead (recorded once, by the caller).
                     self.record(message.model_copy(update={"retried": True}))
@@ -278,26 +285,20 @@ class AgentLoop:
                 )
             return message
 
-    def _stream_once(self, request: ChatRequest) -> tuple[AssistantMessage, ErrorEvent | None]:
+    def _stream_once(self, request: ChatRequest) -> tuple[AssistantReply, ErrorEvent | None]:
         abort = threading.Event()
         done = threading.Event()
         watchdog = threading.Thread(target=self._watch, args=(abort, done), daemon=True)
         watchdog.start()
-        final: AssistantMessage | None = None
+        final: AssistantReply | None = None
         error: ErrorEvent | None = None
         self._emit(MessageStart())
         try:
             for event in self.provider.stream(request, abort):
-                if isinstance(event, TextDeltaEvent):
+                if isinstance(event, TextDeltaEvent | ThinkingDeltaEvent | ToolCallDeltaEvent):
                     self._emit(
-                        MessageUpdate(delta="text_delta", text=event.delta, content_index=event.content_index)
+                        MessageUpdate(delta=event.type, text=event.delta, content_index=event.content_index)
                     )
-                elif isinstance(event, ThinkingDeltaEvent):
-                    self._emit(MessageUpdate(delta="thinking_delta", text=event.delta,
-                                             content_index=event.content_index))  # fmt: skip
-                elif isinstance(event, ToolCallDeltaEvent):
-                    self._emit(MessageUpdate(delta="toolcall_delta", text=event.delta,
-                                             content_index=event.content_index))  # fmt: skip
                 elif isinstance(event, DoneEvent):
                     final = event.message
                 elif isinstance(event, ErrorEvent):
@@ -305,12 +306,16 @@ class AgentLoop:
         except PiwError as exc:
             # Configuration met at request time (an unset $KEY, an exhausted script) ends the attempt as a
             # recorded failure rather than crashing the run half-way.
-            final = AssistantMessage(stop_reason="error", error_message=str(exc), provider=self.provider.name,
-                                     model=self.provider.model)  # fmt: skip
+            final = AssistantReply(
+                stop_reason="error",
+                error_message=str(exc),
+                provider=self.provider.name,
+                model=self.provider.model,
+            )
         finally:
             done.set()
         if final is None:
-            final = AssistantMessage(
+            final = AssistantReply(
                 stop_reason="error",
                 error_message="The provider ended without a response.",
                 provider=self.provider.name,

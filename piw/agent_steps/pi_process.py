@@ -13,7 +13,6 @@ import json
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -24,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import ProviderError
+from piw.processes import kill_process_group
 from piw.providers import guard_base_url
-from piw.providers.config import ModelConfig, ProviderConfig, env_reference
+from piw.providers.config import env_reference
+from piw.providers.selection import ProviderSelection
 
 BRIDGE = Path(__file__).with_name("pi_bridge") / "workflow_bridge.ts"
 NO_KEY_VARIABLE = "PIW_PI_NO_KEY"
@@ -38,12 +39,9 @@ EOF = {"type": "piw_eof"}
 
 @dataclass(frozen=True)
 class PiLaunch:
-    """What a Pi process needs from piw's config: the provider, the model, and run-wide options."""
+    """What a Pi process needs from piw's config: the selected provider and model, and run-wide options."""
 
-    provider: str
-    model: str
-    settings: ProviderConfig
-    model_settings: ModelConfig | None = None
+    selection: ProviderSelection
     tools: Sequence[str] = ()
     """Pi tool names any agent node of the workflow may use (``--tools`` is fixed at process start)."""
     system_prompt: str | None = None
@@ -66,7 +64,8 @@ def _pi_value(value: str, env: dict[str, str], what: str) -> str:
 
 def models_json(launch: PiLaunch, env: dict[str, str]) -> dict[str, Any]:
     """The ``models.json`` for ``launch``; fills ``env`` with the variables Pi must see to resolve keys."""
-    settings = launch.settings
+    selection = launch.selection
+    settings = selection.settings
     if settings.api != "openai-completions" or not settings.base_url:
         raise ProviderError("pi-rpc needs an openai-completions provider with a base_url.")
     guard_base_url(settings.base_url)
@@ -75,8 +74,8 @@ def models_json(launch: PiLaunch, env: dict[str, str]) -> dict[str, Any]:
         api_key = NO_KEY_VARIABLE
     else:
         api_key = _pi_value(settings.api_key, env, "api_key")
-    model: dict[str, Any] = {"id": launch.model}
-    known = launch.model_settings
+    model: dict[str, Any] = {"id": selection.model}
+    known = selection.model_settings
     if known is not None:
         if known.context_window:
             model["contextWindow"] = known.context_window
@@ -103,7 +102,7 @@ def models_json(launch: PiLaunch, env: dict[str, str]) -> dict[str, Any]:
     }
     if settings.headers:
         provider["headers"] = {k: _pi_value(v, env, f"header {k}") for k, v in settings.headers.items()}
-    return {"providers": {launch.provider: provider}}
+    return {"providers": {selection.provider: provider}}
 
 
 class PiProcess:
@@ -130,9 +129,19 @@ class PiProcess:
             PIW_BRIDGE_STATE=str(self.state_file),
         )
         tools = sorted({*launch.tools, "workflow"})
-        command = [binary, "--mode", "rpc", "--no-session", "--offline", "--no-extensions", "--no-skills",
-                   "--no-context-files", "-e", str(BRIDGE), "--provider", launch.provider, "--model",
-                   launch.model, "--tools", ",".join(tools)]  # fmt: skip
+        isolated = ["--no-session", "--offline", "--no-extensions", "--no-skills", "--no-context-files"]
+        selected = ["--provider", launch.selection.provider, "--model", launch.selection.model]
+        command = [
+            binary,
+            "--mode",
+            "rpc",
+            *isolated,
+            "-e",
+            str(BRIDGE),
+            *selected,
+            "--tools",
+            ",".join(tools),
+        ]
         if launch.system_prompt:
             command += ["--system-prompt", launch.system_prompt]
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -230,15 +239,6 @@ class PiProcess:
                 self.proc.stdin.close()
         except OSError:
             pass
-        if self.proc.poll() is None:
-            self._signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=KILL_AFTER_S)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                self.proc.wait(timeout=KILL_AFTER_S)
+        # Done once Pi itself has exited; what Pi started is in its group, so it got the SIGTERM too.
+        kill_process_group(self.proc, lambda: True, grace_s=KILL_AFTER_S, settle_s=KILL_AFTER_S)
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)

@@ -2,9 +2,9 @@
 
 Pi owns the model loop, piw owns the step. An attempt is the same as with piw's own loop where it matters for
 the run record: the exact ``format_step_prompt`` string, ``agent_prompt_sent`` then the step message, settled
-messages appended to the conversation, submissions validated by the same ``WorkflowTool``/``_accept`` code,
+messages appended to the conversation, submissions validated by the same ``WorkflowTool``/``accept`` code,
 the same reminders and the same ``node_finished`` output, usage and conversation range. Only how the model
-is reached differs, so this module subclasses ``_AttemptRun`` and replaces its loop with Pi's event stream.
+is reached differs, so this module subclasses ``AttemptRun`` and replaces its loop with Pi's event stream.
 """
 
 from __future__ import annotations
@@ -15,28 +15,17 @@ import threading
 import time
 from typing import Any
 
-from piw.agent_steps.contract import format_reminder, format_step_prompt, make_contract
-from piw.agent_steps.events import (
-    AgentEnd,
-    AgentSettled,
-    AgentStart,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    TurnEnd,
-    TurnStart,
-)
-from piw.agent_steps.executor import MAX_REMINDERS, NO_ORIGIN, AgentSettings, _AttemptRun
-from piw.agent_steps.loop import LoopResult
+from piw.agent_steps import events
+from piw.agent_steps.attempt import AgentSettings, AttemptRun, open_step
+from piw.agent_steps.contract import AgentStepContract, format_reminder
+from piw.agent_steps.loop import LoopResult, result_message
 from piw.agent_steps.pi_process import EOF, PiLaunch, PiProcess
 from piw.agent_steps.workflow_tool import WORKFLOW_TOOL_NAME
 from piw.errors import PiwError, ProviderError
 from piw.providers.base import Provider
 from piw.providers.config import PiwConfig, provider_secrets
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     ContentBlock,
     TextBlock,
     ThinkingBlock,
@@ -47,7 +36,7 @@ from piw.providers.messages import (
 )
 from piw.providers.redaction import redact
 from piw.providers.selection import ProviderSelection
-from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate
+from piw.run.executors import Attempt, NodeOutcome
 from piw.tools import ToolResult
 from piw.wire import now_iso
 from piw.workflow.definition import AgentNode
@@ -106,18 +95,9 @@ class PiRpcExecutor:
             process.close()
 
     def execute(self, attempt: Attempt) -> NodeOutcome:
-        node = attempt.gnode.node
-        assert isinstance(node, AgentNode)
-        if node.completion == "assistant" and attempt.origin_session_id is None:
-            return NodeOutcome.failed(NO_ORIGIN)
-        try:
-            task = evaluate(node.prompt, attempt.ctx)
-        except Exception as exc:
-            return NodeOutcome.failed(f"prompt failed: {describe_exception(exc)}", exception=exc)
-        if not isinstance(task, str) or not task.strip():
-            return NodeOutcome.failed(f"Step {attempt.node_id}: the prompt is empty or not a string.")
-        contract = make_contract(attempt.run_id, attempt.ctx.workflow_name, attempt.node_id, attempt.attempt_id,
-                                 node.expected_output, updates=node.updates)  # fmt: skip
+        opened = open_step(attempt)
+        if isinstance(opened, NodeOutcome):
+            return opened
         # Pi's conversation does not survive a piw restart, so a reattached attempt is delivered again.
         kind = "resume" if attempt.reattached else "step"
         with self._turn_lock:
@@ -125,21 +105,27 @@ class PiRpcExecutor:
                 process = self.process()
             except PiwError as exc:
                 return NodeOutcome.failed(str(exc))
-            return _PiAttemptRun(self, process, attempt, node, contract).run(
-                format_step_prompt(task, contract), kind
-            )
+            run = _PiAttemptRun(self.settings, self.launch, process, attempt, opened.node, opened.contract)
+            return run.run(opened.prompt, kind)
 
 
-class _PiAttemptRun(_AttemptRun):
-    """One attempt whose turns happen in Pi; acceptance, records and outcomes are ``_AttemptRun``'s."""
+class _PiAttemptRun(AttemptRun):
+    """One attempt whose turns happen in Pi; acceptance, records and outcomes are ``AttemptRun``'s."""
 
-    def __init__(self, executor: PiRpcExecutor, process: PiProcess, attempt: Attempt, node: AgentNode,
-                 contract: Any) -> None:  # fmt: skip
-        super().__init__(executor, attempt, node, contract)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        settings: AgentSettings,
+        launch: PiLaunch,
+        process: PiProcess,
+        attempt: Attempt,
+        node: AgentNode,
+        contract: AgentStepContract,
+    ) -> None:
+        super().__init__(settings, _no_provider, attempt, node, contract)
+        self.launch = launch
         self.process = process
-        self.cost_known = executor.launch.model_settings is not None and (
-            executor.launch.model_settings.cost is not None
-        )
+        known = launch.selection.model_settings
+        self.cost_known = known is not None and known.cost is not None
         self.verdicts: dict[str, ToolResult] = {}
         self.rejection: str | None = None
         """Python rejected a submit the bridge had let terminate: the model has not seen why yet."""
@@ -155,7 +141,7 @@ class _PiAttemptRun(_AttemptRun):
                 try:
                     result = self._pi_loop(text)
                 except ProviderError as exc:
-                    return self._fail(str(exc))
+                    return self.fail(str(exc))
                 outcome = self._after_loop(result)
                 if outcome is not None:
                     return outcome
@@ -164,23 +150,27 @@ class _PiAttemptRun(_AttemptRun):
                     text, self.rejection = self.rejection, None
                     self._record(UserMessage(content=text))
                     continue
-                if reminders >= MAX_REMINDERS:
-                    node_id, attempt_id = self.contract.node_id, self.contract.attempt_id
-                    return self._fail(f"Agent finished {MAX_REMINDERS + 1} times without submitting step "
-                                      f"{node_id} (attempt {attempt_id}).")  # fmt: skip
+                failed = self._remind(reminders)
+                if failed is not None:
+                    return failed
                 reminders += 1
                 text = format_reminder(self.contract)
-                self._deliver(text, "reminder")
         finally:
             self.process.write_state({"completion": None})
 
     # ---- one prompt, until Pi settles ------------------------------------------------------------------
 
     def _pi_loop(self, text: str) -> LoopResult:
-        self.process.write_state({"completion": self.contract.completion, "step": self.contract.node_id,
-                                  "attempt": self.contract.attempt_id, "tools": list(self.node.tools)})  # fmt: skip
+        self.process.write_state(
+            {
+                "completion": self.contract.completion,
+                "step": self.contract.node_id,
+                "attempt": self.contract.attempt_id,
+                "tools": list(self.node.tools),
+            }
+        )
         produced: list[Any] = []
-        final: AssistantMessage | None = None
+        final: AssistantReply | None = None
         ending: str | None = None
         aborted_at: float | None = None
         settle_id: str | None = None
@@ -214,16 +204,16 @@ class _PiAttemptRun(_AttemptRun):
             if kind == "agent_settled":
                 break
             if kind == "agent_end":
-                self._emit(AgentEnd(messages=list(produced)))
+                self._emit(events.AgentEnd(messages=list(produced)))
                 # A Pi without ``agent_settled``: it is settled once it reports it is no longer streaming.
                 settle_id = self.process.send({"type": "get_state"})
                 continue
             message = self._on_event(line)
             if message is not None:
                 produced.append(message)
-                if isinstance(message, AssistantMessage):
+                if isinstance(message, AssistantReply):
                     final = message
-        self._emit(AgentSettled(aborted=ending in ("timed_out", "cancelled")))
+        self._emit(events.AgentSettled(aborted=ending in ("timed_out", "cancelled")))
         if ending is not None:
             return LoopResult(ending, produced, final)
         if final is not None and final.stop_reason == "error":
@@ -237,38 +227,56 @@ class _PiAttemptRun(_AttemptRun):
             return "timed_out"
         return None
 
-    def _on_event(self, line: dict[str, Any]) -> AssistantMessage | ToolResultMessage | None:
+    def _on_event(self, line: dict[str, Any]) -> AssistantReply | ToolResultMessage | None:
         """Map one Pi event onto §4 events and the §6 record; returns a settled message, if any."""
         kind = line.get("type")
         if kind == "agent_start":
-            self._emit(AgentStart())
+            self._emit(events.AgentStart())
         elif kind == "turn_start":
             self.turn += 1
-            self._emit(TurnStart(turn=self.turn))
+            self._emit(events.TurnStart(turn=self.turn))
         elif kind == "message_start" and (line.get("message") or {}).get("role") == "assistant":
-            self._emit(MessageStart())
+            self._emit(events.MessageStart())
         elif kind == "message_update":
             delta = line.get("assistantMessageEvent") or {}
             if delta.get("type") in DELTAS:
-                self._emit(MessageUpdate(delta=delta["type"], text=str(delta.get("delta", "")),
-                                         content_index=int(delta.get("contentIndex", 0))))  # fmt: skip
+                self._emit(
+                    events.MessageUpdate(
+                        delta=delta["type"],
+                        text=str(delta.get("delta", "")),
+                        content_index=int(delta.get("contentIndex", 0)),
+                    )
+                )
         elif kind == "tool_execution_start":
             args = line.get("args")
-            self._emit(ToolExecutionStart(tool_call_id=str(line.get("toolCallId")), tool_name=str(line.get("toolName")),
-                                          args=args if isinstance(args, dict) else {}))  # fmt: skip
+            self._emit(
+                events.ToolExecutionStart(
+                    tool_call_id=str(line.get("toolCallId")),
+                    tool_name=str(line.get("toolName")),
+                    args=args if isinstance(args, dict) else {},
+                )
+            )
             if line.get("toolName") == WORKFLOW_TOOL_NAME:
                 self._judge(str(line.get("toolCallId")), line.get("args"))
         elif kind == "tool_execution_end":
             result = line.get("result") or {}
-            self._emit(ToolExecutionEnd(tool_call_id=str(line.get("toolCallId")), tool_name=str(line.get("toolName")),
-                                        result={"content": _text_of(result.get("content")),
-                                                "is_error": bool(line.get("isError"))}, duration_ms=0))  # fmt: skip
+            self._emit(
+                events.ToolExecutionEnd(
+                    tool_call_id=str(line.get("toolCallId")),
+                    tool_name=str(line.get("toolName")),
+                    result={
+                        "content": _text_of(result.get("content")),
+                        "is_error": bool(line.get("isError")),
+                    },
+                    duration_ms=0,
+                )
+            )
         elif kind == "message_end":
             return self._settled(line.get("message") or {})
         elif kind == "turn_end":
             message = line.get("message") or {}
             if message.get("role") == "assistant":
-                self._emit(TurnEnd(turn=self.turn, message=self._assistant(message)))
+                self._emit(events.TurnEnd(turn=self.turn, message=self._assistant(message)))
         return None
 
     def _judge(self, call_id: str, args: Any) -> None:
@@ -277,9 +285,9 @@ class _PiAttemptRun(_AttemptRun):
         raw_error = None if arguments is not None else "arguments must be a JSON object"
         self.verdicts[call_id] = self.tool.handle(call_id, arguments, raw_error)
 
-    def _settled(self, message: dict[str, Any]) -> AssistantMessage | ToolResultMessage | None:
+    def _settled(self, message: dict[str, Any]) -> AssistantReply | ToolResultMessage | None:
         role = message.get("role")
-        settled: AssistantMessage | ToolResultMessage
+        settled: AssistantReply | ToolResultMessage
         if role == "assistant":
             settled = self._assistant(message)
             self.budget.used += 1
@@ -287,26 +295,27 @@ class _PiAttemptRun(_AttemptRun):
             call_id = str(message.get("toolCallId"))
             verdict = self.verdicts.pop(call_id, None)
             if verdict is None:
-                verdict = ToolResult(_text_of(message.get("content")), details=_dict_or_none(message.get("details")),
-                                     is_error=bool(message.get("isError")))  # fmt: skip
+                verdict = ToolResult(
+                    _text_of(message.get("content")),
+                    details=_dict_or_none(message.get("details")),
+                    is_error=bool(message.get("isError")),
+                )
             elif verdict.is_error and not message.get("isError") and not verdict.terminate:
                 self.rejection = verdict.content
-            settled = ToolResultMessage(tool_call_id=call_id, tool_name=str(message.get("toolName")),
-                                        content=verdict.content, is_error=verdict.is_error,
-                                        terminate=verdict.terminate, details=verdict.details)  # fmt: skip
+            settled = result_message(call_id, str(message.get("toolName")), verdict)
         else:
             return None  # the step prompt is already recorded as the step message
         self._record(settled)
-        self._emit(MessageEnd(message=settled))
+        self._emit(events.MessageEnd(message=settled))
         return settled
 
     def _redacted(self, error: Any) -> str | None:
         """Pi's error text with the provider's secrets removed, as piw's own adapters do (no key in the record)."""
         if not isinstance(error, str):
             return None
-        return redact(error, provider_secrets(self.executor.launch.settings))  # type: ignore[attr-defined]
+        return redact(error, provider_secrets(self.launch.selection.settings))
 
-    def _assistant(self, message: dict[str, Any]) -> AssistantMessage:
+    def _assistant(self, message: dict[str, Any]) -> AssistantReply:
         blocks: list[ContentBlock] = []
         for block in message.get("content") or []:
             if block.get("type") == "text":
@@ -316,16 +325,25 @@ class _PiAttemptRun(_AttemptRun):
             elif block.get("type") == "toolCall":
                 arguments = block.get("arguments")
                 ok = isinstance(arguments, dict)
-                blocks.append(ToolCallBlock(id=str(block.get("id")), name=str(block.get("name")),
-                                            arguments=arguments if ok else {},
-                                            raw_arguments=None if ok else str(arguments)))  # fmt: skip
+                blocks.append(
+                    ToolCallBlock(
+                        id=str(block.get("id")),
+                        name=str(block.get("name")),
+                        arguments=arguments if ok else {},
+                        raw_arguments=None if ok else str(arguments),
+                    )
+                )
         usage = message.get("usage") or {}
         cost = (usage.get("cost") or {}).get("total") if self.cost_known else None
         stop = message.get("stopReason")
-        tokens = Usage(input=int(usage.get("input", 0)), output=int(usage.get("output", 0)),
-                       cache_read=int(usage.get("cacheRead", 0)), cache_write=int(usage.get("cacheWrite", 0)),
-                       cost=cost)  # fmt: skip
-        return AssistantMessage(
+        tokens = Usage(
+            input=int(usage.get("input", 0)),
+            output=int(usage.get("output", 0)),
+            cache_read=int(usage.get("cacheRead", 0)),
+            cache_write=int(usage.get("cacheWrite", 0)),
+            cost=cost,
+        )
+        return AssistantReply(
             content=blocks,
             stop_reason=stop if stop in ("stop", "length", "toolUse", "error", "aborted") else "stop",
             error_message=self._redacted(message.get("errorMessage")),
@@ -362,7 +380,5 @@ def build_pi_rpc_executor(
             for name in g.node.tools
         }
     )
-    launch = PiLaunch(provider=selection.provider, model=selection.model, settings=selection.settings,
-                      model_settings=selection.model_settings, tools=tools,
-                      system_prompt=config.agent.system_prompt, cwd=settings.cwd)  # fmt: skip
+    launch = PiLaunch(selection, tools=tools, system_prompt=config.agent.system_prompt, cwd=settings.cwd)
     return PiRpcExecutor(launch, settings)

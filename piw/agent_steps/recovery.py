@@ -8,13 +8,22 @@ another branch is never adopted, so each node visit shows at most one visible re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from piw.agent_steps.contract import AgentStepContract, format_step_prompt, make_contract
-from piw.agent_steps.executor import STEP_CUSTOM_TYPE, AgentExecutor, _AttemptRun
+from piw.agent_steps.attempt import (
+    STEP_CUSTOM_TYPE,
+    AgentSettings,
+    AttemptRun,
+    messages_of,
+    step_contract,
+    usage_of,
+)
+from piw.agent_steps.contract import AgentStepContract, format_step_prompt
 from piw.agent_steps.loop import Deadline
 from piw.agent_steps.workflow_tool import OUTPUT_CUT_TYPE, lenient_json
-from piw.providers.messages import MESSAGE_ADAPTER, AssistantMessage, Message
+from piw.providers.base import Provider
+from piw.providers.messages import MESSAGE_ADAPTER, AssistantReply
 from piw.run.executors import Attempt, NodeOutcome
 from piw.store.session import SessionEntry, current_branch
 from piw.wire import parse_time, sha256_hex
@@ -53,27 +62,18 @@ def _range_after(branch: list[SessionEntry], index: int) -> list[SessionEntry]:
     return out
 
 
-def _messages(entries: list[SessionEntry]) -> list[Message]:
-    return [MESSAGE_ADAPTER.validate_python(entry.message) for entry in entries]
-
-
-def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeOutcome:
+def recover(
+    settings: AgentSettings, provider: Callable[[], Provider], attempt: Attempt, node: AgentNode
+) -> NodeOutcome:
     """Finish, continue or re-deliver a reattached attempt without ever showing a second answer."""
     branch = current_branch(attempt.session.entries)
     prompts = matching_prompts(branch, attempt.run_id, attempt.node_id, attempt.attempt_id)
     first, latest = prompts[0], prompts[-1]
     recorded = AgentStepContract.model_validate(_contract_of(branch[latest]))
-    contract = make_contract(
-        attempt.run_id,
-        attempt.ctx.workflow_name,
-        attempt.node_id,
-        attempt.attempt_id,
-        node.expected_output,
-        updates=node.updates,
-    )
-    run = _AttemptRun(executor, attempt, node, contract if contract == recorded else recorded)
+    contract = step_contract(attempt, node)
+    run = AttemptRun(settings, provider, attempt, node, contract if contract == recorded else recorded)
     run.first_entry_id = branch[first].id
-    run.messages = _messages(branch[first + 1 :])
+    run.messages = messages_of(branch[first + 1 :])
     run.tool.restore(run.messages)  # max_rejections counts over the whole attempt, crash or not
     _charge_time_used(run, attempt, branch[first:])
     after = _range_after(branch, latest)
@@ -87,15 +87,15 @@ def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeO
             entry_id, output = accepted
             run.last_entry_id = entry_id
             try:
-                return run._ok(run._accept(lenient_json(output)))
+                return run.succeed(run.accept(lenient_json(output)))
             except Exception as exc:
-                return run._fail(f"Recorded submission no longer validates: {exc}")
+                return run.fail(f"Recorded submission no longer validates: {exc}")
     else:
         adopted = _completed_reply(after)
         if adopted is not None:
             entry, message = adopted
             run.last_assistant_entry = entry.id
-            return run._assistant_outcome(message, adopted=True)
+            return run.assistant_outcome(message, adopted=True)
     last = branch[-1]
     continues = last.message.get("role") == "toolResult" or last.message.get("customType") == OUTPUT_CUT_TYPE
     if last is branch[latest] or continues:
@@ -104,7 +104,7 @@ def recover(executor: AgentExecutor, attempt: Attempt, node: AgentNode) -> NodeO
     return run.run(original if isinstance(original, str) else format_step_prompt("", contract), "resume")
 
 
-def _charge_time_used(run: _AttemptRun, attempt: Attempt, entries: list[SessionEntry]) -> None:
+def _charge_time_used(run: AttemptRun, attempt: Attempt, entries: list[SessionEntry]) -> None:
     """A reattached attempt keeps the deadline it had: loop time used before the park or crash is spent.
 
     Active time is measured from the attempt's start to its last recorded conversation entry; the time the
@@ -117,17 +117,15 @@ def _charge_time_used(run: _AttemptRun, attempt: Attempt, entries: list[SessionE
     run.deadline = Deadline(max(0.001, attempt.timeout_s - max(0.0, used)))
 
 
-def _from_receipt(run: _AttemptRun, attempt: Attempt, receipt: dict[str, Any]) -> NodeOutcome:
+def _from_receipt(run: AttemptRun, attempt: Attempt, receipt: dict[str, Any]) -> NodeOutcome:
     entry_id = receipt.get("assistantEntryId")
     entry = next((e for e in attempt.session.entries if e.id == entry_id), None)
     if entry is None:
-        return run._fail(f"Recorded reply {entry_id} is missing from the conversation.")
+        return run.fail(f"Recorded reply {entry_id} is missing from the conversation.")
     message = MESSAGE_ADAPTER.validate_python(entry.message)
-    text = message.visible_text() if isinstance(message, AssistantMessage) else ""
+    text = message.visible_text() if isinstance(message, AssistantReply) else ""
     if "sha256:" + sha256_hex(text) != receipt.get("textSha256"):
-        return run._fail(f"Recorded reply {entry_id} does not match its digest.")
-    from piw.agent_steps.executor import usage_of
-
+        return run.fail(f"Recorded reply {entry_id} does not match its digest.")
     return NodeOutcome.ok(text, usage=usage_of(run.messages), conversation=receipt.get("conversation"))
 
 
@@ -151,7 +149,7 @@ def _accepted_submission(entries: list[SessionEntry]) -> tuple[str, Any] | None:
     return None
 
 
-def _completed_reply(entries: list[SessionEntry]) -> tuple[SessionEntry, AssistantMessage] | None:
+def _completed_reply(entries: list[SessionEntry]) -> tuple[SessionEntry, AssistantReply] | None:
     """The last assistant message in the range when nothing (user or custom) follows it."""
     for position in range(len(entries) - 1, -1, -1):
         entry = entries[position]
@@ -160,7 +158,7 @@ def _completed_reply(entries: list[SessionEntry]) -> tuple[SessionEntry, Assista
             return None
         if role == "assistant":
             message = MESSAGE_ADAPTER.validate_python(entry.message)
-            assert isinstance(message, AssistantMessage)
+            assert isinstance(message, AssistantReply)
             if message.retried:
                 continue
             if message.stop_reason == "stop" and not message.tool_calls():

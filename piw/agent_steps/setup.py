@@ -1,4 +1,4 @@
-"""Wiring agent steps for a foreground run: provider selection, the offline script convention and the display.
+"""Wiring agent steps for a run: provider selection, the offline script convention and the display.
 
 Selection happens when the workflow is loaded, before any bundle exists, so a missing key or an unknown
 provider is one clear error and no run is left behind.
@@ -6,14 +6,13 @@ provider is one clear error and no run is left behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
+from piw.agent_steps.attempt import AgentSettings
 from piw.agent_steps.display import AgentDisplay, StreamSink
-from piw.agent_steps.executor import AgentExecutor, AgentSettings
-from piw.agent_steps.factory import needs_agent_executor
+from piw.agent_steps.executor import AgentExecutor
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
 from piw.providers.base import Provider
@@ -23,6 +22,7 @@ from piw.providers.factory import build_provider
 from piw.providers.recorded import RECORDED_PROVIDER, RecordedRunProvider
 from piw.providers.selection import ProviderSelection, select_provider
 from piw.run.executors import Executor
+from piw.run.launch import LaunchOptions
 from piw.store.bundle import open_bundle
 from piw.workflow.definition import ActionNode, AgentNode
 from piw.workflow.loader import LoadedWorkflow
@@ -70,38 +70,45 @@ def check_requestable(selection: ProviderSelection) -> None:
         guard_base_url(settings.base_url)
 
 
-def agent_executor_factory(
-    home: Path,
-    console: Console,
-    *,
-    verbose: bool = False,
-    provider: str | None = None,
-    model: str | None = None,
-    script: str | None = None,
-    sink: StreamSink | None = None,
-    replay_from: str | None = None,
-) -> Callable[[LoadedWorkflow], Executor | None]:
-    """A factory the runner calls with the loaded workflow; it builds the agent executor if one is needed.
+class AgentWiring:
+    """The agent side of a foreground run: its display, and the executor each workflow that needs one gets.
 
-    ``replay_from`` (``piw fork --provider replay``) answers agent steps from that run's recorded replies.
+    Made once per run command by :func:`piw.agent_steps.factory.agent_executor_factory`, the first time a
+    workflow may ask a model. ``replay_from`` (``piw fork --provider replay``) answers agent steps from that
+    run's recorded replies.
     """
-    listeners = [AgentDisplay(console, verbose=verbose, sink=sink)]
 
-    def build(workflow: LoadedWorkflow) -> Executor | None:
-        if not needs_agent_executor(workflow):
-            return None
+    def __init__(
+        self,
+        home: Path,
+        console: Console,
+        launch: LaunchOptions,
+        *,
+        verbose: bool = False,
+        sink: StreamSink | None = None,
+        replay_from: str | None = None,
+    ) -> None:
+        self.home = home
+        self.launch = launch
+        self.replay_from = replay_from
+        self.listeners = [AgentDisplay(console, verbose=verbose, sink=sink)]
+
+    def executor_for(self, workflow: LoadedWorkflow) -> Executor | None:
+        """The agent executor of ``workflow`` (one with an agent or action node), or ``None`` when a workflow of
+        actions only has no usable provider (its actions then cannot call ``ctx.run_agent``)."""
+        home, listeners, launch = self.home, self.listeners, self.launch
         needs_agent = any(isinstance(gnode.node, AgentNode) for gnode in workflow.graph.nodes.values())
-        if provider == RECORDED_PROVIDER:
-            return AgentExecutor(_settings(load_config(home), _recorded(home, replay_from), listeners))
+        if launch.provider == RECORDED_PROVIDER:
+            return AgentExecutor(_settings(load_config(home), _recorded(home, self.replay_from), listeners))
         try:
             config = load_config(home)
-            selection = select_provider(config, provider, model)
+            selection = select_provider(config, launch.provider, launch.model)
             check_requestable(selection)
         except ProviderError:
             if needs_agent:
                 raise
             return None
-        script_path = Path(script) if script else None
+        script_path = Path(launch.script) if launch.script else None
         scripted = selection.settings.api == "scripted"
         if script_path is None and scripted and selection.settings.script is None:
             script_path = replies_beside(workflow)
@@ -120,8 +127,6 @@ def agent_executor_factory(
 
             return build_pi_rpc_executor(selection, config, workflow, settings)
         return AgentExecutor(settings)
-
-    return build
 
 
 def _settings(

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from piw.agent_steps.contract import AgentStepContract
 from piw.agent_steps.schema import hoist_defs, model_schema
 from piw.errors import AttemptInactive, OutputInvalid, UpdateRejected
-from piw.providers.messages import AssistantMessage, CustomMessage, Message, ToolResultMessage, ToolSpec
+from piw.providers.messages import AssistantReply, CustomMessage, Message, ToolResultMessage, ToolSpec
 from piw.tools import ToolResult
 from piw.workflow.user_code import WorkflowCodeExit
 
@@ -286,8 +286,11 @@ class WorkflowTool:
             # is not blamed.
             self.step.invalid_output = exc if isinstance(exc, OutputInvalid) else OutputInvalid(str(exc))
             self.step.closed = True
-            return ToolResult(f"Output rejected for step {node_id}: the step cannot store it.", is_error=True,
-                              terminate=True)  # fmt: skip
+            return ToolResult(
+                f"Output rejected for step {node_id}: the step cannot store it.",
+                is_error=True,
+                terminate=True,
+            )
         except ValidationError as exc:
             reason = validation_reason(exc)
         except Exception as exc:
@@ -321,7 +324,7 @@ class WorkflowTool:
         """Re-count the rejections of an attempt continued after a park or crash, from its recorded entries."""
         outputs: dict[str, Any] = {}
         for message in messages:
-            if isinstance(message, AssistantMessage):
+            if isinstance(message, AssistantReply):
                 for call in message.tool_calls():
                     if call.name == WORKFLOW_TOOL_NAME and "output" in call.arguments:
                         outputs[call.id] = call.arguments["output"]

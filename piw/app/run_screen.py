@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, ClassVar
 
-from rich.progress_bar import ProgressBar
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -26,32 +25,18 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from piw.app.pane import LinesPane
 from piw.app.reader import RunReader
-from piw.app.sources import (
-    StepsSource,
-    TextSource,
-    UpdatesSource,
-    ViewSource,
-    trace_source,
-)
+from piw.app.run_panes import Position, lineage_budget_line, notification_id, pane_source, position_line
+from piw.app.sources import StepsSource, TextSource
 from piw.app.step_screen import StepScreen
-from piw.store.fold import RunState
 from piw.store.session import SessionEntry
-from piw.views.base import fmt_clock, node_label, safe
-from piw.views.budget import spent_line
-from piw.views.conversation import NOTIFICATION_TYPE, conversation_view
+from piw.views.base import safe
 from piw.views.follow import file_changes
 from piw.views.frame import summary_lines
 from piw.views.graph import draw_graph
-from piw.views.progress import Tracks, bar_text, progress_view
-from piw.views.state import state_view
-from piw.views.step_detail import conversation_range
-from piw.views.steps import steps_view
-from piw.views.trace import matches
 
 SYNC_REPLAY = 50_000
 """Replays longer than this many events run on a worker thread, so keys keep working."""
 TABS = ("steps", "conversation", "updates", "progress", "trace", "state")
-POSITION_BAR = 24
 
 
 class GraphPane(LinesPane):
@@ -178,7 +163,7 @@ class RunScreen(Screen[None]):
         return tab.removeprefix("tab-")
 
     def on_mount(self) -> None:
-        self.seen_notifications = {ident for e in self._entries_now() if (ident := _notification_id(e))}
+        self.seen_notifications = {ident for e in self._entries_now() if (ident := notification_id(e))}
         self.redraw()
         self.pane("steps").focus()
         if self.reader.indexed.is_set():
@@ -217,7 +202,7 @@ class RunScreen(Screen[None]):
 
     def _on_live(self, changed: bool, entries: list[SessionEntry], live: bool | None) -> None:
         for entry in entries:
-            ident = _notification_id(entry)
+            ident = notification_id(entry)
             if ident and ident not in self.seen_notifications:
                 self.seen_notifications.add(ident)
                 text = safe(str(entry.message.get("content", ""))).plain
@@ -285,106 +270,31 @@ class RunScreen(Screen[None]):
         if rows is not None:
             pane.show_rows(*rows)
 
+    def _position(self) -> Position:
+        return Position(
+            state=self._state,
+            now=self._now,
+            at=self.at,
+            upto=self.upto,
+            node=self.node,
+            attempt=self.attempt,
+            live_writer=self.live_writer,
+            expanded=self.expanded,
+        )
+
     def _draw_position(self) -> None:
-        last = self.reader.last_seq
-        upto = self.upto
-        line = Text(f"seq {upto:,}/{last:,} ", style="bold")
-        console = self.app.console
-        bar = ProgressBar(total=max(1, last), completed=upto, width=POSITION_BAR)
-        line.append_text(bar_text(console, bar, POSITION_BAR))
-        if not self.reader.indexed.is_set():
-            line.append(f"  reading the trace… {int(self.reader.progress * 100)}%", style="yellow")
-        elif self.replaying is not None:
-            line.append(f"  replaying to seq {self.replaying:,}…", style="yellow")
-        elif self.at is not None:
-            event = self.reader.event(self.at)
-            moment = fmt_clock(event.at) if event else ""
-            line.append(f"  ⏪ time travel {moment} (l: live)", style="magenta")
-        elif self._state.status == "running":
-            line.append("  ● live", style="green")
-        else:
-            line.append("  ■ ended", style="dim")
-        filters = self._filter_text()
-        if filters:
-            line.append("  filter: ", style="dim")
-            line.append_text(safe(filters, "cyan"))
-            line.append(" (esc clears)", style="dim")
+        line = position_line(self.reader, self._position(), self.replaying, self.active, self.app.console)
         self.query_one("#position", Static).update(line)
-
-    def _filter_text(self) -> str:
-        parts = []
-        if self.node:
-            parts.append(f"node {node_label(self.node)}")
-        if self.attempt and self.active != "steps":
-            parts.append(f"{node_label(self.attempt[0])} · attempt {self.attempt[1][:8]}")
-        return " · ".join(parts)
-
-    def _filter(self) -> tuple[str | None, str | None]:
-        """The node and attempt the panes other than steps are filtered to."""
-        if self.attempt is not None:
-            return self.attempt
-        return self.node, None
 
     def _draw_pane(self, name: str) -> None:
         self._dirty.discard(name)
-        pane = self.pane(name)
-        ready = self.reader.indexed.is_set()
-        state, now = self._state, self._now
-        node, attempt = self._filter()
-        if not state.run_id and not ready:
-            pane.set_source(TextSource([f"Replaying the trace… {int(self.reader.progress * 100)}%"]))
-            return
-        if name == "steps":
-            self._steps = StepsSource(state, steps_view(state, now), self.node)
-            pane.set_source(self._steps)
-        elif name == "state":
-            live = self.live_writer if self.at is None else None
-            view = state_view(
-                state, now, live=live, notice=self.reader.notice, at=self.at, forks=self.reader.forks
-            )
-            pane.set_source(ViewSource(view))
-        elif not ready:
-            pane.set_source(TextSource([f"Reading the trace… {int(self.reader.progress * 100)}%"]))
-        elif name == "conversation":
-            entries = self._entries(state, node, attempt)
-            pane.set_source(ViewSource(conversation_view(entries, self.expanded)))
-        elif name == "updates":
-            pane.set_source(UpdatesSource(self.reader, state, self.upto, node, attempt))
-        elif name == "progress":
-            tracks = self._tracks(node, attempt)
-            pane.set_source(ViewSource(progress_view(tracks, now, bars=True)))
-        elif name == "trace":
-            pane.set_source(trace_source(self.reader, self.upto, node, attempt))
+        source = pane_source(name, self.reader, self._position())
+        if isinstance(source, StepsSource):
+            self._steps = source
+        self.pane(name).set_source(source)
 
     def _entries_now(self) -> Iterable[SessionEntry]:
         return self.reader.entries_at(None)
-
-    def _entries(self, state: RunState, node: str | None, attempt: str | None) -> list[SessionEntry]:
-        entries = list(self.reader.entries_at(self.at if self.reader.indexed.is_set() else None))
-        if node is None:
-            return entries
-        ranges = [
-            step.conversation
-            for step in state.steps
-            if (step.node_id == node or step.node_id.startswith(node + "/"))
-            and (attempt is None or step.attempt_id == attempt)
-        ]
-        picked: list[SessionEntry] = []
-        for conversation in ranges:
-            picked.extend(conversation_range(entries, conversation))
-        return picked
-
-    def _tracks(self, node: str | None, attempt: str | None) -> Tracks:
-        if node is None and attempt is None:
-            return self.reader.tracks_at(self.at)
-        tracks = Tracks()
-        for seq in self.reader.index_data.update_seqs:
-            if seq > self.upto:
-                break
-            event = self.reader.event(seq)
-            if event is not None and matches(event, node, attempt):
-                tracks.add(event)
-        return tracks
 
     # ---- events from the panes -------------------------------------------------------------------------
 
@@ -523,27 +433,3 @@ class RunScreen(Screen[None]):
             self._redraw_filtered(include_steps=True)
         elif len(self.app.screen_stack) > 2:
             self.app.pop_screen()
-
-
-def lineage_budget_line(state: RunState, forks: tuple[str, ...]) -> Text | None:
-    """``⑂ forked from RUN at seq N · 2 forks · budget 3 of 5 requests · …`` (``None`` when none applies)."""
-    parts: list[Text] = []
-    origin = state.forked_from
-    if origin:
-        parts.append(safe(f"⑂ forked from {origin.get('runId')} at seq {origin.get('seq')}", "magenta"))
-    if forks:
-        shown = ", ".join(forks[:2]) + (f" and {len(forks) - 2} more" if len(forks) > 2 else "")
-        parts.append(safe(f"forks: {shown}", "magenta"))
-    if state.budget:
-        parts.append(Text("budget ", style="dim") + safe(spent_line(state.spent, state.budget)))
-    if not parts:
-        return None
-    return Text("  ") + Text(" · ").join(parts)
-
-
-def _notification_id(entry: SessionEntry) -> str | None:
-    message = entry.message
-    if message.get("role") != "custom" or message.get("customType") != NOTIFICATION_TYPE:
-        return None
-    details = message.get("details")
-    return str(details.get("notificationId")) if isinstance(details, dict) else None

@@ -18,8 +18,16 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.runs import ModelOption, ProviderOption, RunJsonOption, ScriptOption, VerboseOption, _follow
+from piw.cli.foreground import (
+    Following,
+    ModelOption,
+    ProviderOption,
+    RunJsonOption,
+    ScriptOption,
+    VerboseOption,
+)
 from piw.errors import PiwError, RunLocked, UsageError
+from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, single_line
@@ -39,13 +47,10 @@ DetachOption = Annotated[
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     """The run's workflow as it is now; an answer to a changed workflow is refused before it is recorded."""
-    from piw.run.engine import check_source
-    from piw.run.runner import tools_known, workflow_path_of
-    from piw.workflow.loader import load_workflow
+    from piw.run.resume import check_source
+    from piw.run.runner import load_run_workflow
 
-    workflow = load_workflow(
-        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
-    )
+    workflow = load_run_workflow(state, home)
     check_source(workflow, state)
     return workflow
 
@@ -79,9 +84,12 @@ def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
     )
 
 
-def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[Any, ...], detach: bool) -> int:
+def _continue(home: Path, claim: AnswerClaim, state: RunState, following: Following, detach: bool) -> int:
+    """Record the answer, then follow its continuation here (``--detach``: leave it queued for a host)."""
     from piw.run.runner import continue_run
 
+    receipt = _record(home, claim, state, detach)
+    as_json = following.as_json
     spec = receipt.spec
     if detach:
         return _queued(receipt, as_json)
@@ -97,7 +105,7 @@ def _continue(home: Path, receipt: AnswerReceipt, as_json: bool, flags: tuple[An
         "adopted": receipt.adopted,
     }
     try:
-        return _follow(lambda options: continue_run(spec, home, options), as_json, flags, extra)
+        return following.follow(lambda options: continue_run(spec, home, options), extra)
     except RunLocked:
         if receipt.adopted:  # the winner's process took the continuation an instant before us
             return _elsewhere(receipt, as_json)
@@ -122,8 +130,14 @@ def _elsewhere(receipt: AnswerReceipt, as_json: bool) -> int:
     """An identical repeat while the continuation runs in another process: report it, run nothing here."""
     spec = receipt.spec
     if as_json:
-        payload = {"runId": spec.run_id, "status": "running", "finalOutput": None, "error": None,
-                   "continuedFrom": {"runId": spec.parent_run_id, "nodeId": spec.node_id}, "adopted": True}  # fmt: skip
+        payload = {
+            "runId": spec.run_id,
+            "status": "running",
+            "finalOutput": None,
+            "error": None,
+            "continuedFrom": {"runId": spec.parent_run_id, "nodeId": spec.node_id},
+            "adopted": True,
+        }
         sys.stdout.write(json_text(payload) + "\n")
         return 0
     make_console().print(
@@ -193,8 +207,9 @@ def answer(
     wait, state = read_wait(home, run_id)
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
-    receipt = _record(home, claim, state, detach)
-    return _continue(home, receipt, as_json, (verbose, provider, model, script), detach)
+    return _continue(
+        home, claim, state, Following(as_json, LaunchOptions(provider, model, script), verbose), detach
+    )
 
 
 @app.command()
@@ -225,5 +240,6 @@ def decide(
     texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}
     claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
     _loaded(home, state)
-    receipt = _record(home, claim, state, detach)
-    return _continue(home, receipt, as_json, (verbose, provider, model, script), detach)
+    return _continue(
+        home, claim, state, Following(as_json, LaunchOptions(provider, model, script), verbose), detach
+    )

@@ -4,7 +4,7 @@ typer (0.26 and later) converts every parameter through a pydantic ``TypeAdapter
 Importing pydantic and building those adapters costs ~110 ms on every ``piw`` command, ``--help`` included, which
 is more than ``piw inspect`` of a small run spends on the run. piw's parameters are all ``str``, ``int``, ``bool``
 or ``list[str]``, without bounds, parsers or choices; for exactly those, :func:`install_plain_conversion` gives
-typer a converter of its own with typer's results and typer's error messages (``tests/test_cli_coercion.py``
+typer a converter of its own with typer's results and typer's error messages (``tests/cli/test_coercion.py``
 compares the two on the same inputs). Any other parameter, and a typer without this hook, keeps typer's own
 conversion, so the worst case of a typer upgrade is the old start-up time, never a different value.
 """

@@ -2,7 +2,7 @@
 
 Importing every command module and letting typer build all seventeen commands cost ~90 ms before any command
 ran. ``piw inspect RUN`` now imports ``piw.cli.views`` and builds ``inspect`` alone; ``piw --help`` imports every
-module (their docstrings are the command list) but builds none of the commands. ``tests/test_cli_startup.py``
+module (their docstrings are the command list) but builds none of the commands. ``tests/cli/test_startup.py``
 checks this table against what the modules register, so a new command cannot be missing from it.
 """
 

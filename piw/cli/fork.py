@@ -8,15 +8,16 @@ from typing import Annotated
 import typer
 
 from piw.cli.app import app
-from piw.cli.runs import (
+from piw.cli.foreground import (
     BudgetOption,
+    Following,
     ModelOption,
     ProviderOption,
     RunJsonOption,
     ScriptOption,
     VerboseOption,
-    _follow,
 )
+from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 
@@ -61,7 +62,9 @@ def fork(
     parent = resolve_run_id(home, run_id)
     raw_input = parse_input_option(input) if input is not None else None
     limits = parse_budget(budget) if budget is not None else None
-    return _follow(
+    replay_from = parent if provider == "replay" else None
+    following = Following(as_json, LaunchOptions(provider, model, script), verbose, replay_from)
+    return following.follow(
         lambda options: fork_run(
             parent,
             home,
@@ -70,8 +73,5 @@ def fork(
             workflow=workflow,
             raw_input=raw_input,
             title=title,
-        ),
-        as_json,
-        (verbose, provider, model, script),
-        replay_from=parent if provider == "replay" else None,
+        )
     )

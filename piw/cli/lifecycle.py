@@ -59,6 +59,7 @@ def host(
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
     from piw.agent_steps.factory import agent_executor_factory
     from piw.run.host import HostOptions, serve
+    from piw.run.launch import LaunchOptions
     from piw.store.db.rows import QueueRow
 
     if max_runs is not None and max_runs < 1:
@@ -70,14 +71,7 @@ def host(
     quiet = make_console(io.StringIO())  # a detached run's agent output is visible nowhere (agent-steps §7)
 
     def executor_for(row: QueueRow):  # type: ignore[no-untyped-def]
-        options = row.options
-        return agent_executor_factory(
-            home,
-            quiet,
-            provider=options.get("provider"),
-            model=options.get("model"),
-            script=options.get("script"),
-        )
+        return agent_executor_factory(home, quiet, LaunchOptions.from_json(row.options))
 
     def report(line: str) -> None:
         console.print(safe_text(line), soft_wrap=True)

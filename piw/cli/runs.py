@@ -4,171 +4,32 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.foreground import (
+    BudgetOption,
+    Following,
+    ModelOption,
+    ProviderOption,
+    RunJsonOption,
+    ScriptOption,
+    VerboseOption,
+)
 from piw.errors import PiwError, UsageError
+from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 
 if TYPE_CHECKING:
-    from piw.cli.live import LiveDisplay
-    from piw.run.runner import ForegroundOptions
-    from piw.store.db.idempotency import Adopted
-    from piw.store.fold import RunState
     from piw.workflow.budget import Budget
 
 # Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
-
-EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
-
-
-def _finish(
-    state: RunState, as_json: bool, extra: dict[str, Any] | None = None, verbose: bool = False
-) -> int:
-    from piw.cli.outcome import print_outcome
-    from piw.run.runner import resolved_outcome
-
-    if as_json:
-        final_output, error = resolved_outcome(piw_home(), state)
-        payload = {"runId": state.run_id, "status": state.status, "finalOutput": final_output, "error": error}
-        sys.stdout.write(json_text({**payload, **(extra or {})}) + "\n")
-    else:
-        print_outcome(make_console(), piw_home(), state, verbose=verbose)
-    return EXIT_BY_STATUS.get(state.status, 1)
-
-
-def _launch(provider: str | None, model: str | None, script: str | None) -> dict[str, Any]:
-    """What a run records about how it was started (never keys): flags as given, the script made absolute."""
-    return {
-        "provider": provider,
-        "model": model,
-        "script": str(Path(script).resolve()) if script else None,
-    }
-
-
-def _foreground(
-    as_json: bool,
-    verbose: bool = False,
-    provider: str | None = None,
-    model: str | None = None,
-    script: str | None = None,
-    replay_from: str | None = None,
-) -> tuple[ForegroundOptions, LiveDisplay]:
-    """The live display and agent wiring of a foreground run (the live view goes to stderr with --json)."""
-    from rich.text import Text
-
-    from piw.agent_steps.factory import agent_executor_factory
-    from piw.cli.live import LiveDisplay
-    from piw.run.runner import ForegroundOptions
-
-    console = make_console(sys.stderr if as_json else sys.stdout)
-    home = piw_home()
-    display = LiveDisplay(console, home=home)
-    sink = display if display.interactive else None
-    options = ForegroundOptions(
-        listeners=[display],
-        agent_executor_factory=agent_executor_factory(
-            home,
-            console,
-            verbose=verbose,
-            provider=provider,
-            model=model,
-            script=script,
-            sink=sink,
-            replay_from=replay_from,
-        ),
-        show_notification=lambda row: console.print(
-            Text("✉ ", style="magenta")
-            + safe_text(single_line(row.content))
-            + Text("  (delivered late)", style="dim")
-        ),
-        launch=_launch(provider, model, script),
-        warn=_warn,
-    )
-    return options, display
-
-
-def _warn(message: str) -> None:
-    """A problem that does not stop the run: one ``Warning:`` line on stderr (never in ``--json`` stdout)."""
-    make_console(sys.stderr).print(safe_text(f"Warning: {single_line(message)}"), soft_wrap=True)
-
-
-ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
-ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")]
-ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
-VerboseOption = Annotated[
-    bool, typer.Option("--verbose", help="Expand step cards; a failure shows its whole traceback.")
-]
-BudgetOption = Annotated[
-    str | None,
-    typer.Option(
-        "--budget",
-        help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
-    ),
-]
-RunJsonOption = Annotated[
-    bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
-]
-
-
-def _follow(
-    start: Callable[[ForegroundOptions], RunState | Adopted],
-    as_json: bool,
-    flags: tuple[Any, ...],
-    extra: dict[str, Any] | None = None,
-    replay_from: str | None = None,
-) -> int:
-    """Run in the foreground with the live display, closing it before the final JSON is printed.
-
-    A run that stops at a human decision on a terminal then prompts for it and continues here
-    (``piw.cli.prompt``).
-    """
-    from piw.store.db.idempotency import Adopted
-
-    state, code = _followed(start, as_json, flags, extra, replay_from)
-    if isinstance(state, Adopted) or as_json or state.status != "waiting":
-        return code
-    from piw.cli.prompt import after_waiting, can_prompt
-
-    if not can_prompt():
-        return code
-
-    def follow(receipt: Any, claim: Any) -> tuple[RunState | Adopted, int]:
-        from piw.run.runner import continue_run
-
-        spec = receipt.spec
-        return _followed(lambda options: continue_run(spec, piw_home(), options), as_json, flags)
-
-    return after_waiting(piw_home(), state, make_console(), follow) if state.status == "waiting" else code
-
-
-def _followed(
-    start: Callable[[ForegroundOptions], RunState | Adopted],
-    as_json: bool,
-    flags: tuple[Any, ...],
-    extra: dict[str, Any] | None = None,
-    replay_from: str | None = None,
-) -> tuple[RunState | Adopted, int]:
-    """Run ``start`` under the live display; a start its idempotency key adopts reports that run instead."""
-    from piw.store.db.idempotency import Adopted
-
-    verbose, provider, model, script = flags
-    options, display = _foreground(as_json, verbose, provider, model, script, replay_from=replay_from)
-    try:
-        state = start(options)
-    finally:
-        display.close()
-    if isinstance(state, Adopted):
-        return state, _adopted(state, as_json)
-    return state, _finish(state, as_json, extra, verbose=bool(flags[0]) if flags else False)
 
 
 @app.command()
@@ -214,14 +75,13 @@ def run(
     home = piw_home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
+    launch = LaunchOptions(provider, model, script)
     if detach:
-        return _detach(workflow, raw_input, title, (provider, model, script), no_origin, as_json, key, limits)
-    return _follow(
+        return _detach(workflow, raw_input, title, launch, no_origin, as_json, key, limits)
+    return Following(as_json, launch, verbose).follow(
         lambda options: start_run(
             workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
-        ),
-        as_json,
-        (verbose, provider, model, script),
+        )
     )
 
 
@@ -234,36 +94,11 @@ def _checked_key(key: str | None) -> str | None:
     return key
 
 
-def _adopted(adopted: Adopted, as_json: bool) -> int:
-    """A repeated start: report the run the key already started (exit 0, nothing new created)."""
-    from piw.store.bundle import load_state, open_bundle
-
-    run_id, key = adopted.run_id, adopted.key
-
-    try:
-        state = load_state(open_bundle(piw_home(), run_id))
-        status, final, error = state.status, state.final_output, state.error
-    except PiwError:
-        status, final, error = "queued", None, None  # its host has not created the bundle yet
-    if as_json:
-        payload = {"runId": run_id, "status": status, "finalOutput": final, "error": error, "adopted": True}
-        sys.stdout.write(json_text(payload) + "\n")
-        return 0
-    make_console().print(
-        safe_text(
-            f"Run {run_id} was already started with idempotency key {single_line(key)!r} ({status}); nothing new "
-            f"was started. See it with 'piw inspect {run_id}'."
-        ),
-        soft_wrap=True,
-    )
-    return 0
-
-
 def _detach(
     workflow: str,
     raw_input: Any,
     title: str | None,
-    launch: tuple[str | None, str | None, str | None],
+    launch: LaunchOptions,
     no_origin: bool,
     as_json: bool,
     idempotency_key: str | None = None,
@@ -271,24 +106,23 @@ def _detach(
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
     from piw.agent_steps.factory import agent_executor_factory
+    from piw.cli.foreground import report_adopted
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
     from piw.store.db.idempotency import Adopted
 
     home = piw_home()
-    provider, model, script = launch
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
     # The provider the host will use must exist and be requestable now, not fail later in the host.
-    factory = agent_executor_factory(home, make_console(io.StringIO()), provider=provider, model=model,
-                                     script=script)  # fmt: skip
+    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
     options = ForegroundOptions(
-        launch=_launch(provider, model, script),
+        launch=launch.recorded(),
         origin_session=new_origin_session() if from_terminal and not no_origin else None,
         idempotency_key=idempotency_key,
         budget=budget,
     )
     state = queue_run(workflow, home, raw_input, title, options, check=factory)
     if isinstance(state, Adopted):
-        return _adopted(state, as_json)
+        return report_adopted(state, as_json)
     if as_json:
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": None, "error": None}
         sys.stdout.write(json_text(payload) + "\n")
@@ -319,13 +153,8 @@ def resume(
 
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
-    recorded = recorded_launch(home, run_id)
-    provider = provider or recorded.get("provider")
-    model = model or recorded.get("model")
-    script = script or recorded.get("script")
-    return _follow(
-        lambda options: resume_run(run_id, home, options), as_json, (verbose, provider, model, script)
-    )
+    launch = LaunchOptions(provider, model, script).or_else(recorded_launch(home, run_id))
+    return Following(as_json, launch, verbose).follow(lambda options: resume_run(run_id, home, options))
 
 
 @app.command()
@@ -378,16 +207,30 @@ def list_workflows(
         try:
             definition = import_definition(path)
             source = source_identity(definition, path)
-            rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": definition.revision,
-                         "contractId": definition.contract_id, "description": definition.description,
-                         "source": source, "_origin": label})  # fmt: skip
+            rows.append(
+                {
+                    "id": path.name.removesuffix(".workflow.py"),
+                    "revision": definition.revision,
+                    "contractId": definition.contract_id,
+                    "description": definition.description,
+                    "source": source,
+                    "_origin": label,
+                }
+            )
         except PiwError as exc:
             from piw.wire import sha256_hex
 
             source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(path.read_bytes())}
-            rows.append({"id": path.name.removesuffix(".workflow.py"), "revision": None, "contractId": None,
-                         "description": f"(cannot load: {exc})", "source": source,
-                         "_origin": label})  # fmt: skip
+            rows.append(
+                {
+                    "id": path.name.removesuffix(".workflow.py"),
+                    "revision": None,
+                    "contractId": None,
+                    "description": f"(cannot load: {exc})",
+                    "source": source,
+                    "_origin": label,
+                }
+            )
     if as_json:
         public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
         sys.stdout.write(json_text(public) + "\n")
@@ -400,8 +243,13 @@ def list_workflows(
         table.add_column(column, overflow="fold")
     for row in rows:
         revision = "" if row["revision"] is None else str(row["revision"])
-        table.add_row(row["id"], row["_origin"], revision, safe_text(single_line(row["contractId"] or "")),
-                      safe_text(single_line(row["description"] or "")))  # fmt: skip
+        table.add_row(
+            row["id"],
+            row["_origin"],
+            revision,
+            safe_text(single_line(row["contractId"] or "")),
+            safe_text(single_line(row["description"] or "")),
+        )
     console.print(table)
     console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0

@@ -4,7 +4,7 @@ This package's ``__init__`` stays tiny on purpose: it holds only the request gua
 test suite's ``conftest.py`` does to flip ``ALLOW_MODEL_REQUESTS``) never pulls in an HTTP SDK.
 
     base                the request, the event stream, the ``Provider`` protocol and ``complete()``
-    builder             assembles streamed deltas into events and the final ``AssistantMessage``
+    builder             assembles streamed deltas into events and the final ``AssistantReply``
     config              ``$PIW_HOME/config.toml`` models, ``$NAME`` secrets, prices
     selection           flag > env > default provider selection; display-safe summaries
     factory             ``build_provider``: selection + config → a ready provider (cassettes applied)

@@ -15,7 +15,7 @@ from typing import Any
 
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
-from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ProviderEvent
+from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
@@ -26,7 +26,7 @@ from piw.providers.failures import (
     unfinished_stream,
 )
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     CustomMessage,
     StopReason,
     ToolResultMessage,
@@ -34,6 +34,7 @@ from piw.providers.messages import (
     UserMessage,
 )
 from piw.providers.pump import StreamPump
+from piw.providers.selection import ProviderSelection
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
@@ -57,25 +58,13 @@ def import_sdk() -> Any:
         ) from exc
 
 
-class AnthropicProvider:
+class AnthropicProvider(ConfiguredProvider):
     """One configured Anthropic Messages endpoint."""
 
-    def __init__(
-        self,
-        name: str,
-        model: str,
-        settings: ProviderConfig,
-        model_settings: ModelConfig | None = None,
-        *,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, selection: ProviderSelection, *, env: Mapping[str, str] | None = None) -> None:
         self._sdk = import_sdk()
-        self.name = name
-        self.model = model
-        self.settings = settings
-        self.model_settings = model_settings
-        self.base_url = settings.base_url or DEFAULT_BASE_URL
-        self._env = env
+        super().__init__(selection, env=env)
+        self.base_url = self.settings.base_url or DEFAULT_BASE_URL
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
         guard_base_url(self.base_url)
@@ -105,16 +94,12 @@ class AnthropicProvider:
                     response.close()
 
         pump: StreamPump[Any] = StreamPump(produce, abort, f"piw-{self.name}-stream")
-        state = StreamState(builder, model_settings)
-        with contextlib.closing(pump.items(cancel)) as items:
-            for event in items:
-                yield from state.feed(event)
-        if pump.cancelled or cancel.is_set():
-            yield from builder.abort(state.usage())
-        elif pump.error is not None:
-            yield from self._failure(builder, pump.error, state.usage())
-        else:
-            yield from finish(builder, state)
+        yield from pump.events(
+            cancel,
+            builder,
+            StreamState(builder, model_settings),
+            lambda error, usage: self._failure(builder, error, usage),
+        )
 
     def _failure(self, builder: MessageBuilder, error: BaseException, usage: Usage) -> list[ProviderEvent]:
         sdk = self._sdk
@@ -133,20 +118,6 @@ class AnthropicProvider:
         if isinstance(error, sdk.APIError | ValueError):
             return builder.fail(f"Provider error: {error}", usage)
         raise error
-
-
-def finish(builder: MessageBuilder, state: StreamState) -> list[ProviderEvent]:
-    """The final events of a stream that ended without an exception.
-
-    Only a known ``stop_reason`` makes a reply; a stream cut before its ``message_delta`` (or naming a reason
-    this adapter does not know) is a transient failure, retried while nothing has streamed (§4 end of stream).
-    """
-    if state.stop_reason == "refusal":
-        return builder.fail("The model refused to answer.", state.usage())
-    stop = _STOP_REASONS.get(state.stop_reason or "")
-    if stop is None:
-        return builder.fail(unfinished_stream(state.stop_reason), state.usage(), transient=True)
-    return builder.finish(stop, state.usage())
 
 
 def build_body(
@@ -204,7 +175,7 @@ def _messages(request: ChatRequest) -> list[dict[str, Any]]:
                 out[-1]["content"].append(block)
             else:
                 out.append({"role": "user", "content": [block]})
-        elif isinstance(message, AssistantMessage) and not message.retried:
+        elif isinstance(message, AssistantReply) and not message.retried:
             content: list[dict[str, Any]] = []
             if message.visible_text():
                 content.append({"type": "text", "text": message.visible_text()})
@@ -247,6 +218,19 @@ class StreamState:
             self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
             self._read_usage(getattr(event, "usage", None))
         return []
+
+    def finish(self) -> list[ProviderEvent]:
+        """The final events of a stream that ended without an exception.
+
+        Only a known ``stop_reason`` makes a reply; a stream cut before its ``message_delta`` (or naming a reason
+        this adapter does not know) is a transient failure, retried while nothing has streamed (§4 end of stream).
+        """
+        if self.stop_reason == "refusal":
+            return self._builder.fail("The model refused to answer.", self.usage())
+        stop = _STOP_REASONS.get(self.stop_reason or "")
+        if stop is None:
+            return self._builder.fail(unfinished_stream(self.stop_reason), self.usage(), transient=True)
+        return self._builder.finish(stop, self.usage())
 
     def _read_usage(self, usage: Any) -> None:
         if usage is None:

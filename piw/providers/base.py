@@ -9,14 +9,15 @@ configuration errors raise.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from piw.errors import ProviderError
-from piw.providers.messages import AssistantMessage, Message, ToolCallBlock, ToolSpec
+from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolSpec
+from piw.providers.selection import ProviderSelection
 
 
 class _Frozen(BaseModel):
@@ -133,7 +134,7 @@ class DoneEvent(_Frozen):
 
     type: Literal["done"] = "done"
     content_index: int
-    message: AssistantMessage
+    message: AssistantReply
 
 
 class ErrorEvent(_Frozen):
@@ -145,7 +146,7 @@ class ErrorEvent(_Frozen):
 
     type: Literal["error"] = "error"
     content_index: int
-    message: AssistantMessage
+    message: AssistantReply
     transient: bool = False
     retry_after_s: float | None = None
     content_streamed: bool = False
@@ -187,6 +188,21 @@ class Provider(Protocol):
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]: ...
 
 
+class ConfiguredProvider:
+    """An adapter built for one selection: the provider's name and table, the model and its entry.
+
+    ``env`` stands in for ``os.environ`` when keys and ``$NAME`` headers are resolved (tests pass their own).
+    """
+
+    def __init__(self, selection: ProviderSelection, *, env: Mapping[str, str] | None = None) -> None:
+        self.selection = selection
+        self.name = selection.provider
+        self.model = selection.model
+        self.settings = selection.settings
+        self.model_settings = selection.model_settings
+        self._env = env
+
+
 class WrappedProvider:
     """A provider in front of another: same name and model, ``stream`` changed by the subclass (redaction of
     secrets, a run's budget)."""
@@ -208,9 +224,9 @@ def complete(
     request: ChatRequest,
     cancel: threading.Event | None = None,
     on_event: Callable[[ProviderEvent], None] | None = None,
-) -> AssistantMessage:
+) -> AssistantReply:
     """Drain ``provider.stream`` and return its final message; ``on_event`` sees every event on the way."""
-    final: AssistantMessage | None = None
+    final: AssistantReply | None = None
     for event in provider.stream(request, cancel or threading.Event()):
         if on_event is not None:
             on_event(event)

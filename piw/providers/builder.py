@@ -1,4 +1,4 @@
-"""Assemble streamed fragments into provider events and the final ``AssistantMessage``.
+"""Assemble streamed fragments into provider events and the final ``AssistantReply``.
 
 Every adapter (OpenAI, Anthropic, scripted) feeds the same builder, so block numbering, the order of
 start/delta/end events and the shape of partial messages on errors or aborts are identical whichever
@@ -28,7 +28,7 @@ from piw.providers.base import (
     ToolCallStartEvent,
 )
 from piw.providers.messages import (
-    AssistantMessage,
+    AssistantReply,
     ContentBlock,
     StopReason,
     TextBlock,
@@ -210,8 +210,8 @@ class MessageBuilder:
             return [ThinkingEndEvent(content_index=block.index, thinking=frozen.thinking)]
         return [ToolCallEndEvent(content_index=block.index, tool_call=frozen)]
 
-    def _message(self, stop_reason: StopReason, error_message: str | None, usage: Usage) -> AssistantMessage:
-        return AssistantMessage(
+    def _message(self, stop_reason: StopReason, error_message: str | None, usage: Usage) -> AssistantReply:
+        return AssistantReply(
             content=[block.freeze() for block in self._blocks],
             stop_reason=stop_reason,
             error_message=error_message,

@@ -77,27 +77,11 @@ def _adapter(
     if settings.api == "llamacpp":
         from piw.providers.llamacpp import LlamaCppProvider
 
-        return LlamaCppProvider(
-            selection.provider,
-            selection.model,
-            settings,
-            selection.model_settings,
-            piw_home=piw_home,
-            env=env,
-        )
+        return LlamaCppProvider(selection, piw_home=piw_home, env=env)
     if settings.api == "anthropic-messages":
         from piw.providers.anthropic_messages import AnthropicProvider
 
-        return AnthropicProvider(
-            selection.provider, selection.model, settings, selection.model_settings, env=env
-        )
+        return AnthropicProvider(selection, env=env)
     from piw.providers.openai_compat import OpenAICompatProvider
 
-    return OpenAICompatProvider(
-        selection.provider,
-        selection.model,
-        settings,
-        selection.model_settings,
-        http_client=http_client,
-        env=env,
-    )
+    return OpenAICompatProvider(selection, http_client=http_client, env=env)

@@ -19,13 +19,14 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from piw.errors import ProviderError
-from piw.providers.base import ChatRequest, ProviderEvent
-from piw.providers.config import ModelConfig, ProviderConfig
+from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
+from piw.providers.config import ProviderConfig
+from piw.providers.selection import ProviderSelection
 
 INSTALL_HINT = "pip install 'piw[llamacpp]'"
 BUILTIN_TEMPLATES = ("qwen-bare-json",)
@@ -117,26 +118,17 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class LlamaCppProvider:
+class LlamaCppProvider(ConfiguredProvider):
     """A GGUF model behind an in-process llama.cpp server, started on the first request."""
 
     def __init__(
-        self,
-        name: str,
-        model: str,
-        settings: ProviderConfig,
-        model_settings: ModelConfig | None = None,
-        *,
-        piw_home: Path,
-        env: Mapping[str, str] | None = None,
+        self, selection: ProviderSelection, *, piw_home: Path, env: Mapping[str, str] | None = None
     ) -> None:
-        self.name = name
-        self.model = model
-        self.settings = settings
-        self.model_settings = model_settings
-        self.server = server_settings(settings, model, piw_home)  # config errors before any run starts
+        super().__init__(selection, env=env)
+        self.server = server_settings(
+            self.settings, self.model, piw_home
+        )  # config errors before any run starts
         self._runtime = import_runtime()
-        self._env = env
         self._lock = threading.Lock()
         self._handle: Any = None
         self._client: Any = None
@@ -152,13 +144,8 @@ class LlamaCppProvider:
                 port = free_port()
                 self._handle = self._start(port)
                 atexit.register(self.close)
-                self._client = OpenAICompatProvider(
-                    self.name,
-                    self.model,
-                    client_settings(self.settings, port),
-                    self.model_settings,
-                    env=self._env,
-                )
+                client = replace(self.selection, settings=client_settings(self.settings, port))
+                self._client = OpenAICompatProvider(client, env=self._env)
             return self._client
 
     def _start(self, port: int) -> Any:

@@ -76,7 +76,7 @@ class Usage(_Wire):
         return self.input + self.output + self.cache_read + self.cache_write
 
 
-class AssistantMessage(_Wire):
+class AssistantReply(_Wire):
     """One model response; ``error`` and ``aborted`` ones carry ``error_message`` (results, not raises)."""
 
     role: Literal["assistant"] = "assistant"
@@ -132,7 +132,7 @@ class CustomMessage(_Wire):
 
 
 Message = Annotated[
-    UserMessage | AssistantMessage | ToolResultMessage | CustomMessage,
+    UserMessage | AssistantReply | ToolResultMessage | CustomMessage,
     Field(discriminator="role"),
 ]
 

@@ -20,9 +20,9 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
 from piw.providers import guard_base_url
-from piw.providers.base import ChatRequest, ProviderEvent
+from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
-from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
+from piw.providers.config import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
     is_transient_status,
@@ -33,6 +33,7 @@ from piw.providers.failures import (
 from piw.providers.messages import StopReason, Usage
 from piw.providers.openai_request import build_body
 from piw.providers.pump import StreamPump
+from piw.providers.selection import ProviderSelection
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=10.0)
@@ -42,27 +43,20 @@ _STOP_REASONS: dict[str, StopReason] = {"stop": "stop", "length": "length", "too
 _STOP_REASONS["function_call"] = "toolUse"
 
 
-class OpenAICompatProvider:
+class OpenAICompatProvider(ConfiguredProvider):
     """One configured OpenAI-compatible endpoint. Keys and ``$NAME`` headers resolve on every request."""
 
     def __init__(
         self,
-        name: str,
-        model: str,
-        settings: ProviderConfig,
-        model_settings: ModelConfig | None = None,
+        selection: ProviderSelection,
         *,
         http_client: httpx2.Client | None = None,
         env: Mapping[str, str] | None = None,
         timeout: httpx2.Timeout = DEFAULT_TIMEOUT,
     ) -> None:
-        self.name = name
-        self.model = model
-        self.settings = settings
-        self.model_settings = model_settings
-        self.base_url = settings.base_url or DEFAULT_BASE_URL
+        super().__init__(selection, env=env)
+        self.base_url = self.settings.base_url or DEFAULT_BASE_URL
         self._http_client = http_client
-        self._env = env
         self._timeout = timeout
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
@@ -83,21 +77,12 @@ class OpenAICompatProvider:
         pump: StreamPump[ChatCompletionChunk] = StreamPump(
             call.produce, call.abort, f"piw-{self.name}-stream"
         )
-        chunks = _Chunks(builder, model_settings)
-        with contextlib.closing(pump.items(cancel)) as items:
-            for chunk in items:
-                yield from chunks.feed(chunk)
-        if pump.cancelled or cancel.is_set():
-            yield from builder.abort(chunks.usage())
-        elif pump.error is not None:
-            yield from _failure(builder, pump.error, chunks.usage(), self.base_url)
-        elif chunks.finish_reason == "content_filter":
-            yield from builder.fail("The provider's content filter stopped the response.", chunks.usage())
-        elif (stop := _STOP_REASONS.get(chunks.finish_reason or "")) is None:
-            # No (or an unknown) finish reason: the body was cut, so what arrived is not a reply (§4).
-            yield from builder.fail(unfinished_stream(chunks.finish_reason), chunks.usage(), transient=True)
-        else:
-            yield from builder.finish(stop, chunks.usage())
+        yield from pump.events(
+            cancel,
+            builder,
+            _Chunks(builder, model_settings),
+            lambda error, usage: _failure(builder, error, usage, self.base_url),
+        )
 
     def _client_factory(self, key: str, headers: dict[str, str]) -> Callable[[], tuple[openai.OpenAI, bool]]:
         def make() -> tuple[openai.OpenAI, bool]:
@@ -247,6 +232,16 @@ class _Chunks:
             if choice.finish_reason:
                 self.finish_reason = choice.finish_reason
         return events
+
+    def finish(self) -> list[ProviderEvent]:
+        """A reply for a known finish reason; a content-filter stop or a cut stream is a failure."""
+        if self.finish_reason == "content_filter":
+            return self._builder.fail("The provider's content filter stopped the response.", self.usage())
+        stop = _STOP_REASONS.get(self.finish_reason or "")
+        if stop is None:
+            # No (or an unknown) finish reason: the body was cut, so what arrived is not a reply (§4).
+            return self._builder.fail(unfinished_stream(self.finish_reason), self.usage(), transient=True)
+        return self._builder.finish(stop, self.usage())
 
     def usage(self) -> Usage:
         """Tokens from the final usage chunk; cost from the server when it reports one, else from config."""

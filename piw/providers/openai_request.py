@@ -10,7 +10,7 @@ from typing import Any
 
 from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ToolChoice
 from piw.providers.config import CompatConfig, ModelConfig
-from piw.providers.messages import AssistantMessage, CustomMessage, Message, ToolResultMessage, UserMessage
+from piw.providers.messages import AssistantReply, CustomMessage, Message, ToolResultMessage, UserMessage
 
 
 def build_body(
@@ -89,7 +89,7 @@ def _convert(message: Message, compat: CompatConfig) -> dict[str, Any] | None:
     return _convert_assistant(message)
 
 
-def _convert_assistant(message: AssistantMessage) -> dict[str, Any] | None:
+def _convert_assistant(message: AssistantReply) -> dict[str, Any] | None:
     # A retried failure is excluded from model context (§4); an empty failed or aborted reply carries
     # nothing a server would accept, so it is left out too. Thinking is never sent back.
     if message.retried:

@@ -4,16 +4,38 @@ A blocked socket read cannot be interrupted from the thread doing it. The worker
 caller's thread waits on a queue with a short timeout, watches the cancel event and, when it is set,
 calls the adapter's ``abort`` (which shuts the socket down so the server sees the disconnect) and returns
 at once (``agent-steps.md`` §4: a held request closes within 1 s even when no bytes arrive).
+
+:meth:`StreamPump.events` is the one loop every HTTP adapter runs: items are folded into builder events as
+they come, and the stream then ends as cancelled, failed or finished, in that order of precedence.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from collections.abc import Callable, Generator
-from typing import Generic, TypeVar, cast
+from collections.abc import Callable, Generator, Iterator
+from typing import Generic, Protocol, TypeVar, cast
+
+from piw.providers.base import ProviderEvent
+from piw.providers.builder import MessageBuilder
+from piw.providers.messages import Usage
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class StreamFold(Protocol[T_contra]):
+    """What an adapter knows about its SDK's stream: how an item becomes events, and how a clean end does."""
+
+    def feed(self, item: T_contra) -> list[ProviderEvent]: ...
+
+    def usage(self) -> Usage: ...
+
+    def finish(self) -> list[ProviderEvent]:
+        """The final events of a stream that ended without an exception (a reply, or a cut stream)."""
+        ...
+
 
 POLL_S = 0.05
 """How often the waiting thread looks at the cancel event; far below the 1 s budget."""
@@ -66,6 +88,24 @@ class StreamPump(Generic[T]):
             # finished worker has already released them, and a pooled connection must stay usable.
             if not finished:
                 self.stop()
+
+    def events(
+        self,
+        cancel: threading.Event,
+        builder: MessageBuilder,
+        fold: StreamFold[T],
+        failure: Callable[[BaseException, Usage], list[ProviderEvent]],
+    ) -> Iterator[ProviderEvent]:
+        """Run the stream to its end: ``fold``'s events as items arrive, then an abort, ``failure`` or ``finish``."""
+        with contextlib.closing(self.items(cancel)) as items:
+            for item in items:
+                yield from fold.feed(item)
+        if self.cancelled or cancel.is_set():
+            yield from builder.abort(fold.usage())
+        elif self.error is not None:
+            yield from failure(self.error, fold.usage())
+        else:
+            yield from fold.finish()
 
     def stop(self) -> None:
         """Idempotent: tell the worker to stop and let the adapter break any blocked read."""

@@ -24,7 +24,7 @@ from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ProviderEvent, StepRe
 from piw.providers.builder import MessageBuilder
 from piw.providers.messages import (
     MESSAGE_ADAPTER,
-    AssistantMessage,
+    AssistantReply,
     CustomMessage,
     ToolCallBlock,
     Usage,
@@ -48,7 +48,7 @@ class Recording:
     order: int
     """Trace position of the attempt (its ``node_started``, or its action's for a ``run_agent`` child)."""
     prompt: str = ""
-    replies: list[AssistantMessage] = field(default_factory=list)
+    replies: list[AssistantReply] = field(default_factory=list)
 
 
 class RecordedRunProvider:
@@ -77,7 +77,7 @@ class RecordedRunProvider:
         assert reply is not None
         yield from ScriptedProvider([reply], name=self.name, model=request.model).stream(request, cancel)
 
-    def _reply(self, request: ChatRequest) -> tuple[AssistantMessage | None, str | None]:
+    def _reply(self, request: ChatRequest) -> tuple[AssistantReply | None, str | None]:
         step = request.step
         if step is None:
             return None, "The replay provider answers workflow steps only; this request names no step."
@@ -159,7 +159,7 @@ def _recordings(parent: Bundle) -> list[Recording]:
                 parsed = MESSAGE_ADAPTER.validate_python(message)
             except ValidationError:
                 continue
-            if isinstance(parsed, AssistantMessage):
+            if isinstance(parsed, AssistantReply):
                 recordings[attempt].replies.append(parsed)
     return sorted(recordings.values(), key=lambda rec: rec.order)
 
@@ -219,7 +219,7 @@ def _replies_so_far(request: ChatRequest, step: StepRef) -> int:
             contract = message.details.get("contract") or {}
             if contract.get("attemptId") == step.attempt_id:
                 seen = True
-        elif seen and isinstance(message, AssistantMessage):
+        elif seen and isinstance(message, AssistantReply):
             count += 1
     return count
 
@@ -244,7 +244,7 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _retarget(reply: AssistantMessage, step: StepRef) -> AssistantMessage:
+def _retarget(reply: AssistantReply, step: StepRef) -> AssistantReply:
     """A recorded reply for the fork's step: ``workflow`` calls name the fork's ids, and it costs nothing."""
     blocks: list[Any] = []
     for block in reply.content:

@@ -24,10 +24,10 @@ from piw.errors import ProviderError, ScriptExhausted
 from piw.providers.base import ChatRequest, ProviderEvent
 from piw.providers.builder import MessageBuilder
 from piw.providers.failures import is_transient_status, status_message
-from piw.providers.messages import AssistantMessage, TextBlock, ThinkingBlock, ToolCallBlock, Usage
+from piw.providers.messages import AssistantReply, TextBlock, ThinkingBlock, ToolCallBlock, Usage
 
-ReplyFunction = Callable[[ChatRequest, int], AssistantMessage]
-ScriptEntry = AssistantMessage | ReplyFunction | Mapping[str, Any] | str
+ReplyFunction = Callable[[ChatRequest, int], AssistantReply]
+ScriptEntry = AssistantReply | ReplyFunction | Mapping[str, Any] | str
 Script = Sequence[ScriptEntry] | Mapping[str, Sequence[ScriptEntry]]
 
 FALLBACK_NODE = "*"
@@ -44,8 +44,8 @@ _WORDS = re.compile(r"\s*\S+\s*|\s+")
 
 
 @dataclass(frozen=True)
-class _Reply:
-    message: AssistantMessage
+class _ScriptedReply:
+    message: AssistantReply
     transient: bool = False
     retry_after_s: float | None = None
 
@@ -53,7 +53,7 @@ class _Reply:
 class ScriptedProvider:
     """Serves scripted replies in order; ``requests`` records each request, ``pending()`` counts what is left.
 
-    Entries are ``AssistantMessage`` values, functions ``(request, index) -> AssistantMessage`` (``index`` is
+    Entries are ``AssistantReply`` values, functions ``(request, index) -> AssistantReply`` (``index`` is
     the entry's position in its list), or the JSON forms of ``agent-steps.md`` §8.3. Safe to share between
     threads, as concurrent child steps do.
     """
@@ -194,7 +194,7 @@ def _yaml() -> Any:
 
 def _check_entry(entry: ScriptEntry, where: str) -> None:
     """Reject malformed JSON entries when the script is loaded, not on the request that reaches them."""
-    if isinstance(entry, AssistantMessage | str) or callable(entry):
+    if isinstance(entry, AssistantReply | str) or callable(entry):
         return
     if not isinstance(entry, Mapping):
         raise ProviderError(f"Script entry {where} must be an object, a string or a reply function.")
@@ -210,17 +210,17 @@ def _check_entry(entry: ScriptEntry, where: str) -> None:
         raise ProviderError(f'Script entry {where}: "arguments" must be an object.')
 
 
-def _resolve(entry: ScriptEntry, request: ChatRequest, index: int, number: int) -> _Reply:
-    if isinstance(entry, AssistantMessage):
-        return _Reply(entry)
+def _resolve(entry: ScriptEntry, request: ChatRequest, index: int, number: int) -> _ScriptedReply:
+    if isinstance(entry, AssistantReply):
+        return _ScriptedReply(entry)
     if isinstance(entry, str):
-        return _Reply(AssistantMessage(content=[TextBlock(text=entry)]))
+        return _ScriptedReply(AssistantReply(content=[TextBlock(text=entry)]))
     if callable(entry):
-        return _Reply(entry(request, index))
+        return _ScriptedReply(entry(request, index))
     return _from_json(entry, request, number)
 
 
-def _from_json(entry: Mapping[str, Any], request: ChatRequest, number: int) -> _Reply:
+def _from_json(entry: Mapping[str, Any], request: ChatRequest, number: int) -> _ScriptedReply:
     try:
         usage = Usage.model_validate(entry.get("usage") or {"cost": 0.0})
     except ValidationError as exc:
@@ -234,8 +234,8 @@ def _from_json(entry: Mapping[str, Any], request: ChatRequest, number: int) -> _
         status = int(entry["status"]) if entry.get("status") else None
         message = status_message(status, str(entry["error"])) if status else str(entry["error"])
         retry_after = entry.get("retryAfter", entry.get("retry_after"))
-        return _Reply(
-            AssistantMessage(stop_reason="error", error_message=message, usage=usage),
+        return _ScriptedReply(
+            AssistantReply(stop_reason="error", error_message=message, usage=usage),
             transient=status is not None and is_transient_status(status),
             retry_after_s=None if retry_after is None else float(retry_after),
         )
@@ -257,12 +257,10 @@ def _from_json(entry: Mapping[str, Any], request: ChatRequest, number: int) -> _
             ToolCallBlock(id=call_id, name=str(entry["tool"]), arguments=dict(entry.get("arguments") or {}))
         )
     stop = "length" if entry.get("stop") == "length" else "stop"
-    return _Reply(AssistantMessage(content=prose, stop_reason=stop, usage=usage))
+    return _ScriptedReply(AssistantReply(content=prose, stop_reason=stop, usage=usage))
 
 
-def _deltas(
-    builder: MessageBuilder, message: AssistantMessage
-) -> Iterator[Callable[[], list[ProviderEvent]]]:
+def _deltas(builder: MessageBuilder, message: AssistantReply) -> Iterator[Callable[[], list[ProviderEvent]]]:
     """The message's blocks as small deltas (a word or so of text, arguments in short pieces).
 
     Each delta is a thunk, so nothing reaches the builder until the caller has checked for cancellation:

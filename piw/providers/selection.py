@@ -30,7 +30,7 @@ class ProviderSelection:
     provider: str
     model: str
     settings: ProviderConfig
-    model_settings: ModelConfig | None
+    model_settings: ModelConfig | None = None
 
 
 def select_provider(

@@ -215,10 +215,7 @@ def claim_answer(
             extra = parse_top_up(value)
         except UsageError as exc:
             raise AnswerInvalid(str(exc).replace("piw cancel RUN", f"piw cancel {wait.run_id}")) from None
-        top_up = {"topUp": extra.to_wire()}
-        spec = ContinuationSpec(new_run_id(wait.workflow_name), wait.run_id, BUDGET_WAIT, top_up)
-        return AnswerClaim(spec=spec, fingerprint=_fingerprint(top_up), scope="run.answer", key=wait.run_id,
-                           answered_by=answered_by or who_answers(), workflow_name=wait.workflow_name)  # fmt: skip
+        return _run_answer(wait, BUDGET_WAIT, {"topUp": extra.to_wire()}, answered_by)
     if isinstance(value, dict) and set(value) == {"topUp"}:
         raise AnswerInvalid(
             f"Run {wait.run_id} is not waiting on its budget (it waits at {wait.node_id}); a top-up only answers a "
@@ -251,7 +248,12 @@ def claim_answer(
         json.dumps(answer, allow_nan=False)
     except ValueError:
         raise AnswerInvalid("The answer must be JSON without NaN or Infinity.") from None
-    spec = ContinuationSpec(new_run_id(wait.workflow_name), wait.run_id, wait.node_id, answer)
+    return _run_answer(wait, wait.node_id, answer, answered_by)
+
+
+def _run_answer(wait: Wait, node_id: str, answer: Any, answered_by: str | None) -> AnswerClaim:
+    """The claim of a checkpoint's answer or a budget top-up: one per run (``run.answer``, keyed by the run)."""
+    spec = ContinuationSpec(new_run_id(wait.workflow_name), wait.run_id, node_id, answer)
     return AnswerClaim(
         spec=spec,
         fingerprint=_fingerprint(answer),

@@ -13,19 +13,28 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
 
 # The provider layer is imported by the agent steps that use the gate, never for a plain run.
 if TYPE_CHECKING:
     from piw.providers.base import ChatRequest
-    from piw.providers.messages import AssistantMessage
-    from piw.run.executors import Attempt
+    from piw.providers.messages import AssistantReply
     from piw.store.writer import RunWriter
 
 CHARS_PER_TOKEN = 4
 """The estimate of a request's input tokens before it is sent: its messages' JSON length / 4."""
+
+
+class Spender(Protocol):
+    """The attempt a request is made for (an executor's ``Attempt``): where its spend is recorded."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def attempt_id(self) -> str: ...
 
 
 class BudgetGate:
@@ -46,7 +55,7 @@ class BudgetGate:
         raw = self.writer.state.budget
         return Budget.from_wire(raw) if raw else None
 
-    def admit(self, request: ChatRequest, owner: Attempt, step_key: str) -> str | None:
+    def admit(self, request: ChatRequest, owner: Spender, step_key: str) -> str | None:
         """``None`` when the request may go; otherwise the refusal, after recording it in :attr:`stop`."""
         limits = self.limits()
         if limits is None:
@@ -73,7 +82,7 @@ class BudgetGate:
             }
             return reason
 
-    def record(self, message: AssistantMessage, owner: Attempt, step_key: str, child_key: str | None) -> None:
+    def record(self, message: AssistantReply, owner: Spender, step_key: str, child_key: str | None) -> None:
         """Append ``usage_recorded`` for one request that was sent (retried failures included)."""
         usage = message.usage
         payload: dict[str, Any] = {
@@ -88,8 +97,9 @@ class BudgetGate:
             payload["cost"] = usage.cost
         if child_key is not None:
             payload["childKey"] = child_key
-        self.writer.append("agent", "usage_recorded", payload, node_id=owner.node_id,
-                           attempt_id=owner.attempt_id)  # fmt: skip
+        self.writer.append(
+            "agent", "usage_recorded", payload, node_id=owner.node_id, attempt_id=owner.attempt_id
+        )
 
 
 def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:

@@ -228,8 +228,10 @@ class Host:
             return engine.resume(run_id, lease)
         if row.workflow_source != workflow.source or row.definition_digest != workflow.digest:
             lease.park("source_changed", error="the workflow changed since the run was queued")
-            raise PiwError(f"Workflow source changed since run {run_id} was queued; cancel it with "
-                           f"'piw cancel {run_id}'.")  # fmt: skip
+            raise PiwError(
+                f"Workflow source changed since run {run_id} was queued; cancel it with "
+                f"'piw cancel {run_id}'."
+            )
         if bundle_path.exists():
             lease.fence()
             bundle_path.rename(runs_dir(self.home) / f".incomplete-{run_id}-{now_ms()}")

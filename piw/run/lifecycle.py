@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import ClaimLost, PiwError, RunLocked, TraceCorrupt, UsageError
-from piw.run.engine import CANCELLED_ERROR
 from piw.run.process_groups import stop_group
+from piw.run.resume import read_run_trace, repair_tail
 from piw.run.runner import configured_durability, ensure_row
+from piw.run.step import CANCELLED_ERROR
 from piw.store.bundle import Bundle, load_state, open_bundle
 from piw.store.db.database import now_ms
 from piw.store.db.holders import runner_id
@@ -30,7 +31,7 @@ from piw.store.db.lease import Lease
 from piw.store.db.queue import RunQueue
 from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import open_run_database
-from piw.store.fold import RunState, fold
+from piw.store.fold import RunState
 from piw.store.run_store import open_run_stores
 from piw.store.trace import resolve_durability
 from piw.store.writer import RunWriter
@@ -52,8 +53,13 @@ class LifecycleResult:
     """The operation took effect (``False``: requested, a live holder will act on it)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"runId": self.run_id, "status": self.status, "queueStatus": self.queue_status,
-                "done": self.done, "message": self.message}  # fmt: skip
+        return {
+            "runId": self.run_id,
+            "status": self.status,
+            "queueStatus": self.queue_status,
+            "done": self.done,
+            "message": self.message,
+        }
 
 
 def _state(bundle: Bundle) -> RunState | None:
@@ -195,18 +201,22 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
         raise
     try:
         try:
-            read = store.read_trace()
+            trace = read_run_trace(store)
         except TraceCorrupt as exc:
             # A damaged middle line: writers refuse the run. The queue row is final; the bundle is left as is.
             lease.release("cancelled", str(exc))
-            return _result(home, run_id, f"Run {run_id} cancelled in the run queue; its trace is damaged "
-                           "and was left untouched.", True)  # fmt: skip
-        state = fold(read.events)
+            return _result(
+                home,
+                run_id,
+                f"Run {run_id} cancelled in the run queue; its trace is damaged and was left untouched.",
+                True,
+            )
+        state = trace.state
         if state.is_terminal:  # it finished between our check and the claim
             lease.release("done" if state.status in ("completed", "waiting") else "failed")
             raise UsageError(f"Run {run_id} already ended ({state.status}); there is nothing to cancel.")
         store.fence()
-        store.repair_tail(read)
+        repair_tail(store, trace)
         group = state.current.process_group if state.current is not None else None
         if group:
             stop_group(group)  # a dead holder's command may still run: it must not outlive the run

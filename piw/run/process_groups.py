@@ -13,18 +13,15 @@ is not reused while its process group exists). The guarantee and its limits are 
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from piw.processes import KILL_GRACE_S, group_alive, terminate_group
 from piw.store.db.holders import (
-    process_start_time,
-)  # one definition of a process's identity, shared with claims
+    process_start_time,  # one definition of a process's identity, shared with claims
+)
 
-GRACE_S = 1.0
 WAIT_GONE_S = 5.0
 
 
@@ -35,30 +32,6 @@ def group_record(pid: int) -> dict[str, Any]:
     except ProcessLookupError:
         pgid = pid
     return {"pid": pid, "pgid": pgid, "startTime": process_start_time(pid), "host": socket.gethostname()}
-
-
-def live_members(pgid: int) -> bool:
-    """Whether the group still has a member that is not a zombie (``/proc`` on Linux, else ``killpg(pgid, 0)``)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            data = (entry / "stat").read_bytes()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
 
 
 def same_group(record: Mapping[str, Any]) -> bool:
@@ -73,28 +46,16 @@ def same_group(record: Mapping[str, Any]) -> bool:
         recorded = record.get("startTime")
         if started != recorded and "?" not in (started, recorded):
             return False  # the pid now names another process, and the old group is gone with it
-    return live_members(pgid)
+    return group_alive(pgid)
 
 
 def stop_group(record: Mapping[str, Any]) -> bool:
     """Kill a recorded group that survived its holder; True when one was found and signalled.
 
-    SIGTERM, then SIGKILL for members left after :data:`GRACE_S`; returns once no live member remains (or after
-    :data:`WAIT_GONE_S`), so the node never reruns next to it.
+    SIGTERM, then SIGKILL for members left after :data:`~piw.processes.KILL_GRACE_S`; returns once no live
+    member remains (or after :data:`WAIT_GONE_S`), so the node never reruns next to it.
     """
     if not same_group(record):
         return False
     pgid = int(record["pgid"])
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, WAIT_GONE_S)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not live_members(pgid):
-                return True
-            time.sleep(0.02)
-    return True
+    return terminate_group(pgid, lambda: not group_alive(pgid), KILL_GRACE_S, WAIT_GONE_S)

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import LoadError, PiwError, ProviderError, ResumeRefused, RunFinished, RunLocked, RunNotFound
+from piw.errors import LoadError, PiwError, ProviderError, RunFinished, RunLocked, RunNotFound
 from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import open_decision_book
@@ -26,6 +26,8 @@ from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.run.launch import LaunchOptions
+from piw.run.resume import RunTrace, read_run_trace, refuse_unresumable
 from piw.store.bundle import (
     Bundle,
     discard_incomplete,
@@ -42,6 +44,7 @@ from piw.store.db.queue import RunQueue
 from piw.store.db.rows import Claim, NewRun
 from piw.store.db.run_database import open_run_database
 from piw.store.fold import RunState, fold
+from piw.store.run_store import open_run_stores
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
@@ -63,7 +66,7 @@ class ForegroundOptions:
     """The engine clock (tests inject one; ``None`` is the real UTC clock)."""
     waiter: Callable[[threading.Event, float], bool] | None = None
     """How ``ctx.sleep`` waits (tests pair it with ``clock``)."""
-    launch: dict[str, Any] = field(default_factory=dict)
+    launch: LaunchOptions = field(default_factory=LaunchOptions)
     """How the run was started (provider, model, script; never keys): recorded on its queue row so
     ``piw resume`` and a host reuse them."""
     origin_session: dict[str, Any] | None = None
@@ -119,7 +122,7 @@ def _origin_delivery(outbox: Outbox, home: Path, options: ForegroundOptions) -> 
     return [OriginDelivery(outbox, home, options.show_notification)]
 
 
-def start_fingerprint(payload: dict[str, Any], launch: dict[str, Any]) -> str:
+def start_fingerprint(payload: dict[str, Any], launch: LaunchOptions) -> str:
     """The SHA-256 of what a start asks for: workflow identity, input, title, budget and launch options.
 
     The origin session and the run id are left out: they differ on every call, and a repeat is the same request.
@@ -128,7 +131,7 @@ def start_fingerprint(payload: dict[str, Any], launch: dict[str, Any]) -> str:
         key: payload.get(key)
         for key in ("workflowSource", "workflowSources", "definitionDigest", "input", "runTitle", "budget")
     }
-    request["launch"] = {key: value for key, value in launch.items() if value is not None}
+    request["launch"] = launch.to_json()
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -137,7 +140,7 @@ def _new_row(
     run_id: str,
     payload: dict[str, Any],
     workflow: LoadedWorkflow,
-    launch: dict[str, Any],
+    launch: LaunchOptions,
     start_key: StartKey | None = None,
 ) -> NewRun:
     """The queue row of a run being created, from its ``run_started`` payload."""
@@ -148,7 +151,7 @@ def _new_row(
         workflow_source=workflow.source,
         definition_digest=workflow.digest,
         input=payload.get("input"),
-        options={key: value for key, value in launch.items() if value is not None},
+        options=launch.to_json(),
         origin_session_id=(payload.get("originSession") or {}).get("id"),
         parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
         start_key=start_key,
@@ -156,7 +159,7 @@ def _new_row(
 
 
 def _claimer(
-    home: Path, workflow: LoadedWorkflow, launch: dict[str, Any]
+    home: Path, workflow: LoadedWorkflow, launch: LaunchOptions
 ) -> Callable[[str, dict[str, Any]], Lease]:
     """Claims the queue row of a run being created (a fork, a continuation): inserted already claimed, or (a
     continuation whose row the answer inserted) claimed by name."""
@@ -263,16 +266,21 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     this host is taken over at once), a pause request is cleared, and the claim is parked or released when the
     run stops again.
     """
-    bundle = open_bundle(home, run_id)
-    # From the trace, never state.json: a cache that says "completed" must not stop a resume (persistence §3).
-    state = fold(bundle.read_trace().events)
+    store = open_run_stores(home).open(run_id)
+    return _resume(store.bundle, home, options, read_run_trace(store))
+
+
+def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTrace) -> RunState:
+    """:func:`resume_run` of a trace already read (and folded): the engine folds it no second time."""
+    run_id = bundle.run_id
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
-    if not state.run_id:
-        raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
+    try:
+        refuse_unresumable(trace, run_id)
+    except RunFinished:
+        finish_row(open_run_database(home).queue, trace.state)
+        raise
+    state = trace.state
     queue = open_run_database(home).queue
-    if state.is_terminal:
-        finish_row(queue, state)
-        raise RunFinished(f"Run {run_id} already ended ({state.status}); nothing to resume.")
     ensure_row(queue, state, home)
     row = queue.get(run_id)
     if row is not None and row.is_final:
@@ -281,10 +289,7 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     queue.clear_pause(run_id)
     lease = Lease(queue, claim).start()
     try:
-        workflow = load_workflow(
-            workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
-        )
-        engine = _engine(workflow, home, options)
+        engine = _engine(load_run_workflow(state, home), home, options)
     except LoadError as exc:
         lease.park("source_changed", error=str(exc))
         raise
@@ -292,7 +297,7 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
         lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
         raise
     with _closing(engine):
-        return engine.resume(run_id, lease)
+        return engine.resume(run_id, lease, trace)
 
 
 def ensure_row(queue: RunQueue, state: RunState, home: Path) -> None:
@@ -321,10 +326,10 @@ def finish_row(queue: RunQueue, state: RunState) -> None:
         queue.finalize(state.run_id, FINAL_QUEUE_STATUS.get(state.status, "done"))
 
 
-def recorded_launch(home: Path, run_id: str) -> dict[str, Any]:
+def recorded_launch(home: Path, run_id: str) -> LaunchOptions:
     """The provider, model and script a run was started with (its queue row), for ``piw resume``."""
     row = open_run_database(home).queue.get(run_id)
-    return dict(row.options) if row is not None else {}
+    return LaunchOptions.from_json(row.options) if row is not None else LaunchOptions()
 
 
 def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
@@ -340,23 +345,23 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
         bundle = None
     queue = open_run_database(home).queue
     if bundle is not None:
-        state = fold(bundle.read_trace().events)  # the trace decides, never a cached state.json
+        trace = read_run_trace(
+            open_run_stores(home).open(bundle.run_id)
+        )  # the trace decides, never state.json
+        state = trace.state
         if state.run_id and state.is_terminal:
             finish_row(queue, state)
             return state
         if state.run_id:
             try:
-                return resume_run(spec.run_id, home, options)
+                return _resume(bundle, home, options, trace)
             except RunFinished:  # it ended an instant ago in the process that ran it: report that
-                return fold(bundle.read_trace().events)
+                return read_run_trace(open_run_stores(home).open(bundle.run_id)).state
         row = queue.get(spec.run_id)
         if row is not None and row.has_live_claim(queue.clock()):
             raise RunLocked(f"Run {spec.run_id} is being created by another piw process ({row.runner_id}).")
         discard_incomplete(bundle)  # created, but run_started never committed (its creator died): again
-    parent = load_state(open_bundle(home, spec.parent_run_id))
-    workflow = load_workflow(
-        workflow_path_of(parent.workflow_source, parent.workflow_name, home), home, tools_known()
-    )
+    workflow = load_run_workflow(load_state(open_bundle(home, spec.parent_run_id)), home)
     try:
         with _closing(_engine(workflow, home, options)) as engine:
             return engine.start_continuation(spec)
@@ -387,6 +392,13 @@ def fork_run(
     if raw_input is not None:
         prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
     return _engine(loaded, home, options).fork(prefix, raw_input, title)
+
+
+def load_run_workflow(state: RunState, home: Path) -> LoadedWorkflow:
+    """The workflow a run started from, loaded as it is now (``check_source`` tells whether it changed)."""
+    return load_workflow(
+        workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
+    )
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:

@@ -106,7 +106,7 @@ class FileRunStore:
         read = read_trace(self._bundle.trace_path)
         if from_seq <= 1:
             return read
-        return TraceRead(read.events[from_seq - 1 :], read.valid_bytes, read.torn_bytes)
+        return TraceRead(read.events[from_seq - 1 :], read.valid_bytes, read.torn_bytes, read.tail)
 
     def iter_trace(self, from_seq: int = 1) -> Iterator[TraceEvent]:
         for event in iter_trace_file(self._bundle.trace_path):
@@ -116,10 +116,18 @@ class FileRunStore:
     def head(self) -> int:
         return trace_head(self._bundle.trace_path)
 
-    def repair_tail(self, read: TraceRead) -> int:
-        if read.torn_bytes <= 0:
+    def unchanged(self, valid_bytes: int, tail: bytes) -> bool:
+        try:
+            with self._bundle.trace_path.open("rb") as handle:
+                handle.seek(valid_bytes)
+                return handle.read() == tail
+        except FileNotFoundError:
+            return False
+
+    def repair_tail(self, valid_bytes: int, torn_bytes: int) -> int:
+        if torn_bytes <= 0:
             return 0
-        return truncate_tail(self._bundle.trace_path, read.valid_bytes, self.files)
+        return truncate_tail(self._bundle.trace_path, valid_bytes, self.files)
 
     def discard(self) -> None:
         discard_incomplete(self._bundle)

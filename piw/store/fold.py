@@ -398,7 +398,7 @@ def _fold_into(folder: _Folder, events: Iterable[TraceEvent]) -> TraceEvent | No
     Every event goes to its handler in ``_HANDLERS``, which is what the fold means, except the two that make up
     almost all of a long trace: a ``node_started`` and the terminal event of that same attempt with nothing in
     between. That pair is folded here, in the loop, with the containers held in locals. It builds the very
-    ``StepRecord`` that ``_Folder.node_terminal`` builds (``tests/test_fold_fast_path.py`` compares the two on
+    ``StepRecord`` that ``_Folder.node_terminal`` builds (``tests/store/test_fold_fast_path.py`` compares the two on
     generated traces), in half the time: the handler calls, attribute reads and helper calls it skips are most
     of what a cold replay spends in the fold.
     """

@@ -88,8 +88,14 @@ class RunStore(Protocol):
         """The ``seq`` of the last committed line (0: nothing committed yet)."""
         ...
 
-    def repair_tail(self, read: TraceRead) -> int:
-        """Remove the torn tail ``read`` found after the valid prefix (the caller fenced); the bytes removed."""
+    def unchanged(self, valid_bytes: int, tail: bytes) -> bool:
+        """Whether the trace is still what a read found: its valid prefix of ``valid_bytes``, then ``tail`` (lines are
+        never rewritten and only a torn tail is ever cut, so nothing else can have changed)."""
+        ...
+
+    def repair_tail(self, valid_bytes: int, torn_bytes: int) -> int:
+        """Remove the ``torn_bytes`` a read found after the valid prefix of ``valid_bytes`` (the caller fenced); the
+        bytes removed."""
         ...
 
     def discard(self) -> None:

@@ -115,6 +115,8 @@ class TraceRead:
     valid_bytes: int
     torn_bytes: int
     """Bytes after the valid prefix: an unterminated tail and/or one torn final line."""
+    tail: bytes = b""
+    """Those bytes themselves (``torn_bytes`` of them)."""
 
 
 def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
@@ -179,7 +181,7 @@ def parse_trace(data: bytes, source: str = "trace.ndjson") -> TraceRead:
         for end, event in _valid_events(io.BytesIO(data), source):
             events.append(event)
             valid = end
-    return TraceRead(events, valid, len(data) - valid)
+    return TraceRead(events, valid, len(data) - valid, data[valid:])
 
 
 def read_trace_prefix(path: Path) -> tuple[TraceRead, TraceCorrupt | None]:
@@ -197,8 +199,8 @@ def read_trace_prefix(path: Path) -> tuple[TraceRead, TraceCorrupt | None]:
                 events.append(event)
                 valid = end
     except TraceCorrupt as exc:
-        return TraceRead(events, valid, len(data) - valid), exc
-    return TraceRead(events, valid, len(data) - valid), None
+        return TraceRead(events, valid, len(data) - valid, data[valid:]), exc
+    return TraceRead(events, valid, len(data) - valid, data[valid:]), None
 
 
 def read_trace(path: Path) -> TraceRead:

@@ -121,6 +121,23 @@ def guarded(name: str, parameters: dict[str, Any], run: Execute) -> Execute:
     return execute
 
 
+def guarded_tool(name: str, description: str, parameters: dict[str, Any], run: Execute) -> Tool:
+    """A shipped tool: its arguments are checked against ``parameters`` and its refusals answer as errors."""
+    return Tool(name, description, parameters, guarded(name, parameters, run))
+
+
+def listing(lines: list[str], empty: str, cut: str | None, **details: Any) -> ToolResult:
+    """One line per item, or ``empty`` when there is none.
+
+    ``cut`` is the note that says where a capped list stopped and how to narrow it, shown after the last line;
+    ``details`` then also say whether the list was ``truncated``.
+    """
+    if not lines:
+        return ToolResult(content=empty, details=details)
+    content = "\n".join(lines if cut is None else [*lines, cut])
+    return ToolResult(content=content, details={**details, "truncated": cut is not None})
+
+
 def object_schema(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
     """An object-root schema that refuses unknown keys, the only shape tools may declare."""
     schema: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}

@@ -8,22 +8,18 @@ SIGTERM to the group, then SIGKILL one second later.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import threading
 import time
 from typing import IO, Any
 
-from piw.tools.base import Tool, ToolContext, ToolRefused, ToolResult, guarded, object_schema
+from piw.processes import KILL_GRACE_S, kill_process_group
+from piw.tools.base import ToolContext, ToolRefused, ToolResult, guarded_tool, object_schema
 from piw.tools.environment import tool_environment
 
 BASH_MAX_OUTPUT_BYTES = 50_000
 """Most output bytes kept; the tail is kept because errors and summaries usually come last."""
-
-KILL_GRACE_S = 1.0
-"""Seconds between SIGTERM and SIGKILL, as for shell nodes."""
 
 _POLL_S = 0.05
 
@@ -81,37 +77,12 @@ def _bash(call_id: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         elif deadline is not None and time.monotonic() >= deadline:
             stopped = "timed_out"
         if stopped is not None:
-            kill_group(proc)
+            kill_process_group(proc)
             break
         output.thread.join(_POLL_S)
+    proc.wait()
     output.thread.join(KILL_GRACE_S)
     return _result(proc, output, stopped, ctx, time.monotonic() - started)
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, SIGKILL it after :data:`KILL_GRACE_S` if anything is left; reap bash."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    end = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < end:
-        if proc.poll() is not None and not _group_alive(proc.pid):
-            break
-        time.sleep(_POLL_S)
-    else:
-        _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _result(
@@ -141,13 +112,13 @@ def _result(
     return ToolResult(content=content, details=details, is_error=stopped is not None or proc.returncode != 0)
 
 
-BASH = Tool(
-    name="bash",
-    description=(
+BASH = guarded_tool(
+    "bash",
+    (
         "Run a shell command with bash -c in the working directory. Returns its combined stdout and stderr "
         f"(the last {BASH_MAX_OUTPUT_BYTES:,} bytes). The command is killed, with everything it started, "
         "when the step's time runs out. Standard input is empty; do not start interactive programs."
     ),
-    parameters=_BASH_SCHEMA,
-    execute=guarded("bash", _BASH_SCHEMA, _bash),
+    _BASH_SCHEMA,
+    _bash,
 )

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from piw.tools.base import Tool, ToolContext, ToolRefused, ToolResult, guarded, object_schema
+from piw.tools.base import ToolContext, ToolRefused, ToolResult, guarded_tool, listing, object_schema
 from piw.tools.paths import Scope, refuse_binary
 
 READ_MAX_CHARS = 50_000
@@ -101,15 +101,15 @@ def bounded_lines(handle: TextIO, cap: int) -> Iterator[tuple[str, bool]]:
         yield line[:cap], True
 
 
-READ = Tool(
-    name="read",
-    description=(
+READ = guarded_tool(
+    "read",
+    (
         "Read a text file inside the working directory. Returns its lines as text, at most "
         f"{READ_MAX_CHARS:,} characters per call; use offset (1-based line) and limit (lines) to page "
         "through larger files. Binary files and paths outside the working directory are refused."
     ),
-    parameters=_READ_SCHEMA,
-    execute=guarded("read", _READ_SCHEMA, _read),
+    _READ_SCHEMA,
+    _read,
 )
 
 
@@ -137,23 +137,22 @@ def _ls(call_id: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             shown.append(entry.name + "@")
         else:
             shown.append(entry.name + "/" if entry.is_dir() else entry.name)
-    if not shown:
-        return ToolResult(content="(empty folder)", details={"path": name, "entries": 0})
-    content = "\n".join(shown)
-    truncated = len(entries) > LS_MAX_ENTRIES
-    if truncated:
-        content += f"\n[showing {LS_MAX_ENTRIES:,} of {len(entries):,} entries; use find to narrow down.]"
-    return ToolResult(
-        content=content, details={"path": name, "entries": len(entries), "truncated": truncated}
+    cut = f"[showing {LS_MAX_ENTRIES:,} of {len(entries):,} entries; use find to narrow down.]"
+    return listing(
+        shown,
+        "(empty folder)",
+        cut if len(entries) > LS_MAX_ENTRIES else None,
+        path=name,
+        entries=len(entries),
     )
 
 
-LS = Tool(
-    name="ls",
-    description=(
+LS = guarded_tool(
+    "ls",
+    (
         "List a folder inside the working directory, sorted by name: folders end with '/', symlinks with "
         f"'@'. At most {LS_MAX_ENTRIES:,} entries."
     ),
-    parameters=_LS_SCHEMA,
-    execute=guarded("ls", _LS_SCHEMA, _ls),
+    _LS_SCHEMA,
+    _ls,
 )

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from piw.tools.base import Tool, ToolContext, ToolRefused, ToolResult, guarded, object_schema
+from piw.tools.base import ToolContext, ToolRefused, ToolResult, guarded_tool, listing, object_schema
 from piw.tools.files import bounded_lines
 from piw.tools.paths import Glob, Scope, is_binary, refuse_binary, show, walk
 
@@ -51,24 +51,18 @@ def _find(call_id: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
                 truncated = True
                 break
             found.append(show(scope, entry))
-    if not found:
-        return ToolResult(content="No files found.", details={"pattern": pattern.pattern, "count": 0})
-    content = "\n".join(found)
-    if truncated:
-        content += f"\n[stopped at {FIND_MAX_RESULTS:,} results; use a narrower pattern or path.]"
-    return ToolResult(
-        content=content, details={"pattern": pattern.pattern, "count": len(found), "truncated": truncated}
-    )
+    cut = f"[stopped at {FIND_MAX_RESULTS:,} results; use a narrower pattern or path.]" if truncated else None
+    return listing(found, "No files found.", cut, pattern=pattern.pattern, count=len(found))
 
 
-FIND = Tool(
-    name="find",
-    description=(
+FIND = guarded_tool(
+    "find",
+    (
         "Find files and folders inside the working directory by glob, in sorted order; folders end with '/'. "
         f"At most {FIND_MAX_RESULTS:,} results."
     ),
-    parameters=_FIND_SCHEMA,
-    execute=guarded("find", _FIND_SCHEMA, _find),
+    _FIND_SCHEMA,
+    _find,
 )
 
 
@@ -111,13 +105,10 @@ def _grep(call_id: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             continue  # one unreadable file should not hide the matches in the others
         if truncated:
             break
-    if not lines:
-        return ToolResult(content="No matches.", details={"pattern": regex.pattern, "matches": 0})
-    content = "\n".join(lines)
-    if truncated:
-        content += f"\n[stopped at {GREP_MAX_MATCHES:,} matches; use a narrower pattern, path or glob.]"
-    details = {"pattern": regex.pattern, "matches": len(lines), "truncated": truncated}
-    return ToolResult(content=content, details=details)
+    cut = f"[stopped at {GREP_MAX_MATCHES:,} matches; use a narrower pattern, path or glob.]"
+    return listing(
+        lines, "No matches.", cut if truncated else None, pattern=regex.pattern, matches=len(lines)
+    )
 
 
 def _grep_file(name: str, path: Path, regex: re.Pattern[str], lines: list[str]) -> bool:
@@ -135,12 +126,12 @@ def _grep_file(name: str, path: Path, regex: re.Pattern[str], lines: list[str]) 
     return False
 
 
-GREP = Tool(
-    name="grep",
-    description=(
+GREP = guarded_tool(
+    "grep",
+    (
         "Search files inside the working directory for a regular expression, line by line. Returns "
         f"'file:line: text' for each match, at most {GREP_MAX_MATCHES:,}. Binary files are skipped."
     ),
-    parameters=_GREP_SCHEMA,
-    execute=guarded("grep", _GREP_SCHEMA, _grep),
+    _GREP_SCHEMA,
+    _grep,
 )

@@ -3,7 +3,7 @@
 The steps and trace views of a long run print hundreds of thousands of rows that never change once written (a
 finished attempt, an event). Printed plain (not to a terminal), the first read at a layout leaves them in the
 bundle; the next read writes the cached text as it is and builds only the rows that came after it. The text is
-byte for byte what building the rows prints (``tests/test_view_cache.py``), so the cache is invisible except in
+byte for byte what building the rows prints (``tests/views/test_view_cache.py``), so the cache is invisible except in
 time. Like fold checkpoints it is a cache of a read: the view never writes run data.
 """
 

@@ -125,7 +125,7 @@ def _plain_cell(value: str, size: int, right: bool) -> str:
 
 def _one_cell_each(value: str) -> bool:
     """Whether every character of ``value`` is printable Latin-1 (ASCII included), which rich measures as one cell
-    each (``tests/test_views_render.py`` checks every one), so its width is ``len``.
+    each (``tests/views/test_render.py`` checks every one), so its width is ``len``.
 
     Encoding is the quick test: a copy for a one-byte string, an early refusal for a wider one.
     """

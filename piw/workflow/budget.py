@@ -23,8 +23,12 @@ WIRE_KEYS = {
 }
 """Python field → the camelCase key used in ``run_started.budget``, ``state.json`` and top-ups."""
 
-FLAG_KEYS = {"cost": "max_cost_usd", "tokens": "max_tokens", "requests": "max_model_requests",
-             "steps": "max_agent_steps"}  # fmt: skip
+FLAG_KEYS = {
+    "cost": "max_cost_usd",
+    "tokens": "max_tokens",
+    "requests": "max_model_requests",
+    "steps": "max_agent_steps",
+}
 """``--budget`` keys → fields."""
 
 BUDGET_WAIT = "budget"
@@ -82,8 +86,11 @@ class Budget:
         return Budget(**values)
 
     def to_wire(self) -> dict[str, Any]:
-        return {WIRE_KEYS[item.name]: getattr(self, item.name) for item in fields(self)
-                if getattr(self, item.name) is not None}  # fmt: skip
+        return {
+            WIRE_KEYS[item.name]: getattr(self, item.name)
+            for item in fields(self)
+            if getattr(self, item.name) is not None
+        }
 
     @classmethod
     def from_wire(cls, data: Any, what: str = "budget") -> Budget:

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import BaseModel, create_model
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from piw.workflow.context import ActionContext, NodeContext
 
 NODE_ID_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+BUILTIN_ID = re.compile(r"[a-z][a-z0-9-]{0,63}")
 
 PromptArg = str | Callable[["NodeContext"], str]
 Validator = Callable[[Any, "NodeContext"], Any]
@@ -181,8 +183,12 @@ class Switch:
 class Include:
     """Mount a child workflow; its nodes join the parent graph under the mount path."""
 
-    child: WorkflowDefinition
+    child: WorkflowDefinition | str
+    """The child definition, or the id of a built-in: the loader mounts the catalog's definition in its place
+    when it loads the file (``builtins.md`` B14), so a loaded workflow only ever holds definitions here."""
     input: Callable[[NodeContext], Any] | Any = None
+    line: int | None = field(default=None, compare=False, repr=False)
+    """The line of the workflow file that called ``include``, for the loader's errors about a built-in id."""
 
 
 @dataclass(frozen=True)
@@ -228,29 +234,30 @@ def _check_status_detail(status_detail: Any) -> None:
         raise DefinitionError("status_detail must be a string")
 
 
+# The overloads give the types only; the defaults are the implementation's (spelled once, below).
 @overload
 def agent(
     *,
     prompt: PromptArg,
     expected_output: AssistantMessage,
-    timeout_s: TimeoutArg = 900.0,
-    status_detail: str | None = None,
-    tools: Sequence[str] = (),
-    context: Literal["run", "step"] = "run",
-    max_output_tokens: int | None = None,
+    timeout_s: TimeoutArg = ...,
+    status_detail: str | None = ...,
+    tools: Sequence[str] = ...,
+    context: Literal["run", "step"] = ...,
+    max_output_tokens: int | None = ...,
 ) -> AgentNode: ...
 @overload
 def agent(
     *,
     prompt: PromptArg,
-    expected_output: str | type[BaseModel] | None = None,
-    validate: Validator | None = None,
-    timeout_s: TimeoutArg = 900.0,
-    status_detail: str | None = None,
-    tools: Sequence[str] = (),
-    updates: bool = False,
-    context: Literal["run", "step"] = "run",
-    max_output_tokens: int | None = None,
+    expected_output: str | type[BaseModel] | None = ...,
+    validate: Validator | None = ...,
+    timeout_s: TimeoutArg = ...,
+    status_detail: str | None = ...,
+    tools: Sequence[str] = ...,
+    updates: bool = ...,
+    context: Literal["run", "step"] = ...,
+    max_output_tokens: int | None = ...,
 ) -> AgentNode: ...
 def agent(
     *,
@@ -408,13 +415,14 @@ def human_decision(
 def include(child: WorkflowDefinition | str, input: Callable[[NodeContext], Any] | Any = None) -> Include:
     """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``.
 
-    ``child`` is a definition, or the id of a built-in (``include("plain-summary", ...)``), which resolves only
-    within the built-in catalog, never to a same-named workflow file (``builtins.md`` B14).
+    ``child`` is a definition, or the id of a built-in (``include("plain-summary", ...)``), which the loader
+    resolves only within the built-in catalog, never to a same-named workflow file (``builtins.md`` B14).
     """
     if isinstance(child, str):
-        from piw.workflow.catalog import builtin_definition
-
-        child = builtin_definition(child)
+        if not BUILTIN_ID.fullmatch(child):
+            raise DefinitionError(f"include({child!r}): a built-in id is lower-case letters, digits and '-'")
+        author = _author_frame()
+        return Include(child, input, line=author.f_lineno if author else None)
     if not isinstance(child, WorkflowDefinition):
         raise DefinitionError(
             "include child must be a workflow created by define_workflow(...) or a built-in id"
@@ -447,10 +455,11 @@ def switch(source: str, *, on: str, cases: Mapping[str, str]) -> Switch:
     return Switch(source, on, dict(cases))
 
 
-def _caller_file() -> str | None:
+def _author_frame() -> FrameType | None:
+    """The frame that called the DSL helper calling this function: the workflow file's code, when it loads."""
     frame = inspect.currentframe()
-    caller = frame.f_back.f_back if frame and frame.f_back else None
-    return caller.f_globals.get("__file__") if caller else None
+    helper = frame.f_back if frame else None
+    return helper.f_back if helper else None
 
 
 def define_workflow(
@@ -470,6 +479,7 @@ def define_workflow(
     budget: Budget | None = None,
 ) -> WorkflowDefinition:
     """Declare a workflow: nodes, edges, includes and limits. Shape errors are raised here, at load time."""
+    author = _author_frame()
     if not isinstance(name, str) or not name.strip():
         raise DefinitionError("define_workflow name must be a non-empty string")
     if not isinstance(nodes, Mapping) or not nodes:
@@ -529,5 +539,5 @@ def define_workflow(
         revision=revision,
         max_steps=max_steps,
         budget=budget if budget is not None and not budget.empty else None,
-        source_file=_caller_file(),
+        source_file=author.f_globals.get("__file__") if author else None,
     )

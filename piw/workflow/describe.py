@@ -287,10 +287,7 @@ def graph_lines(definition: WorkflowDefinition) -> list[GraphLine]:
     exits = {node: name for name, node in definition.exits.items()}
     lines: list[GraphLine] = []
     ids: list[tuple[str, str]] = [(node_id, _node_kind(node)) for node_id, node in definition.nodes.items()]
-    ids += [
-        (mount_id, f"include {mounted.child.name}" + _revision(mounted.child))
-        for mount_id, mounted in definition.includes.items()
-    ]
+    ids += [(mount_id, _include_kind(mounted.child)) for mount_id, mounted in definition.includes.items()]
     order = {node_id: index for index, node_id in enumerate([*definition.nodes, *definition.includes])}
     ids.sort(key=lambda pair: (pair[0] != definition.start_at, _first_seen(definition, pair[0], order)))
     for node_id, kind in ids:
@@ -327,5 +324,9 @@ def _node_kind(node: Any) -> str:
     return str(node.node_type)
 
 
-def _revision(child: WorkflowDefinition) -> str:
-    return f" (revision {child.revision})" if child.revision is not None else ""
+def _include_kind(child: WorkflowDefinition | str) -> str:
+    """``include NAME (revision N)``; a built-in id not mounted yet (outside the loader) shows as itself."""
+    if isinstance(child, str):
+        return f"include {child}"
+    revision = f" (revision {child.revision})" if child.revision is not None else ""
+    return f"include {child.name}{revision}"

@@ -119,6 +119,11 @@ def _flatten_into(
         nodes[flat_id] = GraphNode(flat_id, local_id, mount_path, node)
     for mount_id, mounted in definition.includes.items():
         child = mounted.child
+        if isinstance(child, str):
+            raise DefinitionError(
+                f"{where}: include {mount_id!r} names the built-in {child!r}, which only a workflow file "
+                "loaded by piw can mount"
+            )
         # By identity: two different workflows may share a name; only mounting an ancestor again is a cycle.
         if any(child is ancestor for ancestor in chain):
             cycle = " → ".join(item.name for item in (*chain, child))

@@ -3,6 +3,12 @@
 Order (spec README §3): an explicit path; ``./.piw/workflows/NAME.workflow.py``; ``$PIW_HOME/workflows/``; the
 built-in ``NAME``; then the shipped examples. A file's SHA-256 is its source identity; a built-in's is
 ``{id, revision}``.
+
+``include("plain-summary", ...)`` in a workflow file names a built-in by id; the loader mounts it when it loads
+the file, only from ``workflows/builtins/``, never from a same-named file in the project or user folders, so a
+built-in always mounts the catalog's own child whatever the current directory holds (``builtins.md`` B14).
+Built-ins are cached by file content: every include of one id in a process is the same object, which keeps
+include-cycle detection (by identity) meaningful and avoids importing a file once per mount.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ import importlib.util
 import json
 import math
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -22,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from piw.errors import DefinitionError, InputInvalid, LoadError
 from piw.wire import sha256_hex
-from piw.workflow.definition import WorkflowDefinition
+from piw.workflow.definition import Include, WorkflowDefinition
 from piw.workflow.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
 from piw.workflow.user_code import WorkflowCodeExit, call_user, describe_base_exception, is_escape
 
@@ -90,11 +97,9 @@ def resolve_reference(reference: str, home: Path) -> Path:
 
 def import_definition(path: Path) -> WorkflowDefinition:
     """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file."""
+    source = _read(path)
     try:
-        source = path.read_bytes()
         code = compile(source, str(path), "exec")
-    except OSError as exc:
-        raise LoadError(f"{path}: cannot read the file ({exc.strerror}).") from None
     except SyntaxError as exc:
         raise LoadError(f"{path}:{exc.lineno}: syntax error: {exc.msg}.") from None
     module_name = f"piw_workflow_{sha256_hex(str(path))[:12]}"
@@ -127,7 +132,68 @@ def import_definition(path: Path) -> WorkflowDefinition:
         raise LoadError(
             f"{path}: `workflow` must be the result of define_workflow(...), not {type(workflow).__name__}."
         )
+    _mount_builtins(workflow, path)
     return workflow
+
+
+_builtins: dict[tuple[str, str], WorkflowDefinition] = {}
+_loading: list[str] = []
+_builtins_lock = threading.RLock()
+
+
+def builtin_definition(builtin_id: str) -> WorkflowDefinition:
+    """The built-in ``builtin_id`` from the catalog; an unknown id or an include cycle is a ``DefinitionError``."""
+    path = builtins_dir() / f"{builtin_id}{SUFFIX}"
+    if not path.is_file():
+        known = ", ".join(sorted(p.name.removesuffix(SUFFIX) for p in builtins_dir().glob(f"*{SUFFIX}")))
+        raise DefinitionError(f"include({builtin_id!r}): no built-in has that id (built-ins: {known})")
+    with _builtins_lock:
+        if builtin_id in _loading:
+            chain = " → ".join([*_loading[_loading.index(builtin_id) :], builtin_id])
+            raise DefinitionError(f"include({builtin_id!r}) forms an include cycle ({chain})")
+        key = (str(path.resolve()), sha256_hex(_read(path)))
+        cached = _builtins.get(key)
+        if cached is not None:
+            return cached
+        _loading.append(builtin_id)
+        try:
+            definition = import_definition(path)
+        finally:
+            _loading.pop()
+        _builtins[key] = definition
+        return definition
+
+
+def _mount_builtins(workflow: WorkflowDefinition, path: Path) -> None:
+    """Put the catalog's definition in place of every ``include("id")`` that ``workflow`` reaches.
+
+    Definitions are frozen but their ``includes`` mapping is the dict ``define_workflow`` made, so the mount is
+    replaced in place and every holder of the definition sees the built-in.
+    """
+    seen: set[int] = set()
+    todo = [workflow]
+    while todo:
+        definition = todo.pop()
+        if id(definition) in seen:
+            continue
+        seen.add(id(definition))
+        for mount_id, mounted in definition.includes.items():
+            child = mounted.child
+            if isinstance(child, str):
+                try:
+                    child = builtin_definition(child)
+                except DefinitionError as exc:
+                    where = f"{path}:{mounted.line}" if mounted.line else str(path)
+                    raise DefinitionError(f"{where}: {exc}") from None
+                cast(dict[str, Include], definition.includes)[mount_id] = replace(mounted, child=child)
+            todo.append(child)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read the file ({exc.strerror}).") from None
 
 
 def _user_line(exc: BaseException, path: Path) -> int | None:
@@ -159,10 +225,13 @@ def load_workflow(
         raise DefinitionError(f"{path}: {exc}") from None
     snap = snapshot(graph)
     sources = [
-        {"mountPath": mount.path.split("/"), "workflowName": mount.definition.name,
-         "source": source_identity(mount.definition, None)}
+        {
+            "mountPath": mount.path.split("/"),
+            "workflowName": mount.definition.name,
+            "source": source_identity(mount.definition, None),
+        }
         for mount in _sorted_mounts(graph)
-    ]  # fmt: skip
+    ]
     return LoadedWorkflow(
         definition=definition,
         graph=graph,

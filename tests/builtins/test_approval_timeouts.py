@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import options
-from test_autoplan import script
-from test_plan_approval import PLAN, approval_input, digest
 
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, continue_run, start_run
 from piw.store.db.run_database import open_run_database
+from tests.builtins.test_autoplan import script
+from tests.builtins.test_plan_approval import PLAN, approval_input, digest
+from tests.support.builtin_harness import options
 
 sweeper = pytest.importorskip(
     "piw.run.sweeper", reason="the timeout sweeper is owed by `decisions` (issue 8 part B)"

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import (
+
+from tests.support.builtin_harness import (
     BUILTINS,
     BuiltinRun,
     RunBuiltin,
     assert_no_hidden_reasoning,
     load_module,
     no_runs,
-    run_builtin,  # noqa: F401  (fixture)
 )
 
 PROBLEM = "Nightly exports time out for the largest accounts."

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import BUILTINS, Started, executor_for
 
 from piw.providers.scripted import ScriptedProvider
 from piw.run.engine import Engine, RunInterrupted, RunOptions
 from piw.workflow.loader import LoadedWorkflow, import_definition, load_workflow
+from tests.support.builtin_harness import BUILTINS, Started, executor_for
 
 PINS: dict[str, tuple[int, str]] = {
     "plain-summary": (1, "sha256:fa1c88436f9db6adf3f6d086323c5446e1736ee0159ac5d6669275be69f1e644"),

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import (
+
+from tests.support.builtin_harness import (
     BUILTINS,
     T0,
     BuiltinRun,
@@ -24,8 +25,6 @@ from builtin_harness import (
     RunBuiltin,
     assert_no_hidden_reasoning,
     no_runs,
-    resume_builtin,  # noqa: F401  (fixture)
-    run_builtin,  # noqa: F401  (fixture)
 )
 
 TASK = "Watch the import and report how many files are loaded."

@@ -13,22 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import (
+
+from piw.providers.base import ChatRequest
+from piw.providers.messages import AssistantReply, TextBlock, ToolCallBlock
+from piw.providers.scripted import ScriptedProvider
+from piw.run.engine import Engine, RunOptions
+from piw.workflow.loader import load_workflow
+from tests.support.builtin_harness import (
     BUILTINS,
     BuiltinRun,
     RunBuiltin,
     assert_no_hidden_reasoning,
     executor_for,
     no_runs,
-    resume_builtin,  # noqa: F401  (fixture)
-    run_builtin,  # noqa: F401  (fixture)
 )
-
-from piw.providers.base import ChatRequest
-from piw.providers.messages import AssistantMessage, TextBlock, ToolCallBlock
-from piw.providers.scripted import ScriptedProvider
-from piw.run.engine import Engine, RunOptions
-from piw.workflow.loader import load_workflow
 
 WORKERS = [
     {"name": "analyst", "description": "Finds the facts."},
@@ -53,11 +51,11 @@ def done(n: int) -> list[dict[str, Any]]:
     return [{"submit": {"done": k}} for k in range(1, n + 1)]
 
 
-def submit(request: ChatRequest, output: Any) -> AssistantMessage:
+def submit(request: ChatRequest, output: Any) -> AssistantReply:
     assert request.step is not None
     arguments = {"action": "submit", "step": request.step.node_id, "attempt": request.step.attempt_id,
                  "output": output}  # fmt: skip
-    return AssistantMessage(content=[ToolCallBlock(id=f"call-{request.step.attempt_id}", name="workflow",
+    return AssistantReply(content=[ToolCallBlock(id=f"call-{request.step.attempt_id}", name="workflow",
                                                    arguments=arguments)])  # fmt: skip
 
 
@@ -154,7 +152,7 @@ def test_six_tasks_with_concurrency_two_never_exceed_two_in_flight(run_builtin: 
     lock = threading.Lock()
     in_flight = peak = 0
 
-    def worker(request: ChatRequest, index: int) -> AssistantMessage:
+    def worker(request: ChatRequest, index: int) -> AssistantReply:
         nonlocal in_flight, peak
         with lock:
             in_flight += 1
@@ -220,9 +218,9 @@ def test_a_failed_and_a_timed_out_task_do_not_stop_the_others(piw_home: Path) ->
     fan_out = loaded.definition.nodes["fan_out"]
     fan_out.run.__globals__["TASK_TIMEOUT_S"] = 0.3  # type: ignore[union-attr]
 
-    def slow(request: ChatRequest, index: int) -> AssistantMessage:
+    def slow(request: ChatRequest, index: int) -> AssistantReply:
         time.sleep(0.4)
-        return AssistantMessage(content=[TextBlock(text="still thinking")])
+        return AssistantReply(content=[TextBlock(text="still thinking")])
 
     plan = [{"agent": "analyst", "task": f"Part {n}."} for n in range(1, 5)]
     provider = ScriptedProvider({
@@ -255,13 +253,13 @@ def test_cancelling_during_the_fan_out_cancels_in_flight_tasks_and_starts_none(p
     box: dict[str, Engine] = {}
     asked = threading.Event()
 
-    def cancel_then_wait(request: ChatRequest, index: int) -> AssistantMessage:
+    def cancel_then_wait(request: ChatRequest, index: int) -> AssistantReply:
         # What `piw cancel` does to a running attempt: its cancel event is set (persistence.md §8).
         engine = box["engine"]
         assert engine.active is not None
         engine.active.cancel.set()
         asked.set()
-        return AssistantMessage(content=[TextBlock(text="working")])
+        return AssistantReply(content=[TextBlock(text="working")])
 
     plan = [{"agent": "analyst", "task": f"Part {n}."} for n in range(1, 5)]
     provider = ScriptedProvider({"plan_submit": [{"submit": plan}], "*": [cancel_then_wait] * 4})
@@ -330,10 +328,10 @@ def test_an_interrupted_fan_out_resumes_without_asking_finished_workers_again(
 
     from piw.run.engine import RunInterrupted
 
-    def interrupt(request: ChatRequest, index: int) -> AssistantMessage:
+    def interrupt(request: ChatRequest, index: int) -> AssistantReply:
         signal.raise_signal(signal.SIGINT)  # Ctrl-C while task 2 is with the model: the run parks mid-fan-out
         time.sleep(0.5)
-        return AssistantMessage(content=[TextBlock(text="interrupted")])
+        return AssistantReply(content=[TextBlock(text="interrupted")])
 
     plan = [{"agent": "analyst", "task": f"Part {n}."} for n in range(1, 4)]
     first = ScriptedProvider({"plan_submit": [{"submit": plan}], "fan_out/task-1": [{"submit": {"part": 1}}],

@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builtin_harness import BUILTINS
-
 from piw.testing import OpenAIStub, StubReply, replies_responder
+from tests.support.builtin_harness import BUILTINS
 
 
 def configure(home: Path, stub: OpenAIStub) -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import run_builtin  # noqa: F401  (fixture)
-from piw_inprocess import run_piw
+
+from tests.support.inprocess import run_piw
 
 SOURCE = "The app crashes on save. Engineers found the cause and a fix ships on Friday."
 
 
 def piw(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``piw ARGS`` in this process (tests/piw_inprocess.py), as the console script would run it."""
+    """``piw ARGS`` in this process (tests/support/inprocess.py), as the console script would run it."""
     return run_piw(args, env={**os.environ, "PIW_HOME": str(home), "COLUMNS": "100"})
 
 
@@ -243,27 +243,26 @@ def test_a_required_point_the_source_does_not_cover_is_listed_with_the_not_cover
     assert "<<<DATA REQUIRED " in prompt and "1. the refund policy" in prompt
     assert "name any required point the source does not support as not covered by it" in prompt
     assert run.final == {"text": reply}
-    from builtin_harness import assert_no_hidden_reasoning
+    from tests.support.builtin_harness import assert_no_hidden_reasoning
 
     assert_no_hidden_reasoning([prompt])
 
 
 def test_cancelling_during_summarize_ends_the_run_with_no_output_and_no_finish(piw_home: Path) -> None:
-    from builtin_harness import BuiltinRun, executor_for
-
-    from piw.providers.messages import AssistantMessage, TextBlock
+    from piw.providers.messages import AssistantReply, TextBlock
     from piw.providers.scripted import ScriptedProvider
     from piw.run.engine import Engine, RunOptions
     from piw.workflow.loader import load_workflow
+    from tests.support.builtin_harness import BuiltinRun, executor_for
 
     box: dict[str, Engine] = {}
 
-    def cancel(request: Any, index: int) -> AssistantMessage:
+    def cancel(request: Any, index: int) -> AssistantReply:
         engine = box["engine"]
         assert engine.active is not None
         engine.active.cancel.set()  # what a cancel does to the running attempt, while the reply streams
         time.sleep(0.2)  # the loop's watchdog looks every 50 ms; the reply is still streaming when it does
-        return AssistantMessage(content=[TextBlock(text="Half a summ")])
+        return AssistantReply(content=[TextBlock(text="Half a summ")])
 
     provider = ScriptedProvider({"summarize": [cancel]})
     engine = Engine(load_workflow("plain-summary", piw_home), piw_home,

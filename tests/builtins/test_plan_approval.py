@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import BUILTINS, no_runs
+
+from tests.support.builtin_harness import BUILTINS, no_runs
 
 PLAN = {"summary": "Stream the export.", "steps": [{"title": "Batch", "detail": "Page by key."}]}
 

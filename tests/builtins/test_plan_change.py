@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import BUILTINS, no_runs
-from test_autoplan import PLAN, SUMMARY, blocked_selection, proposal, script
+
+from tests.builtins.test_autoplan import PLAN, SUMMARY, blocked_selection, proposal, script
+from tests.support.builtin_harness import BUILTINS, no_runs
 
 TASK = "Nightly exports time out for the largest accounts."
 

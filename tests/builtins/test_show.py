@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builtin_harness import BUILTINS
+
+from tests.support.builtin_harness import BUILTINS
 
 IDS = sorted(p.name.removesuffix(".workflow.py") for p in BUILTINS.glob("*.workflow.py"))
 

@@ -83,6 +83,12 @@ class NotifyExecutor:
             }
             if target:
                 payload["targetSessionId"] = target
-            writer.append("node", "notification_queued", payload, node_id=attempt.node_id,
-                          attempt_id=attempt.attempt_id, sync=True)  # fmt: skip
+            writer.append(
+                "node",
+                "notification_queued",
+                payload,
+                node_id=attempt.node_id,
+                attempt_id=attempt.attempt_id,
+                sync=True,
+            )
         return NodeOutcome.ok({"notificationId": ident, "targetSessionId": target})

@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from piw.errors import DefinitionError, NodeFailure
+from piw.processes import kill_process_group
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.run.process_groups import group_record
 from piw.updates.shell_lines import CappedText, LineFramer, ShellLine
 from piw.workflow.definition import ActionNode, ShellCommand, ShellUpdates
 from piw.workflow.user_code import WorkflowCodeExit, call_user, is_escape
 
-KILL_GRACE_S = 1.0
 _COMMAND_FIELDS = set(ShellCommand.__dataclass_fields__)
 
 
@@ -44,45 +44,19 @@ def to_command(value: Any, node_id: str) -> ShellCommand:
         raise DefinitionError(f"shell node {node_id}: exec must return a ShellCommand or a mapping")
     if not isinstance(command.command, str) or not all(isinstance(arg, str) for arg in command.args):
         raise DefinitionError(f"shell node {node_id}: command and args must be strings")
-    texts = [command.command, *command.args, command.cwd or "", *(command.env or {}).keys(),
-             *(command.env or {}).values()]  # fmt: skip
+    texts = [
+        command.command,
+        *command.args,
+        command.cwd or "",
+        *(command.env or {}).keys(),
+        *(command.env or {}).values(),
+    ]
     if any("\x00" in text for text in texts if isinstance(text, str)):
         # exec cannot pass a NUL byte: say so instead of letting Popen raise a ValueError
         raise DefinitionError(
             f"shell node {node_id}: command, args, cwd and env cannot contain NUL characters"
         )
     return command
-
-
-def kill_group(
-    process: subprocess.Popen[bytes],
-    grace_s: float = KILL_GRACE_S,
-    drained: Callable[[], bool] = lambda: True,
-) -> None:
-    """SIGTERM the process group, then SIGKILL if within ``grace_s`` the leader has not exited or the pipes
-    (``drained``) have not reached EOF. A command that has fully closed is never signalled: its group is gone
-    and the id may belong to someone else by now.
-    """
-
-    def closed() -> bool:
-        return process.poll() is not None and drained()
-
-    if closed() or not _signal_group(process.pid, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if closed():
-            return
-        time.sleep(0.01)
-    _signal_group(process.pid, signal.SIGKILL)
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 class _StreamReader(threading.Thread):
@@ -181,8 +155,14 @@ class ShellActionExecutor:
             # The group is durable in the trace before the command starts: a resume can then find and stop it
             # if piw dies while it runs (persistence.md §8, piw.run.process_groups). The fsync also covers
             # node_started and every line before it.
-            attempt.writer.append("action", "process_started", group_record(process.pid),
-                                  node_id=attempt.node_id, attempt_id=attempt.attempt_id, sync=True)  # fmt: skip
+            attempt.writer.append(
+                "action",
+                "process_started",
+                group_record(process.pid),
+                node_id=attempt.node_id,
+                attempt_id=attempt.attempt_id,
+                sync=True,
+            )
             os.write(process.stdin.fileno(), b"\n")  # open the gate
         except BaseException:
             process.kill()  # still the gate (it reads its stdin first): the command never ran
@@ -238,10 +218,10 @@ class ShellActionExecutor:
                 time.sleep(0.01)
         except BaseException:
             # Ctrl-C or SIGTERM (park): the command must not outlive the attempt.
-            kill_group(process, drained=drained)
+            kill_process_group(process, drained)
             raise
         if failure is not None:
-            kill_group(process, drained=drained)
+            kill_process_group(process, drained)
         process.wait()
         for reader in readers.values():
             reader.join(timeout=2.0)

@@ -1,7 +1,7 @@
 """The run queue protocol: claims, leases, fencing, park and release (``docs/detached.md``, "What the database holds").
 
 One small interface, :class:`RunQueue`, with :class:`SqliteQueue` (``piw.sqlite``) as its first implementation;
-a PostgreSQL one for many machines can come later and must pass the same suite (``tests/test_queue.py`` is
+a PostgreSQL one for many machines can come later and must pass the same suite (``tests/store/db/test_queue.py`` is
 parametrised by implementation).
 
 The rules every implementation keeps:

@@ -1,0 +1,1 @@
+"""Tests of ``piw/app``: the full-screen viewer (``piw view``)."""

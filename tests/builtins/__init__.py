@@ -1,0 +1,1 @@
+"""Tests of the built-in workflows (``workflows/builtins``), one module per built-in."""

@@ -1,0 +1,1 @@
+"""Tests of ``piw/providers``: the model adapters, their configuration and their faults."""

@@ -1,0 +1,1 @@
+"""Tests of ``piw/run/executors``: the node executors."""

@@ -1,0 +1,1 @@
+"""Tests of ``piw/store/db``: the run database (queue, decisions, outbox, index)."""

@@ -1,0 +1,1 @@
+"""Tests of ``piw/tools``: the agent tools and their registry."""

@@ -1,0 +1,1 @@
+"""Tests of ``piw/updates``: update envelopes, publishing and shell output lines."""

@@ -1,0 +1,1 @@
+"""Tests of ``piw/views``: the pure views of a run bundle."""

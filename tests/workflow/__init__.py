@@ -1,0 +1,1 @@
+"""Tests of ``piw/workflow``: what a workflow is: definition, graph, loader, routing."""
