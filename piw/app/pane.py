@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.console import Console
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
@@ -24,6 +25,7 @@ from piw.app.sources import LineSource, TextSource
 
 PAGE = 128
 CURSOR = Style(reverse=True)
+PLAIN = Style()
 
 
 class LinesPane(ScrollView, can_focus=True):
@@ -94,8 +96,7 @@ class LinesPane(ScrollView, can_focus=True):
         self.virtual_size = Size(width, self._count + len(self._header))
 
     def _strip(self, line: Text, width: int) -> Strip:
-        segments = list(line.render(self.app.console))
-        return Strip(segments).adjust_cell_length(width)
+        return styled(Strip(list(line.render(self.app.console))).adjust_cell_length(width, PLAIN))
 
     @property
     def count(self) -> int:
@@ -130,9 +131,9 @@ class LinesPane(ScrollView, can_focus=True):
             )
         row = int(self.scroll_offset.y) + y - len(self._header)
         if row >= self._count:
-            return Strip.blank(self.size.width)
+            return Strip.blank(self.size.width, PLAIN)
         page = self._page(row // PAGE)
-        strip = page[row % PAGE] if row % PAGE < len(page) else Strip.blank(self._width)
+        strip = page[row % PAGE] if row % PAGE < len(page) else Strip.blank(self._width, PLAIN)
         if self.show_cursor and row == self.cursor:
             strip = strip.apply_style(CURSOR if self.has_focus else Style(reverse=True, dim=True))
         x = int(self.scroll_offset.x)
@@ -222,6 +223,16 @@ class LinesPane(ScrollView, can_focus=True):
                 if needle in text.lower():
                     return (begin + index) % self._count
         return None
+
+
+def styled(strip: Strip) -> Strip:
+    """``strip`` with a style on every segment. Rich leaves unstyled text without one (``None``), and Textual's
+    ``NO_COLOR`` filter for colours it draws itself (``Monochrome``: a served session, whose colours are not
+    the terminal's) reads each segment's style: one ``None`` was an ``AttributeError`` in every session."""
+    return Strip(
+        [Segment(text, PLAIN if style is None else style, control) for text, style, control in strip],
+        strip.cell_length,
+    )
 
 
 def _wrapped(

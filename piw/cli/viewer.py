@@ -29,6 +29,17 @@ def view(
     host: Annotated[
         str, typer.Option("--host", help="Address for --serve (default loopback; others get a warning).")
     ] = "127.0.0.1",
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Also answer --serve requests addressed to NAME (repeatable), e.g. the machine's name.",
+        ),
+    ] = None,
+    max_sessions: Annotated[
+        int, typer.Option("--max-sessions", help="Browser sessions --serve runs at once (each one a viewer).")
+    ] = 4,
 ) -> int:
     """Browse runs full-screen: the runs list, a run's graph and panes, time travel, live following."""
     home = piw_home()
@@ -45,16 +56,21 @@ def view(
 
         if not 0 < port < 65536:
             raise UsageError(f"--port {port} is not a port number (1–65535).")
+        if max_sessions < 1:
+            raise UsageError(f"--max-sessions {max_sessions} must be at least 1.")
+        names = tuple(name.strip() for name in allow_host or ())
+        for name in names:
+            if not name or any(char.isspace() or char in "/?#@," for char in name):
+                raise UsageError(f"--allow-host {name!r} is not a host name or address.")
         if message:
             raise UsageError(message)
         if not is_loopback(host):
             print(
-                f"Warning: serving on {host}, not loopback: anyone who can reach port {port} can read every run "
-                f"in {home}.",
+                f"Warning: serving on {host}, not loopback, over plain HTTP: anyone who can reach port {port} "
+                f"and sees the address with its token can read every run in {home}.",
                 file=sys.stderr,
             )
-        print(f"Serving piw view on http://{host}:{port} (Ctrl-C stops).", file=sys.stderr)
-        serve_app(home, resolved, host, port)
+        serve_app(home, resolved, host, port, allowed_hosts=names, max_sessions=max_sessions)
         return 0
     web = "TEXTUAL_DRIVER" in os.environ  # started by textual-serve for one browser tab
     if not web and not (sys.stdout.isatty() and sys.stdin.isatty()):

@@ -1,4 +1,4 @@
-"""``piw view`` as a command: off a terminal, on a real terminal (tmux), and served to a browser over HTTP.
+"""``piw view`` as a command: off a terminal, on a real terminal (tmux), and served (``test_serve_guard.py``).
 
 These are real processes on purpose: a terminal, a server socket and an exit code are the point.
 """
@@ -10,8 +10,6 @@ import shutil
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,30 +62,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def test_serve_answers_over_http_on_loopback(cli, runs: Runs) -> None:  # type: ignore[no-untyped-def]
-    port = _free_port()
-    server = cli.popen("view", "--serve", "--port", str(port), env={"PIW_HOME": str(runs.home("completed"))})
-    page: list[str] = []
-
-    def fetched() -> bool:
-        assert server.poll() is None, server.stderr.read() if server.stderr else ""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                page.append(response.read().decode("utf-8"))
-                return response.status == 200
-        except (urllib.error.URLError, ConnectionError):
-            return False
-
-    try:
-        wait_for(fetched, "the served page")
-    finally:
-        server.terminate()
-        _, err = server.communicate(timeout=30)
-    assert "piw view" in page[0] and "ws" in page[0], "the textual-serve page, titled, with its websocket"
-    assert f"Serving piw view on http://127.0.0.1:{port}" in err
-    assert "Warning" not in err, "loopback needs no warning"
 
 
 def test_serve_on_another_host_warns(cli) -> None:  # type: ignore[no-untyped-def]
