@@ -158,7 +158,7 @@ def write_trace(path: Path, events: int) -> None:
 
 def fold_child(path: str) -> None:
     """Read, parse and fold one trace in this (fresh) process; print timings and peak memory as JSON."""
-    from piw.store.replay import fold
+    from piw.store.fold import fold
     from piw.store.trace import iter_trace, read_trace
 
     started = time.perf_counter()

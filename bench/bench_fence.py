@@ -26,7 +26,8 @@ from piw.run.engine import Engine, RunOptions
 from piw.run.runner import ForegroundOptions, start_run
 from piw.store.db.database import close_databases
 from piw.store.db.lease import Lease
-from piw.store.db.queue import NewRun, SqliteQueue
+from piw.store.db.rows import NewRun
+from piw.store.db.run_database import open_run_database
 from piw.store.trace import TraceEvent
 from piw.workflow.loader import load_workflow
 
@@ -48,7 +49,7 @@ workflow = define_workflow(
 
 
 def per_call_us(home: Path) -> tuple[float, float]:
-    queue = SqliteQueue.open(home)
+    queue = open_run_database(home).queue
     queue.enqueue(NewRun("20260101T000000000Z-probe-00000000", "x", {}, "sha256:0", {}))
     claim = queue.claim_next("probe")
     assert claim is not None

@@ -223,7 +223,7 @@ def main() -> None:
 def report(shape: str, home: Path, run_id: str, runs: int) -> None:
     """Measure one run cold (no state.json), then warm, beside inspect."""
     from piw.store.bundle import open_bundle
-    from piw.store.replay import fold
+    from piw.store.fold import fold
     from piw.store.trace import iter_trace
 
     bundle = open_bundle(home, run_id)

@@ -454,7 +454,7 @@ def watch_latency(args: argparse.Namespace, folder: Path) -> None:
 
 def runs_list(args: argparse.Namespace, folder: Path) -> None:
     from piw.store.bundle import Bundle
-    from piw.store.replay import fold
+    from piw.store.fold import fold
     from piw.store.trace import read_trace
 
     home = folder / "runs-home"

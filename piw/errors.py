@@ -14,7 +14,8 @@
     │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
     │   ├── HomeUnavailable       ``PIW_HOME`` cannot be created, or cannot be written (read-only)
     │   ├── StorageFull           the disk filled while a run was written; the run is parked
-    │   └── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
+    │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
+    │   └── StoreBusy             the run database could not be read or written just now (busy, locked)
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
     │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
@@ -111,6 +112,13 @@ class ArtifactDamaged(StoreError):
 
 class StateSchemaMismatch(StoreError):
     """The SQLite database has an unknown schema; back it up and move it aside."""
+
+
+class StoreBusy(StoreError):
+    """The run database could not be read or written just now (busy, locked, failing); a lease retries it.
+
+    Raised from the database's own error (its ``__cause__``), so a full disk or a read-only home is still told
+    apart from it (``piw.store.storage``)."""
 
 
 class ClaimLost(PiwError):

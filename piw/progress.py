@@ -346,7 +346,7 @@ class ProgressWindow:
 
 
 class _RecordLike(Protocol):
-    """What the track builder reads; ``piw.store.replay.UpdateRecord`` and :class:`ProgressRecord` both fit."""
+    """What the track builder reads; ``piw.store.fold.UpdateRecord`` and :class:`ProgressRecord` both fit."""
 
     @property
     def type(self) -> str: ...

@@ -1,6 +1,8 @@
 """The wire format shared by every persisted file: camelCase JSON, compact lines, timestamps and digests.
 
 Bundles stay readable by pi-workflows readers, so persisted keys are camelCase and encoding is fixed here once.
+The pydantic models of persisted files (``WireModel``, ``Manifest``) are :mod:`piw.wire_models`, which builds on
+this module: the read-only commands never import pydantic.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import hashlib
 import json
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -19,21 +21,6 @@ RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
 TRACE_EVENT_SCHEMA = "pi-workflows.trace-event.v1"
 SESSION_ENTRY_SCHEMA = "pi-workflows.session-entry.v1"
 AGENT_STEP_MESSAGE_SCHEMA = "pi-workflows.agent-step-message.v1"
-
-
-if TYPE_CHECKING:
-    from piw.wire_models import Manifest as Manifest  # re-exported, loaded lazily
-    from piw.wire_models import WireModel as WireModel
-
-
-def __getattr__(name: str) -> Any:
-    """``WireModel`` and ``Manifest`` live in :mod:`piw.wire_models` and are loaded on first use: they need
-    pydantic, which the read-only commands never do."""
-    if name in ("WireModel", "Manifest"):
-        from piw import wire_models
-
-        return getattr(wire_models, name)
-    raise AttributeError(f"module 'piw.wire' has no attribute {name!r}")
 
 
 _second: tuple[int, str] = (-1, "")

@@ -1,6 +1,7 @@
-"""The pydantic base of persisted models and ``manifest.json``'s model (re-exported by :mod:`piw.wire`).
+"""The pydantic base of persisted models and ``manifest.json``'s model (``docs/bundle-format.md`` §4).
 
-Kept apart from :mod:`piw.wire` so that reading runs (``inspect``, ``watch``, ``runs``) never imports pydantic.
+Kept apart from :mod:`piw.wire` (which it builds on) so that reading runs (``inspect``, ``watch``, ``runs``) never
+imports pydantic.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ import pytest
 
 from piw.errors import PiwError
 from piw.store.bundle import Bundle, load_state
-from piw.store.db.queue import SqliteQueue
-from piw.store.replay import fold, state_to_json
+from piw.store.db.run_database import open_run_database
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 from tests.support.cli import PIW_COMMAND
 from tests.support.paths import WORKFLOW_FIXTURES
@@ -203,7 +203,9 @@ def check(result: dict[str, Any], reference: dict[str, Any]) -> None:
 
     queued = [e for e in events if e.type == "notification_queued"]
     assert len(queued) == 1  # no duplicate notification
-    (row,) = SqliteQueue.open(case.home).notifications_of(case.run_id)  # one outbox row, the one queued
+    (row,) = open_run_database(case.home).outbox.notifications_of(
+        case.run_id
+    )  # one outbox row, the one queued
     assert row.notification_id == queued[0].payload["notificationId"] and row.content == "told ran"
     if result["resumed"] == 0:
         assert row.delivered_at is not None  # delivered by the process that finished the run, if not before

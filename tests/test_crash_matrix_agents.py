@@ -21,8 +21,8 @@ import pytest
 
 import piw.providers
 from piw.errors import PiwError
-from piw.store.db.queue import SqliteQueue
-from piw.store.replay import fold
+from piw.store.db.run_database import open_run_database
+from piw.store.fold import fold
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, read_trace
 from piw.testing import OpenAIStub, StubReply
 from tests.support.paths import WORKFLOW_FIXTURES
@@ -229,7 +229,7 @@ def check(result: dict[str, Any], reference: dict[str, Any]) -> None:
 
     queued = [e for e in events if e.type == "notification_queued"]
     assert len(queued) == 1
-    (row,) = SqliteQueue.open(case.home).notifications_of(case.run_id)
+    (row,) = open_run_database(case.home).outbox.notifications_of(case.run_id)
     assert row.notification_id == queued[0].payload["notificationId"] and row.delivered_at is not None
     messages = case.session()
     notes = [m for m in messages if m.get("customType") == "pi-workflows-notification"]

@@ -71,12 +71,12 @@ def in_group(name: str, prefixes: tuple[str, ...]) -> bool:
 def test_the_walker_sees_the_package() -> None:
     assert {
         "piw.run.engine",
-        "piw.store.replay",
+        "piw.store.fold",
         "piw.cli",
         "piw.cli.runs",
         "piw.run.executors.shell",
     } <= set(MODULES)
-    assert "piw.store.replay" in closure(["piw.run.engine"])
+    assert "piw.store.fold" in closure(["piw.run.engine"])
     assert imported(PACKAGE / "run" / "executors" / "compute.py") >= {
         "piw.workflow.definition",
         "piw.run.executors",
@@ -111,7 +111,7 @@ def test_core_modules_stay_below_the_engine() -> None:
         "piw.workflow.definition",
         "piw.workflow.graph",
         "piw.store.trace",
-        "piw.store.replay",
+        "piw.store.fold",
         "piw.store.bundle",
         "piw.store.artifacts",
         "piw.wire",

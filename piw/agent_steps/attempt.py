@@ -39,7 +39,7 @@ from piw.providers.messages import (
     ToolSpec,
 )
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
-from piw.store.replay import update_to_json
+from piw.store.fold import update_to_json
 from piw.store.session import SessionEntry, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex

@@ -36,10 +36,10 @@ from piw.progress import parse_instant
 from piw.store import foldcache
 from piw.store.bundle import Bundle, open_bundle
 from piw.store.db.liveness import writer_is_live
+from piw.store.fold import RunState, fold_more
 from piw.store.lineage import forks_of
-from piw.store.replay import RunState, fold_more
 from piw.store.session import SessionEntry
-from piw.store.state import decode_state
+from piw.store.state_json import decode_state
 from piw.store.trace import TraceEvent, decode_event
 from piw.views.progress import Tracks
 from piw.views.source import EntryStream, Tail, read_lines, session_tail

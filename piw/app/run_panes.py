@@ -16,7 +16,7 @@ from rich.text import Text
 
 from piw.app.reader import RunReader
 from piw.app.sources import LineSource, StepsSource, TextSource, UpdatesSource, ViewSource, trace_source
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.store.session import SessionEntry
 from piw.views.base import fmt_clock, node_label, safe
 from piw.views.budget import spent_line

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from piw.app.reader import RunReader
 from piw.app.runs import RunRow
-from piw.store.replay import RunState, StepRecord
+from piw.store.fold import RunState, StepRecord
 from piw.store.trace import TraceEvent
 from piw.views.base import View, fit, safe
 from piw.views.steps import StepsView

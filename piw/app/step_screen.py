@@ -12,7 +12,7 @@ from textual.widgets import Footer, Static
 
 from piw.app.pane import LinesPane
 from piw.app.sources import ViewSource
-from piw.store.replay import CurrentAttempt, StepRecord
+from piw.store.fold import CurrentAttempt, StepRecord
 from piw.store.session import SessionEntry
 from piw.views.base import node_label
 from piw.views.step_detail import step_detail_view

@@ -34,7 +34,7 @@ from piw.terminal import json_text, single_line
 
 if TYPE_CHECKING:
     from piw.run.answers import AnswerClaim, AnswerReceipt, Wait
-    from piw.store.replay import RunState
+    from piw.store.fold import RunState
     from piw.workflow.loader import LoadedWorkflow
 
 # The engine and the loader are imported inside the commands, so ``piw --help`` never loads them.
@@ -59,11 +59,11 @@ def _record(home: Path, claim: AnswerClaim, state: RunState, detach: bool) -> An
     """Sweep this run's due decision first (a passed deadline wins, as declared), then record the answer."""
     from piw.run.answers import record_answer
     from piw.run.sweeper import sweep_timeouts
-    from piw.store.db.queue import open_queue
+    from piw.store.db.run_database import open_run_database
 
-    queue = open_queue(home)
-    sweep_timeouts(home, queue, run_id=state.run_id)
-    receipt, _ = record_answer(home, queue, claim, state, foreground=not detach)
+    database = open_run_database(home)
+    sweep_timeouts(home, database, run_id=state.run_id)
+    receipt, _ = record_answer(home, database, claim, state, foreground=not detach)
     return receipt
 
 
@@ -116,14 +116,14 @@ def _live_elsewhere(home: Path, run_id: str) -> bool:
     """Another process runs the continuation, or is about to: the one whose answer won holds it until it claims it."""
     from piw.run.answers import held_for_another_answerer
     from piw.store.bundle import open_bundle, run_is_live
-    from piw.store.db.queue import open_queue
+    from piw.store.db.run_database import open_run_database
 
     try:
         if run_is_live(open_bundle(home, run_id)):
             return True
     except PiwError:
         pass  # not created yet
-    return held_for_another_answerer(open_queue(home), run_id)
+    return held_for_another_answerer(open_run_database(home).queue, run_id)
 
 
 def _elsewhere(receipt: AnswerReceipt, as_json: bool) -> int:

@@ -23,7 +23,8 @@ from piw.terminal import json_text, safe_text, single_line
 if TYPE_CHECKING:
     from piw.cli.live import LiveDisplay
     from piw.run.runner import ForegroundOptions
-    from piw.store.replay import RunState
+    from piw.store.db.idempotency import Adopted
+    from piw.store.fold import RunState
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
@@ -47,8 +48,9 @@ RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
 ]
 
-Start = Callable[["ForegroundOptions"], "RunState"]
-"""Starts, resumes or continues the run with the options the foreground gives it (``piw.run.runner``)."""
+Start = Callable[["ForegroundOptions"], "RunState | Adopted"]
+"""Starts, resumes or continues the run with the options the foreground gives it (``piw.run.runner``); a start
+its idempotency key adopts returns the run the key started instead."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,10 @@ class Following:
 
         A run that stops at a human decision on a terminal then prompts for it and continues here.
         """
+        from piw.store.db.idempotency import Adopted
+
         state, code = self.once(start, extra)
-        if self.as_json or state.status != "waiting":
+        if isinstance(state, Adopted) or self.as_json or state.status != "waiting":
             return code
         from piw.cli.prompt import after_waiting, can_prompt
 
@@ -75,7 +79,7 @@ class Following:
             return code
         continuing = replace(self, replay_from=None)  # the continuation is a run of its own, not the fork
 
-        def follow(receipt: Any, claim: Any) -> tuple[RunState, int]:
+        def follow(receipt: Any, claim: Any) -> tuple[RunState | Adopted, int]:
             from piw.run.runner import continue_run
 
             spec = receipt.spec
@@ -83,13 +87,17 @@ class Following:
 
         return after_waiting(piw_home(), state, make_console(), follow)
 
-    def once(self, start: Start, extra: dict[str, Any] | None = None) -> tuple[RunState, int]:
+    def once(self, start: Start, extra: dict[str, Any] | None = None) -> tuple[RunState | Adopted, int]:
         """Run ``start`` with the live display and print its outcome (``extra`` joins the ``--json`` object)."""
+        from piw.store.db.idempotency import Adopted
+
         options, display = self._foreground()
         try:
             state = start(options)
         finally:
             display.close()
+        if isinstance(state, Adopted):
+            return state, report_adopted(state, self.as_json)
         return state, _finish(state, self.as_json, extra, verbose=self.verbose)
 
     def _foreground(self) -> tuple[ForegroundOptions, LiveDisplay]:
@@ -133,6 +141,31 @@ def _finish(
     else:
         print_outcome(make_console(), piw_home(), state, verbose=verbose)
     return EXIT_BY_STATUS.get(state.status, 1)
+
+
+def report_adopted(adopted: Adopted, as_json: bool) -> int:
+    """A repeated start: report the run the key already started (exit 0, nothing new created)."""
+    from piw.errors import PiwError
+    from piw.store.bundle import load_state, open_bundle
+
+    run_id, key = adopted.run_id, adopted.key
+    try:
+        state = load_state(open_bundle(piw_home(), run_id))
+        status, final, error = state.status, state.final_output, state.error
+    except PiwError:
+        status, final, error = "queued", None, None  # its host has not created the bundle yet
+    if as_json:
+        payload = {"runId": run_id, "status": status, "finalOutput": final, "error": error, "adopted": True}
+        sys.stdout.write(json_text(payload) + "\n")
+        return 0
+    make_console().print(
+        safe_text(
+            f"Run {run_id} was already started with idempotency key {single_line(key)!r} ({status}); nothing new "
+            f"was started. See it with 'piw inspect {run_id}'."
+        ),
+        soft_wrap=True,
+    )
+    return 0
 
 
 def _warn(message: str) -> None:

@@ -60,7 +60,7 @@ def host(
     from piw.agent_steps.factory import agent_executor_factory
     from piw.run.host import HostOptions, serve
     from piw.run.launch import LaunchOptions
-    from piw.store.db.queue import QueueRow
+    from piw.store.db.rows import QueueRow
 
     if max_runs is not None and max_runs < 1:
         raise UsageError("--max-runs must be at least 1.")

@@ -29,7 +29,7 @@ from piw.progress import (
     parse_instant,
 )
 from piw.store.bundle import open_bundle, piw_home
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent
 from piw.terminal import single_line

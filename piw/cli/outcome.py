@@ -23,7 +23,7 @@ from rich.text import Text
 
 from piw.errors import PiwError
 from piw.store.bundle import open_bundle
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.views.base import fit, node_label
 from piw.views.failure import failed_step, traceback_lines, where
 from piw.views.output import value_lines

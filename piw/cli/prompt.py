@@ -21,8 +21,9 @@ from rich.console import Console
 from piw.errors import AnswerInvalid, DecisionResolved, PiwError
 from piw.run.answers import AnswerReceipt, Wait, claim_decision, now_text, read_wait, record_answer
 from piw.run.sweeper import sweep_timeouts
-from piw.store.db.queue import Claim, RunQueue, open_queue
-from piw.store.replay import RunState
+from piw.store.db.rows import Claim
+from piw.store.db.run_database import RunDatabase, open_run_database
+from piw.store.fold import RunState
 from piw.terminal import sanitize_terminal_text, single_line
 
 POLL_S = 0.5
@@ -65,20 +66,21 @@ def _read_line(console: Console, question: str, check: Callable[[], Prompted | N
             raise _Stop(stopped)
 
 
-def _watch(home: Path, queue: RunQueue, wait: Wait) -> Callable[[], Prompted | None]:
+def _watch(home: Path, database: RunDatabase, wait: Wait) -> Callable[[], Prompted | None]:
     """Answered elsewhere, or due: the prompt stops and says what happened."""
+    decisions = database.decisions
 
     def check() -> Prompted | None:
-        row = queue.get_decision(wait.decision_id or "")
+        row = decisions.get_decision(wait.decision_id or "")
         if row is None:
             return None
-        if row.status == "open" and row.expires_at is not None and row.expires_at <= queue.clock():
-            made = sweep_timeouts(home, queue, run_id=wait.run_id)
+        if row.status == "open" and row.expires_at is not None and row.expires_at <= decisions.clock():
+            made = sweep_timeouts(home, database, run_id=wait.run_id)
             if made:
                 choice = (made[0].spec.answer or {}).get("choice")
                 return Prompted("answered", made[0], None, f"No answer before the deadline: continuing with {choice} "
                                 "(timeout).")  # fmt: skip
-            row = queue.get_decision(wait.decision_id or "")
+            row = decisions.get_decision(wait.decision_id or "")
             if row is None:
                 return None
         if row.status == "resolved":
@@ -123,8 +125,8 @@ def ask(home: Path, state: RunState, console: Console) -> Prompted:
         return Prompted("left")
     if wait.kind != "human_decision":
         return Prompted("left")
-    queue = open_queue(home)
-    check = _watch(home, queue, wait)
+    database = open_run_database(home)
+    check = _watch(home, database, wait)
     ids = [str(item.get("id")) for item in wait.output.get("choices", [])]
     try:
         settled = check()
@@ -140,7 +142,7 @@ def ask(home: Path, state: RunState, console: Console) -> Prompted:
                 claim = claim_decision(
                     wait, choice, texts, seen_sha256=wait.request_sha256, now_iso=now_text()
                 )
-                receipt, _ = record_answer(home, queue, claim, parent, foreground=True)
+                receipt, _ = record_answer(home, database, claim, parent, foreground=True)
             except AnswerInvalid as exc:
                 console.print(f"{exc} Try again.")
                 continue

@@ -66,7 +66,6 @@ def run(
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
-    from piw.store.db.queue import StartAdopted
     from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
@@ -77,16 +76,13 @@ def run(
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
     launch = LaunchOptions(provider, model, script)
-    try:
-        if detach:
-            return _detach(workflow, raw_input, title, launch, no_origin, as_json, key, limits)
-        return Following(as_json, launch, verbose).follow(
-            lambda options: start_run(
-                workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
-            )
+    if detach:
+        return _detach(workflow, raw_input, title, launch, no_origin, as_json, key, limits)
+    return Following(as_json, launch, verbose).follow(
+        lambda options: start_run(
+            workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
         )
-    except StartAdopted as adopted:
-        return _adopted(adopted.run_id, key or "", as_json)
+    )
 
 
 def _checked_key(key: str | None) -> str | None:
@@ -96,29 +92,6 @@ def _checked_key(key: str | None) -> str | None:
     if not key or len(key) > 200 or not key.isprintable():
         raise UsageError("--idempotency-key must be 1 to 200 printable characters.")
     return key
-
-
-def _adopted(run_id: str, key: str, as_json: bool) -> int:
-    """A repeated start: report the run the key already started (exit 0, nothing new created)."""
-    from piw.store.bundle import load_state, open_bundle
-
-    try:
-        state = load_state(open_bundle(piw_home(), run_id))
-        status, final, error = state.status, state.final_output, state.error
-    except PiwError:
-        status, final, error = "queued", None, None  # its host has not created the bundle yet
-    if as_json:
-        payload = {"runId": run_id, "status": status, "finalOutput": final, "error": error, "adopted": True}
-        sys.stdout.write(json_text(payload) + "\n")
-        return 0
-    make_console().print(
-        safe_text(
-            f"Run {run_id} was already started with idempotency key {single_line(key)!r} ({status}); nothing new "
-            f"was started. See it with 'piw inspect {run_id}'."
-        ),
-        soft_wrap=True,
-    )
-    return 0
 
 
 def _detach(
@@ -133,7 +106,9 @@ def _detach(
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
     from piw.agent_steps.factory import agent_executor_factory
+    from piw.cli.foreground import report_adopted
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
+    from piw.store.db.idempotency import Adopted
 
     home = piw_home()
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
@@ -146,6 +121,8 @@ def _detach(
         budget=budget,
     )
     state = queue_run(workflow, home, raw_input, title, options, check=factory)
+    if isinstance(state, Adopted):
+        return report_adopted(state, as_json)
     if as_json:
         payload = {"runId": state.run_id, "status": state.status, "finalOutput": None, "error": None}
         sys.stdout.write(json_text(payload) + "\n")

@@ -142,7 +142,7 @@ def inspect(
         extra = {"damage": run.damage.to_json()} if run.damage is not None else {}
         if decision is not None:
             extra["decision"] = decision
-        from piw.store.state import iter_state_json
+        from piw.store.state_json import iter_state_json
 
         write_json_stream(iter_state_json(run.state, extra or None))
         return 0

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from piw.errors import PiwError
 from piw.store.bundle import open_bundle
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.views.decision import WaitView, answer_command, decide_commands, is_decision
 
 
@@ -45,15 +45,15 @@ def decision_summary(home: Path, state: RunState) -> dict[str, Any] | None:
 def _recorded(home: Path, run_id: str, decision_id: str | None) -> dict[str, Any]:
     """What the database says about the answer (read only; a missing or unreadable database says nothing)."""
     from piw.store.db.database import database_path
-    from piw.store.db.queue import open_queue
+    from piw.store.db.run_database import open_run_database
 
     if not database_path(home).is_file():
         return {}
     try:
-        queue = open_queue(home)
-        row = queue.get_decision(decision_id) if decision_id else None
-        continuation = queue.continuation_of(run_id)
-        parent = queue.get(run_id)
+        database = open_run_database(home)
+        row = database.decisions.get_decision(decision_id) if decision_id else None
+        continuation = database.decisions.continuation_of(run_id)
+        parent = database.queue.get(run_id)
     except PiwError:
         return {}
     found: dict[str, Any] = {}

@@ -27,7 +27,7 @@ from piw.errors import RunNotFound
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, list_bundles
 from piw.store.db.liveness import Liveness, liveness
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.views.follow import Follower, file_changes
 from piw.views.frame import FrameView
 

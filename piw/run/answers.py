@@ -25,8 +25,11 @@ from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import new_decision
 from piw.store.bundle import new_run_id, open_bundle
 from piw.store.db.decisions import AnswerRecord
-from piw.store.db.queue import NewRun, RunQueue, runner_id
-from piw.store.replay import RunState, fold
+from piw.store.db.holders import runner_id
+from piw.store.db.queue import RunQueue
+from piw.store.db.rows import NewRun
+from piw.store.db.run_database import RunDatabase
+from piw.store.fold import RunState, fold
 from piw.wire import digest, format_time
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
 from piw.workflow.gates import check_answer, is_gate_request
@@ -341,7 +344,7 @@ def held_for_another_answerer(queue: RunQueue, run_id: str) -> bool:
 
 
 def record_answer(
-    home: Path, queue: RunQueue, claim: AnswerClaim, parent: RunState, *, foreground: bool = False
+    home: Path, database: RunDatabase, claim: AnswerClaim, parent: RunState, *, foreground: bool = False
 ) -> tuple[AnswerReceipt, None]:
     """Record the first valid answer (one transaction); an identical repeat adopts the stored receipt.
 
@@ -361,13 +364,13 @@ def record_answer(
         key=claim.key,
         fingerprint=claim.fingerprint,
         receipt=receipt,
-        continuation=continuation_row(home, queue, parent, spec, foreground=foreground),
+        continuation=continuation_row(home, database.queue, parent, spec, foreground=foreground),
         decision=decision,
         response=spec.answer if claim.scope == "decision.answer" else None,
         provenance=claim.provenance,
         answered_by=claim.answered_by,
     )
-    result = queue.resolve_answer(record)
+    result = database.decisions.resolve_answer(record)
     if result.outcome == "won":
         return AnswerReceipt(spec, adopted=False, provenance=claim.provenance), None
     stored = (result.receipt or {}).get("continuation") or {}

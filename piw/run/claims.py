@@ -26,10 +26,11 @@ from piw.errors import (
     StorageFull,
     TraceCorrupt,
 )
-from piw.store.bundle import Bundle, WriterLock
 from piw.store.db.lease import BOUNDARY_FLAGS_MS, Lease
-from piw.store.db.queue import RENEW_MS, FinalStatus, ParkReason
-from piw.store.replay import TERMINAL_STATUSES, RunState
+from piw.store.db.queue import RENEW_MS
+from piw.store.db.rows import FinalStatus, ParkReason
+from piw.store.fold import TERMINAL_STATUSES, RunState
+from piw.store.run_store import RunStore
 
 FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
     "completed": "done",
@@ -75,10 +76,11 @@ class ClaimControl:
     def lost(self) -> bool:
         return self.lease is not None and self.lease.lost is not None
 
-    def acquire(self, bundle: Bundle) -> WriterLock:
-        """The writer lock, fenced by the lease; a busy lock parks the row for ``RENEW_MS`` and re-raises."""
+    def acquire(self, store: RunStore) -> RunStore:
+        """The run's store taken for writing, fenced by the lease; a busy run parks the row for ``RENEW_MS`` and
+        re-raises."""
         try:
-            return WriterLock(bundle, self.lease).acquire()
+            return store.acquire(self.lease)
         except RunLocked:
             if self.lease is not None:
                 self.lease.park(delay_ms=RENEW_MS)

@@ -12,7 +12,7 @@ from typing import Any
 from piw.run.executors import Attempt, Executor
 from piw.run.open_run import OpenRun
 from piw.run.options import RunOptions
-from piw.store.replay import RunState, result_to_json
+from piw.store.fold import RunState, result_to_json
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode
 from piw.workflow.graph import FlatGraph

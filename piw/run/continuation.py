@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piw.store.bundle import Bundle
-from piw.store.replay import RunState, result_to_json, step_to_json
+from piw.store.fold import RunState, result_to_json, step_to_json
 from piw.workflow.budget import BUDGET_WAIT, Budget
 
 

@@ -13,7 +13,7 @@ from piw.wire import parse_time
 
 if TYPE_CHECKING:
     from piw.run.executors.checkpoint import DecisionBook
-    from piw.store.db.queue import RunQueue
+    from piw.store.db.decisions import Decisions
 
 
 def new_decision(run_id: str, node_id: str, attempt_id: str, opened: dict[str, Any]) -> NewDecision:
@@ -36,14 +36,14 @@ def new_decision(run_id: str, node_id: str, attempt_id: str, opened: dict[str, A
     )
 
 
-def open_decision_book(queue: RunQueue) -> DecisionBook:
-    """The checkpoint executor's decision book over the queue: a gate's request is recorded once."""
+def open_decision_book(decisions: Decisions) -> DecisionBook:
+    """The checkpoint executor's decision book over the run database: a gate's request is recorded once."""
 
     class _Book:
         def open_decision(
             self, *, run_id: str, node_id: str, attempt_id: str, decision_id: str, request: dict[str, Any]
         ) -> dict[str, Any]:
-            row = queue.open_decision(new_decision(run_id, node_id, attempt_id, request))
+            row = decisions.open_decision(new_decision(run_id, node_id, attempt_id, request))
             return row.request
 
     return _Book()

@@ -20,9 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from piw.errors import PiwError
-from piw.store.db.outbox import NotificationRow
-from piw.store.db.queue import RunQueue
-from piw.store.replay import RunState
+from piw.store.db.outbox import NotificationRow, Outbox
+from piw.store.fold import RunState
 from piw.store.trace import TraceEvent, iter_trace
 
 Show = Callable[[NotificationRow], None]
@@ -31,8 +30,8 @@ Show = Callable[[NotificationRow], None]
 class OriginDelivery:
     """The origin session's consumer, installed as a listener of the run it executes."""
 
-    def __init__(self, queue: RunQueue, home: Path, show: Show | None = None) -> None:
-        self.queue = queue
+    def __init__(self, outbox: Outbox, home: Path, show: Show | None = None) -> None:
+        self.outbox = outbox
         self.home = home
         self.show = show
         self.delivered: set[str] = set()
@@ -62,23 +61,23 @@ class OriginDelivery:
         """
         count = 0
         with contextlib.suppress(PiwError):
-            for row in self.queue.lease_notifications(run_id=run_id, only=queued):
+            for row in self.outbox.lease_for_run(run_id, only=queued):
                 if row.notification_id not in self.delivered and row.notification_id != shown and self.show:
                     self.show(row)
-                if self.queue.mark_delivered(row.notification_id, str(row.delivery_token)):
+                if self.outbox.mark_delivered(row.notification_id, str(row.delivery_token)):
                     count += 1
                 self.delivered.add(row.notification_id)
         return count
 
 
-def deliver_untargeted(queue: RunQueue, show: Show, delivered: set[str] | None = None) -> int:
+def deliver_untargeted(outbox: Outbox, show: Show, delivered: set[str] | None = None) -> int:
     """A host's pass over the outbox: rows with no target session, each shown once and marked delivered."""
     seen = delivered if delivered is not None else set()
     count = 0
-    for row in queue.lease_notifications(untargeted=True):
+    for row in outbox.lease_untargeted():
         if row.notification_id not in seen:
             show(row)
             seen.add(row.notification_id)
-        if queue.mark_delivered(row.notification_id, str(row.delivery_token)):
+        if outbox.mark_delivered(row.notification_id, str(row.delivery_token)):
             count += 1
     return count

@@ -43,21 +43,16 @@ from piw.run.resume import (
     repair_tail,
 )
 from piw.run.step import StepLoop
-from piw.store.bundle import (
-    copy_artifacts,
-    create_bundle,
-    discard_incomplete,
-    new_run_id,
-    open_bundle,
-    set_aside_incomplete,
-)
+from piw.store.bundle import new_run_id, open_bundle
 from piw.store.damage import artifact_damage
 from piw.store.db.lease import Lease
-from piw.store.replay import RunState, fold
+from piw.store.fold import RunState, fold
+from piw.store.run_store import open_run_stores
 from piw.store.storage import storage_error
 from piw.store.trace import TraceEvent
 from piw.terminal import visible_title
-from piw.wire import Manifest, now_iso
+from piw.wire import now_iso
+from piw.wire_models import Manifest
 from piw.workflow.budget import BUDGET_WAIT
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 
@@ -83,6 +78,7 @@ class Engine:
         self.graph = workflow.graph
         self.home = home
         self.options = options or RunOptions()
+        self.stores = open_run_stores(home, self.options.durability, self.options.files)
         self.control = RunControl()
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
@@ -200,18 +196,19 @@ class Engine:
         ``trace`` is the run's trace as the caller already read it (before claiming): once the writer lock is
         held it is used as it is unless the trace changed meanwhile.
         """
-        bundle = open_bundle(self.home, run_id)
+        store = self.stores.open(run_id)
+        bundle = store.bundle
         claim = self.control.claim
         claim.hold(lease)
-        lock = claim.acquire(bundle)
+        store = claim.acquire(store)
         state: RunState | None = None
         try:
             manifest = Manifest.model_validate(bundle.read_manifest())
-            trace = read_run_trace(bundle) if trace is None else read_on(bundle, trace)
+            trace = read_run_trace(store) if trace is None else read_on(store, trace)
             state = trace.state
             refuse_unresumable(trace, run_id)
             check_source(self.workflow, state)
-            lock.fence()
+            store.fence()
             damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there
             if damage is not None:
                 raise ArtifactDamaged(
@@ -219,20 +216,18 @@ class Engine:
                     "start the run again.",
                     damage.file,
                 )
-            truncated = repair_tail(bundle, trace, self.options.files)
+            truncated = repair_tail(store, trace)
         except BaseException as exc:
-            lock.release()
+            store.release()
             claim.settle_refusal(exc, state)
             raise
         if not self.options.session_visible:
             # A host acts for the run's recorded origin session (or none): it never becomes one itself.
             self.options.origin_session = state.origin_session
-        run = open_run(
-            self.home, bundle, lock, state, manifest, self.options, indexed=claim.lease is not None
-        )
+        run = open_run(self.home, store, state, manifest, self.options, indexed=claim.lease is not None)
         claim.running()
         if not bundle.manifest_path.is_file():
-            lock.fence()
+            store.fence()
             bundle.write_manifest(manifest)  # it was lost and recovered from the trace: a cache, rebuilt
         events = trace.events
         return self._guarded(run, lambda steps: continue_from_trace(steps, events, truncated))
@@ -243,6 +238,15 @@ class Engine:
         self, input_value: Any, title: str | None, extra: dict[str, Any], run_id: str | None = None
     ) -> OpenRun:
         """Create the bundle and commit ``run_started``; until that commits nothing is left behind."""
+        payload = self.start_payload(input_value, title, extra)
+        return self._create(run_id or new_run_id(self.workflow.definition.name), payload)
+
+    def start_payload(
+        self, input_value: Any, title: str | None, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The ``run_started`` payload of a new run with this (validated) input and title; nothing is created.
+
+        The runner fingerprints it (``piw run --idempotency-key``) before it inserts the run's queue row."""
         definition = self.workflow.definition
         # A title that shows nothing (empty, whitespace, invisible) is no title: every view then shows the name.
         run_title = visible_title(title if title is not None else resolve_title(definition, input_value))
@@ -256,9 +260,9 @@ class Engine:
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
             "budget": self._limits(),
-            **extra,
+            **(extra or {}),
         }
-        return self._create(run_id or new_run_id(definition.name), payload)
+        return payload
 
     def _create(self, run_id: str, payload: dict[str, Any]) -> OpenRun:
         """Create the bundle and commit ``run_started``; until then nothing is left behind on failure."""
@@ -276,15 +280,11 @@ class Engine:
         if claim.lease is None and self.options.claimer is not None:
             claim.hold(self.options.claimer(run_id, payload))
         try:
-            set_aside_incomplete(self.home)  # bundles of runs killed before they started (none are retried)
-            bundle = create_bundle(self.home, run_id, self.workflow.snapshot, manifest)
-            lock = claim.acquire(bundle)
+            store = claim.acquire(self.stores.create(run_id, self.workflow.snapshot, manifest))
         except BaseException as exc:
             claim.settle(RunState(), None, exc)
             raise
-        run = open_run(
-            self.home, bundle, lock, RunState(), manifest, self.options, indexed=claim.lease is not None
-        )
+        run = open_run(self.home, store, RunState(), manifest, self.options, indexed=claim.lease is not None)
         try:
             run.writer.append(
                 "run", "run_started", {k: v for k, v in payload.items() if v is not None}, sync=True
@@ -292,7 +292,7 @@ class Engine:
         except BaseException:
             # Until run_started commits the bundle is incomplete: nothing started, so leave nothing behind.
             run.close()
-            discard_incomplete(bundle)
+            store.discard()
             if claim.lease is not None:
                 claim.lease.release("failed", "the run never started")
             raise
@@ -373,8 +373,7 @@ def _adopt(steps: StepLoop, prefix: Prefix) -> None:
     """Copy the adopted prefix (artifacts first, then conversation entries, then events) and continue."""
     run = steps.run
     writer = run.writer
-    run.lock.fence()  # artifacts are bundle writes too
-    copy_artifacts(prefix.parent, run.bundle)
+    run.store.copy_artifacts(prefix.parent)  # (fenced: artifacts are bundle writes too)
     for entry in prefix.entries:
         run.session.adopt(entry)
     run.session.sync()

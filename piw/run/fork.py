@@ -15,7 +15,7 @@ from typing import Any
 
 from piw.errors import TraceCorrupt, UsageError
 from piw.store.bundle import Bundle
-from piw.store.replay import RunState, StepRecord, fold_more
+from piw.store.fold import RunState, StepRecord, fold_more
 from piw.store.session import SessionEntry, read_session
 from piw.store.trace import NODE_TERMINAL_TYPES, TraceEvent, iter_trace
 from piw.workflow.definition import CheckpointNode

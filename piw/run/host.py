@@ -30,11 +30,14 @@ from piw.run.runner import configured_durability, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import runs_dir
 from piw.store.db.database import now_ms
+from piw.store.db.holders import runner_id
 from piw.store.db.index import from_ms
 from piw.store.db.lease import Lease
-from piw.store.db.queue import Claim, QueueRow, RunQueue, open_queue, runner_id
-from piw.store.replay import RunState
-from piw.store.trace import TraceEvent, read_trace, resolve_durability
+from piw.store.db.rows import Claim, QueueRow
+from piw.store.db.run_database import RunDatabase, open_run_database
+from piw.store.fold import RunState
+from piw.store.run_store import open_run_stores
+from piw.store.trace import resolve_durability
 from piw.store.writer import Listener
 from piw.terminal import single_line
 from piw.workflow.loader import LoadedWorkflow, load_workflow
@@ -69,10 +72,11 @@ class HostResult:
 class Host:
     """One host process: claims runs and executes them until told to stop (or the options say so)."""
 
-    def __init__(self, home: Path, options: HostOptions, queue: RunQueue | None = None) -> None:
+    def __init__(self, home: Path, options: HostOptions, database: RunDatabase | None = None) -> None:
         self.home = home
         self.options = options
-        self.queue = queue or open_queue(home)
+        self.database = database or open_run_database(home)
+        self.queue = self.database.queue
         self.runner = runner_id()
         self.result = HostResult()
         self._stop = threading.Event()
@@ -121,11 +125,13 @@ class Host:
         claimed like any run), and deliver notifications that have no origin session (part B, ``decisions``)."""
         report = self.options.report
         try:
-            for receipt in sweep_timeouts(self.home, self.queue):
+            for receipt in sweep_timeouts(self.home, self.database):
                 spec = receipt.spec
                 report(f"{spec.parent_run_id}  {spec.node_id} timed out: continuing as run {spec.run_id}")
             deliver_untargeted(
-                self.queue, lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"), self._delivered
+                self.database.outbox,
+                lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"),
+                self._delivered,
             )
         except PiwError as exc:  # housekeeping never stops the host
             log.warning("host housekeeping: %s", exc)
@@ -200,7 +206,7 @@ class Host:
         assert row is not None
         self.options.report(f"{run_id}  claimed (generation {lease.claim.generation})")
         bundle_path = self.home / "runs" / run_id
-        started = bundle_path.is_dir() and _has_run_started(bundle_path)
+        started = _has_run_started(self.home, run_id)
         if started:
             from piw.store.bundle import load_state, open_bundle
 
@@ -255,18 +261,17 @@ class Host:
                 agent_executor=factory(workflow) if factory else None,
                 origin_session=None,  # the engine takes the run's recorded origin session on resume
                 session_visible=False,
-                decisions=open_decision_book(self.queue),
-                outbox=self.queue,
+                decisions=open_decision_book(self.database.decisions),
+                outbox=self.database.outbox,
             ),
         )
 
 
-def _has_run_started(bundle_path: Path) -> bool:
+def _has_run_started(home: Path, run_id: str) -> bool:
     try:
-        events: list[TraceEvent] = read_trace(bundle_path / "trace.ndjson").events
+        return open_run_stores(home).head(run_id) > 0
     except PiwError:
         return True  # damaged: the resume path parks it as trace_corrupt
-    return bool(events) and events[0].type == "run_started"
 
 
 def serve(home: Path, options: HostOptions) -> HostResult:

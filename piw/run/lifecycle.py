@@ -23,15 +23,19 @@ from piw.run.process_groups import stop_group
 from piw.run.resume import read_run_trace, repair_tail
 from piw.run.runner import configured_durability, ensure_row
 from piw.run.step import CANCELLED_ERROR
-from piw.store.bundle import Bundle, WriterLock, load_state, open_bundle
+from piw.store.bundle import Bundle, load_state, open_bundle
 from piw.store.db.database import now_ms
+from piw.store.db.holders import runner_id
 from piw.store.db.index import RunIndex
 from piw.store.db.lease import Lease
-from piw.store.db.queue import QueueRow, RunQueue, open_queue, runner_id
-from piw.store.replay import RunState
+from piw.store.db.queue import RunQueue
+from piw.store.db.rows import QueueRow
+from piw.store.db.run_database import open_run_database
+from piw.store.fold import RunState
+from piw.store.run_store import open_run_stores
 from piw.store.trace import resolve_durability
 from piw.store.writer import RunWriter
-from piw.wire import Manifest
+from piw.wire_models import Manifest
 
 WAIT_S = 10.0
 """How long ``pause``/``cancel`` wait for a live holder to act before reporting that the request is pending."""
@@ -68,7 +72,7 @@ def _state(bundle: Bundle) -> RunState | None:
 def _result(home: Path, run_id: str, message: str, done: bool) -> LifecycleResult:
     bundle = open_bundle(home, run_id)
     state = _state(bundle)
-    row = open_queue(home).get(run_id)
+    row = open_run_database(home).queue.get(run_id)
     status = state.status if state is not None else "running"
     return LifecycleResult(run_id, status, row.status if row else None, message, done)
 
@@ -115,7 +119,7 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
     state = _state(bundle)
     if state is not None and state.is_terminal:
         raise _finished(run_id, state, "pause")
-    queue = open_queue(home)
+    queue = open_run_database(home).queue
     row = _unfinished_row(queue, home, run_id, state, "pause", "paused")
     resume_hint = f"continue it with 'piw resume {run_id}'"
     node = state.current.node_id if state is not None and state.current else None
@@ -151,12 +155,13 @@ def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResul
 def cancel_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResult:
     bundle = open_bundle(home, run_id)
     state = _state(bundle)
-    queue = open_queue(home)
+    database = open_run_database(home)
+    queue = database.queue
     row = queue.get(run_id)
     if state is not None and state.is_terminal:
         if state.status == "waiting" and not (row is not None and row.status == "cancelled"):
             ensure_row(queue, state, home)
-            queue.cancel_waiting(run_id)
+            database.decisions.cancel_waiting(run_id)
             message = (
                 f"Run {run_id} was waiting on {state.waiting_on}; it is cancelled (its bundle is unchanged)."
             )
@@ -188,14 +193,15 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
     """Claim a run nobody holds, repair its tail and append ``run_cancelled`` (no workflow is loaded)."""
     claim = queue.claim_run(run_id, runner_id())
     lease = Lease(queue, claim).start()
+    durability = resolve_durability(configured_durability(home))
     try:
-        lock = WriterLock(bundle, lease).acquire()
+        store = open_run_stores(home, durability).open(run_id).acquire(lease)
     except RunLocked:
         lease.park(delay_ms=0)
         raise
     try:
         try:
-            trace = read_run_trace(bundle)
+            trace = read_run_trace(store)
         except TraceCorrupt as exc:
             # A damaged middle line: writers refuse the run. The queue row is final; the bundle is left as is.
             lease.release("cancelled", str(exc))
@@ -209,14 +215,13 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
         if state.is_terminal:  # it finished between our check and the claim
             lease.release("done" if state.status in ("completed", "waiting") else "failed")
             raise UsageError(f"Run {run_id} already ended ({state.status}); there is nothing to cancel.")
-        lock.fence()
-        repair_tail(bundle, trace)
+        store.fence()
+        repair_tail(store, trace)
         group = state.current.process_group if state.current is not None else None
         if group:
             stop_group(group)  # a dead holder's command may still run: it must not outlive the run
         manifest = Manifest.model_validate(bundle.read_manifest())
-        durability = resolve_durability(configured_durability(home))
-        writer = RunWriter(bundle, lock, durability, state, manifest, index=RunIndex(home))
+        writer = RunWriter(store, state, manifest, index=RunIndex(home))
         try:
             writer.append(
                 "run", "run_cancelled", {"status": "cancelled", "error": CANCELLED_ERROR}, sync=True
@@ -224,21 +229,21 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
         finally:
             writer.close()
     except ClaimLost:
-        lock.release()
+        store.release()
         lease.stop()
         raise
     except UsageError:
-        lock.release()
+        store.release()
         raise
     except BaseException as exc:
-        lock.release()
+        store.release()
         lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
         raise
-    lock.release()
+    store.release()
     lease.release("cancelled")
     return _result(home, run_id, f"Run {run_id} cancelled.", True)
 
 
 def is_live(home: Path, run_id: str) -> bool:
-    row = open_queue(home).get(run_id)
+    row = open_run_database(home).queue.get(run_id)
     return row is not None and row.has_live_claim(now_ms())

@@ -1,6 +1,6 @@
-"""A run open for writing: its writer, conversation log, update publisher, budget gate and writer lock.
+"""A run open for writing: its writer, conversation log, update publisher, budget gate and store.
 
-The engine opens one once the writer lock is held (a new bundle, a resume, a fork or a continuation) and closes
+The engine opens one once the run's store is taken (a new bundle, a resume, a fork or a continuation) and closes
 it when the loop stops; in between every step writes through it. It exists only while all five do, so nothing
 that holds one checks for a missing part.
 """
@@ -13,13 +13,14 @@ from typing import Any
 
 from piw.run.budget import BudgetGate
 from piw.run.options import RunOptions
-from piw.store.bundle import Bundle, WriterLock
+from piw.store.bundle import Bundle
 from piw.store.db.index import RunIndex
-from piw.store.replay import RunState
+from piw.store.fold import RunState
+from piw.store.run_store import RunStore
 from piw.store.session import SessionLog
 from piw.store.writer import RunWriter
 from piw.updates.publishing import UpdatePublisher
-from piw.wire import Manifest
+from piw.wire_models import Manifest
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class OpenRun:
     session: SessionLog
     publisher: UpdatePublisher
     budget: BudgetGate
-    lock: WriterLock
+    store: RunStore
+    """Where the run's record lives; taken for writing until :meth:`close`."""
 
     @property
     def bundle(self) -> Bundle:
@@ -50,26 +52,18 @@ class OpenRun:
         return self.writer.bundle.resolve(value)
 
     def close(self) -> None:
-        """Flush the caches, close the trace and the conversation, and release the writer lock."""
+        """Flush the caches, close the trace and the conversation, and release the store."""
         self.writer.close()
         self.session.close()
-        self.lock.release()
+        self.store.release()
 
 
 def open_run(
-    home: Path,
-    bundle: Bundle,
-    lock: WriterLock,
-    state: RunState,
-    manifest: Manifest,
-    options: RunOptions,
-    *,
-    indexed: bool,
+    home: Path, store: RunStore, state: RunState, manifest: Manifest, options: RunOptions, *, indexed: bool
 ) -> OpenRun:
-    """Open ``bundle`` for writing under ``lock``, from ``state``; ``indexed`` upserts its ``runs`` index row
+    """Open the run of ``store`` (taken for writing) from ``state``; ``indexed`` upserts its ``runs`` index row
     (a run under a claim: one in the run queue)."""
     index = RunIndex(home) if indexed else None
-    writer = RunWriter(bundle, lock, options.durability, state, manifest, options.files, index=index)
+    writer = RunWriter(store, state, manifest, index=index)
     writer.listeners.extend(options.listeners)
-    session = SessionLog(bundle.session_path, options.durability, options.files, fence=lock.fence)
-    return OpenRun(writer, session, UpdatePublisher(writer), BudgetGate(writer), lock)
+    return OpenRun(writer, store.open_session(), UpdatePublisher(writer), BudgetGate(writer), store)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from piw.processes import KILL_GRACE_S, group_alive, terminate_group
-from piw.store.db.queue import (
+from piw.store.db.holders import (
     process_start_time,  # one definition of a process's identity, shared with claims
 )
 

@@ -14,9 +14,9 @@ from typing import Any
 from piw.errors import ResumeRefused, RunFinished, SourceChanged
 from piw.run.process_groups import stop_group
 from piw.run.step import StepLoop
-from piw.store.bundle import Bundle
-from piw.store.replay import RunState, fold
-from piw.store.trace import NODE_TERMINAL_TYPES, FileLayer, TraceEvent, parse_trace, truncate_tail
+from piw.store.fold import RunState, fold
+from piw.store.run_store import RunStore
+from piw.store.trace import NODE_TERMINAL_TYPES, TraceEvent
 from piw.workflow.loader import LoadedWorkflow
 from piw.workflow.routing import Decision
 
@@ -36,31 +36,20 @@ class RunTrace:
         return len(self.tail)
 
 
-def read_run_trace(bundle: Bundle) -> RunTrace:
+def read_run_trace(store: RunStore) -> RunTrace:
     """Read and fold a run's trace: from the trace, never ``state.json`` (a cache that says "completed" must not
     stop a resume, ``persistence.md`` §3). ``TraceCorrupt`` for a damaged line before the last."""
-    path = bundle.trace_path
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        data = b""
-    read = parse_trace(data, str(path))
-    return RunTrace(read.events, fold(read.events), read.valid_bytes, data[read.valid_bytes :])
+    read = store.read_trace()
+    return RunTrace(read.events, fold(read.events), read.valid_bytes, read.tail)
 
 
-def read_on(bundle: Bundle, earlier: RunTrace) -> RunTrace:
+def read_on(store: RunStore, earlier: RunTrace) -> RunTrace:
     """The trace once the writer lock is held: ``earlier`` when nothing changed since it was read, else read again.
 
     A valid prefix never changes (lines are never rewritten and only a torn tail is ever cut, §5), so the bytes
     after it tell: the same bytes there, the same trace, and nothing is parsed or folded a second time.
     """
-    try:
-        with bundle.trace_path.open("rb") as handle:
-            handle.seek(earlier.valid_bytes)
-            after: bytes | None = handle.read()
-    except FileNotFoundError:
-        after = None
-    return earlier if after == earlier.tail else read_run_trace(bundle)
+    return earlier if store.unchanged(earlier.valid_bytes, earlier.tail) else read_run_trace(store)
 
 
 def refuse_unresumable(trace: RunTrace, run_id: str) -> None:
@@ -99,11 +88,9 @@ def _source_label(recorded: dict[str, Any], installed: dict[str, Any], name: str
     return str(recorded.get("path") or recorded.get("id") or name)
 
 
-def repair_tail(bundle: Bundle, trace: RunTrace, files: FileLayer | None = None) -> int:
+def repair_tail(store: RunStore, trace: RunTrace) -> int:
     """Cut a torn tail off the trace (the fence was checked just before); the bytes removed (§5)."""
-    if trace.torn_bytes <= 0:
-        return 0
-    return truncate_tail(bundle.trace_path, trace.valid_bytes, files)
+    return store.repair_tail(trace.valid_bytes, trace.torn_bytes)
 
 
 def continue_from_trace(steps: StepLoop, events: list[TraceEvent], truncated: int) -> None:

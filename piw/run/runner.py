@@ -28,11 +28,23 @@ from piw.run.executors import Executor
 from piw.run.fork import ForkPoint, prefix_events, select_prefix
 from piw.run.launch import LaunchOptions
 from piw.run.resume import RunTrace, read_run_trace, refuse_unresumable
-from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
+from piw.store.bundle import (
+    Bundle,
+    discard_incomplete,
+    ensure_private_dir,
+    load_state,
+    new_run_id,
+    open_bundle,
+)
+from piw.store.db.holders import runner_id
+from piw.store.db.idempotency import Adopted, StartKey
 from piw.store.db.lease import Lease
-from piw.store.db.outbox import NotificationRow
-from piw.store.db.queue import NewRun, RunQueue, StartKey, open_queue, runner_id
-from piw.store.replay import RunState, fold
+from piw.store.db.outbox import NotificationRow, Outbox
+from piw.store.db.queue import RunQueue
+from piw.store.db.rows import Claim, NewRun
+from piw.store.db.run_database import open_run_database
+from piw.store.fold import RunState, fold
+from piw.store.run_store import open_run_stores
 from piw.store.trace import FileLayer, resolve_durability
 from piw.store.writer import Listener
 from piw.wire import now_iso
@@ -67,7 +79,7 @@ class ForegroundOptions:
     warn: Callable[[str], None] | None = None
     """Where a problem that does not stop the run is reported (the CLI prints ``Warning: …`` on stderr)."""
     idempotency_key: str | None = None
-    """``piw run --idempotency-key``: a repeat of the same start adopts the run the key started (``StartAdopted``)."""
+    """``piw run --idempotency-key``: a repeat of the same start adopts the run the key started (``Adopted``)."""
 
 
 def new_origin_session() -> dict[str, Any]:
@@ -77,7 +89,7 @@ def new_origin_session() -> dict[str, Any]:
 def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) -> Engine:
     factory = options.agent_executor_factory
     clock: dict[str, Any] = {"clock": options.clock} if options.clock else {}
-    queue = open_queue(ensure_private_dir(home))
+    database = open_run_database(ensure_private_dir(home))
     # The agent executor first: a workflow that needs a provider reports a broken config.toml as its error;
     # one that does not only hears about it as a warning (configured_durability) and runs.
     agent_executor = factory(workflow) if factory else None
@@ -87,27 +99,27 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
         RunOptions(
             durability=resolve_durability(options.durability or configured_durability(home, options.warn)),
             files=options.files,
-            listeners=[*options.listeners, *_origin_delivery(queue, home, options)],
+            listeners=[*options.listeners, *_origin_delivery(database.outbox, home, options)],
             agent_executor=agent_executor,
             origin_session=options.origin_session
             or (new_origin_session() if options.record_origin and options.session_visible else None),
             on_start=options.on_start,
             waiter=options.waiter,
             session_visible=options.session_visible,
-            claimer=_claimer(home, workflow, options.launch, options.idempotency_key),
-            decisions=open_decision_book(queue),
-            outbox=queue,
+            claimer=_claimer(home, workflow, options.launch),
+            decisions=open_decision_book(database.decisions),
+            outbox=database.outbox,
             budget=options.budget,
             **clock,
         ),
     )
 
 
-def _origin_delivery(queue: RunQueue, home: Path, options: ForegroundOptions) -> list[Listener]:
+def _origin_delivery(outbox: Outbox, home: Path, options: ForegroundOptions) -> list[Listener]:
     """The origin session delivers its run's notifications (a detached host has none to deliver to)."""
     if not (options.record_origin and options.session_visible):
         return []
-    return [OriginDelivery(queue, home, options.show_notification)]
+    return [OriginDelivery(outbox, home, options.show_notification)]
 
 
 def start_fingerprint(payload: dict[str, Any], launch: LaunchOptions) -> str:
@@ -124,35 +136,64 @@ def start_fingerprint(payload: dict[str, Any], launch: LaunchOptions) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def _new_row(
+    run_id: str,
+    payload: dict[str, Any],
+    workflow: LoadedWorkflow,
+    launch: LaunchOptions,
+    start_key: StartKey | None = None,
+) -> NewRun:
+    """The queue row of a run being created, from its ``run_started`` payload."""
+    continued = payload.get("continuedFrom")
+    return NewRun(
+        run_id=run_id,
+        workflow_ref=str(workflow.path),
+        workflow_source=workflow.source,
+        definition_digest=workflow.digest,
+        input=payload.get("input"),
+        options=launch.to_json(),
+        origin_session_id=(payload.get("originSession") or {}).get("id"),
+        parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
+        start_key=start_key,
+    )
+
+
 def _claimer(
-    home: Path, workflow: LoadedWorkflow, launch: LaunchOptions, idempotency_key: str | None = None
+    home: Path, workflow: LoadedWorkflow, launch: LaunchOptions
 ) -> Callable[[str, dict[str, Any]], Lease]:
-    """Claims the queue row of a run being created: inserted already claimed, or (a continuation whose row the
-    answer inserted) claimed by name. With an idempotency key, the row's transaction records it first."""
+    """Claims the queue row of a run being created (a fork, a continuation): inserted already claimed, or (a
+    continuation whose row the answer inserted) claimed by name."""
 
     def claim(run_id: str, payload: dict[str, Any]) -> Lease:
-        queue = open_queue(home)
+        queue = open_run_database(home).queue
         if queue.get(run_id) is not None:
             return Lease(queue, queue.claim_run(run_id, runner_id())).start()
-        continued = payload.get("continuedFrom")
-        record = NewRun(
-            run_id=run_id,
-            workflow_ref=str(workflow.path),
-            workflow_source=workflow.source,
-            definition_digest=workflow.digest,
-            input=payload.get("input"),
-            options=launch.to_json(),
-            origin_session_id=(payload.get("originSession") or {}).get("id"),
-            parent_run_id=continued.get("runId") if isinstance(continued, dict) else None,
-            start_key=None
-            if idempotency_key is None
-            else StartKey(idempotency_key, start_fingerprint(payload, launch)),
-        )
-        claimed = queue.enqueue(record, claim_for=runner_id())
-        assert claimed is not None
+        claimed = queue.enqueue(_new_row(run_id, payload, workflow, launch), claim_for=runner_id())
+        assert isinstance(claimed, Claim)  # (no start key: nothing to adopt)
         return Lease(queue, claimed).start()
 
     return claim
+
+
+def _claim_start(
+    engine: Engine, home: Path, raw_input: Any, title: str | None, options: ForegroundOptions
+) -> tuple[str, Lease] | Adopted:
+    """Insert a new run's queue row, claimed by this process, before the engine creates its bundle: the run id and
+    its lease. With an idempotency key the row's transaction records the key first, and an exact repeat of an
+    earlier start adopts that run instead (nothing is inserted)."""
+    workflow = engine.workflow
+    payload = engine.start_payload(prepare_input(workflow.definition, raw_input), title)
+    run_id = new_run_id(workflow.definition.name)
+    key = options.idempotency_key
+    start_key = None if key is None else StartKey(key, start_fingerprint(payload, options.launch))
+    queue = open_run_database(home).queue
+    claimed = queue.enqueue(
+        _new_row(run_id, payload, workflow, options.launch, start_key), claim_for=runner_id()
+    )
+    if isinstance(claimed, Adopted):
+        return claimed
+    assert claimed is not None  # (claimed for this process)
+    return run_id, Lease(queue, claimed).start()
 
 
 @contextlib.contextmanager
@@ -168,12 +209,19 @@ def _closing(engine: Engine) -> Iterator[Engine]:
 
 def start_run(
     reference: str, home: Path, raw_input: Any, title: str | None, options: ForegroundOptions
-) -> RunState:
-    """Load, validate and run a workflow to its end (or until it waits or is interrupted)."""
+) -> RunState | Adopted:
+    """Load, validate and run a workflow to its end (or until it waits or is interrupted).
+
+    A repeat of an earlier start with the same idempotency key and request runs nothing: :class:`Adopted` names
+    the run the key started."""
     workflow = load_workflow(reference, home, tools_known())
     prepare_input(workflow.definition, raw_input)  # input errors come before provider selection
     with _closing(_engine(workflow, home, options)) as engine:
-        return engine.start(raw_input, title)
+        claimed = _claim_start(engine, home, raw_input, title, options)
+        if isinstance(claimed, Adopted):
+            return claimed
+        run_id, lease = claimed
+        return engine.start(raw_input, title, run_id, lease=lease)
 
 
 def queue_run(
@@ -183,7 +231,7 @@ def queue_run(
     title: str | None,
     options: ForegroundOptions,
     check: Callable[[LoadedWorkflow], object] | None = None,
-) -> RunState:
+) -> RunState | Adopted:
     """``piw run --detach``: validate, create the bundle with ``run_started``, and leave it queued for a host.
 
     ``check`` (e.g. building the provider the host will use) runs after the input is validated and before
@@ -204,7 +252,11 @@ def queue_run(
         idempotency_key=options.idempotency_key,
     )
     with _closing(_engine(workflow, home, detached)) as engine:
-        return engine.start(raw_input, title, begin=False)
+        claimed = _claim_start(engine, home, raw_input, title, detached)
+        if isinstance(claimed, Adopted):
+            return claimed
+        run_id, lease = claimed
+        return engine.start(raw_input, title, run_id, lease=lease, begin=False)
 
 
 def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
@@ -214,8 +266,8 @@ def resume_run(run_id: str, home: Path, options: ForegroundOptions) -> RunState:
     this host is taken over at once), a pause request is cleared, and the claim is parked or released when the
     run stops again.
     """
-    bundle = open_bundle(home, run_id)
-    return _resume(bundle, home, options, read_run_trace(bundle))
+    store = open_run_stores(home).open(run_id)
+    return _resume(store.bundle, home, options, read_run_trace(store))
 
 
 def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTrace) -> RunState:
@@ -225,10 +277,10 @@ def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTr
     try:
         refuse_unresumable(trace, run_id)
     except RunFinished:
-        finish_row(open_queue(home), trace.state)
+        finish_row(open_run_database(home).queue, trace.state)
         raise
     state = trace.state
-    queue = open_queue(home)
+    queue = open_run_database(home).queue
     ensure_row(queue, state, home)
     row = queue.get(run_id)
     if row is not None and row.is_final:
@@ -276,7 +328,7 @@ def finish_row(queue: RunQueue, state: RunState) -> None:
 
 def recorded_launch(home: Path, run_id: str) -> LaunchOptions:
     """The provider, model and script a run was started with (its queue row), for ``piw resume``."""
-    row = open_queue(home).get(run_id)
+    row = open_run_database(home).queue.get(run_id)
     return LaunchOptions.from_json(row.options) if row is not None else LaunchOptions()
 
 
@@ -291,9 +343,11 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
         bundle: Bundle | None = open_bundle(home, spec.run_id)
     except RunNotFound:
         bundle = None
-    queue = open_queue(home)
+    queue = open_run_database(home).queue
     if bundle is not None:
-        trace = read_run_trace(bundle)  # the trace decides, never a cached state.json
+        trace = read_run_trace(
+            open_run_stores(home).open(bundle.run_id)
+        )  # the trace decides, never state.json
         state = trace.state
         if state.run_id and state.is_terminal:
             finish_row(queue, state)
@@ -302,7 +356,7 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
             try:
                 return _resume(bundle, home, options, trace)
             except RunFinished:  # it ended an instant ago in the process that ran it: report that
-                return read_run_trace(bundle).state
+                return read_run_trace(open_run_stores(home).open(bundle.run_id)).state
         row = queue.get(spec.run_id)
         if row is not None and row.has_live_claim(queue.clock()):
             raise RunLocked(f"Run {spec.run_id} is being created by another piw process ({row.runner_id}).")

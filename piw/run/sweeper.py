@@ -19,21 +19,21 @@ from pathlib import Path
 
 from piw.errors import DecisionResolved, PiwError
 from piw.run.answers import AnswerReceipt, claim_decision, read_wait, record_answer
-from piw.store.db.queue import RunQueue
+from piw.store.db.run_database import RunDatabase
 from piw.wire import format_time
 
 TIMEOUT_ANSWERER = "piw (on_timeout policy)"
 
 
-def sweep_timeouts(home: Path, queue: RunQueue, *, run_id: str | None = None) -> list[AnswerReceipt]:
+def sweep_timeouts(home: Path, database: RunDatabase, *, run_id: str | None = None) -> list[AnswerReceipt]:
     """Resolve every due decision (of ``run_id`` only, when given); the continuations this sweep started.
 
     A decision whose run is not waiting on it (the run crashed before it finished opening the gate) is left for
     later: an answer is valid only once the trace says the run waits there.
     """
-    now = queue.clock()
+    now = database.decisions.clock()
     made: list[AnswerReceipt] = []
-    for row in queue.due_decisions(now):
+    for row in database.decisions.due_decisions(now):
         if run_id is not None and row.run_id != run_id:
             continue
         try:
@@ -50,7 +50,7 @@ def sweep_timeouts(home: Path, queue: RunQueue, *, run_id: str | None = None) ->
             wait, choice, {}, provenance="timeout", answered_by=TIMEOUT_ANSWERER, now_iso=resolved_at
         )
         try:
-            receipt, _ = record_answer(home, queue, claim, state)
+            receipt, _ = record_answer(home, database, claim, state)
         except DecisionResolved:
             continue  # a person (or another sweeper) won first
         if not receipt.adopted:

@@ -1,7 +1,7 @@
 """Run bundles on disk: ``PIW_HOME``, run ids, bundle creation, cached state and the writer lock.
 
 The trace is authoritative; ``state.json`` and ``manifest.json`` are caches refreshed after each commit and
-checked by readers (``persistence.md`` §3). Everything piw creates is private: directories 0700, files 0600.
+checked by readers (``docs/bundle-format.md`` §4, §7). Everything piw creates is private: directories 0700, files 0600.
 """
 
 from __future__ import annotations
@@ -19,23 +19,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.artifacts import resolve as resolve_artifacts
+from piw.store.fold import RunState, fold, fold_more, state_from_json, state_to_json
 from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
 from piw.store.home import home_path as home_path  # re-exported: callers of piw.store.bundle keep working
 from piw.store.home import piw_home as piw_home
 from piw.store.home import tighten as tighten
-from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
-from piw.store.state import decode_state, iter_state_json
+from piw.store.state_json import decode_state, iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq
 from piw.wire import RUN_BUNDLE_SCHEMA, dumps_line
 
 if TYPE_CHECKING:
-    from piw.wire import Manifest
+    from piw.wire_models import Manifest
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -149,7 +149,7 @@ class Bundle:
 
     def recover_manifest(self) -> dict[str, Any]:
         """The manifest a run's first trace line implies (status from the fold is the reader's business)."""
-        from piw.wire import Manifest  # pydantic, loaded only when a manifest must be rebuilt
+        from piw.wire_models import Manifest  # pydantic, loaded only when a manifest must be rebuilt
 
         first = first_event(self.trace_path)
         if first is None or first.type != "run_started":
@@ -314,7 +314,7 @@ def _cache_is_current(bundle: Bundle) -> bool:
 def current_state(bundle: Bundle, *, lazy_steps: bool = False) -> RunState | None:
     """``state.json`` when it is current — written after the trace last changed, naming this run, its
     ``traceSeq`` the seq of the trace's last line — else ``None``. Reads only the cache and the trace's end;
-    ``lazy_steps`` as in :func:`~piw.store.state.decode_state` (a reader that may never look at a step)."""
+    ``lazy_steps`` as in :func:`~piw.store.state_json.decode_state` (a reader that may never look at a step)."""
     if not _cache_is_current(bundle):
         return None
     try:
@@ -359,24 +359,17 @@ def list_bundles(home: Path) -> Iterator[Bundle]:
             yield Bundle(entry.name, entry)
 
 
-class Fence(Protocol):
-    """What a claim holder offers the writer lock: ``fence()`` raises ``ClaimLost`` once the claim is gone."""
-
-    def fence(self) -> None: ...
-
-
 class WriterLock:
-    """An exclusive ``flock`` on the bundle directory, and the fence every bundle write passes first.
+    """An exclusive ``flock`` on the bundle directory, held by the one process that writes the run.
 
-    The SQLite claim (``persistence.md`` §10.2, ``piw.store.db.lease``) decides who may write; this lock closes the
-    gap between the fence check and the write: a new holder takes the lock before its first write, so a stale
-    holder that passed its check still writes alone, and its next check fails. :meth:`fence` precedes every
-    write to the bundle (trace, session, artifacts, state, manifest, tail repair).
+    The claim in the run database (``docs/detached.md``, "What the database holds") decides who may write; this lock
+    closes the gap between the claim's check and the write: a new holder takes the lock before its first write,
+    so a stale holder that passed its check still writes alone, and its next check fails. The run store's fence
+    (``piw.store.file_store``) checks the lock, then the claim, before every write to the bundle.
     """
 
-    def __init__(self, bundle: Bundle, lease: Fence | None = None) -> None:
+    def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
-        self.lease = lease
         self._fd = -1
 
     def acquire(self) -> WriterLock:
@@ -394,13 +387,6 @@ class WriterLock:
     @property
     def held(self) -> bool:
         return self._fd >= 0
-
-    def fence(self) -> None:
-        """Raise unless this process may write: the lock is held and the claim (if any) is still ours."""
-        if self._fd < 0:
-            raise RunLocked(f"Run {self.bundle.run_id}: writer lock not held.")
-        if self.lease is not None:
-            self.lease.fence()
 
     def release(self) -> None:
         if self._fd >= 0:

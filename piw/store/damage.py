@@ -2,7 +2,7 @@
 
 A reader never hides damage and never crashes on it: it shows what it can (the readable prefix of a trace) and
 carries one :class:`Damage` beside it, so ``piw inspect --json`` and ``piw runs --json`` tell the truth instead of
-reporting a stale cache (``persistence.md`` §5).
+reporting a stale cache (``docs/bundle-format.md`` §10).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def artifact_damage(bundle_dir: Path, state: RunState, *, may_refer: bool | None
     kept in fold checkpoints): false skips the search of the trace for the key, which on a run of a million
     events is most of what a warm ``piw inspect`` costs. ``None`` searches.
     """
-    from piw.store.state import state_to_json
+    from piw.store.state_json import state_to_json
 
     if may_refer is None:
         may_refer = _may_refer_to_artifacts(bundle_dir / "trace.ndjson")

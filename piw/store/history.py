@@ -1,7 +1,7 @@
 """Run listings: a summary row per run, newest first, from the ``runs`` index and the run queue.
 
 The index (``piw.store.db.index``) caches each bundle's fold, so listing does not fold every bundle. Whether a
-``running`` run is live comes from its queue row (``persistence.md`` §10.2, spec README §5): held by a process
+``running`` run is live comes from its queue row (``docs/detached.md``, "What the database holds"): held by a process
 with an unexpired lease is live; queued, paused or parked says so; anything else has no process writing it and
 is shown as interrupted. :func:`folded_summaries` is the old way (fold every bundle) kept for the benchmark.
 """
@@ -17,7 +17,8 @@ from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
 from piw.store.db.database import now_ms
 from piw.store.db.index import IndexRow, indexed_rows, usage_cost
-from piw.store.db.queue import QueueRow, SqliteQueue
+from piw.store.db.rows import QueueRow
+from piw.store.db.run_database import open_run_database
 from piw.store.storage import storage_error
 
 
@@ -89,7 +90,7 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
         if limit is not None:
             rows = rows[:limit]
         running = [row.run_id for row in rows if row.status == "running" and row.damage_line is None]
-        queue_rows = SqliteQueue.open(home).rows(running) if running else {}
+        queue_rows = open_run_database(home).queue.rows(running) if running else {}
     except Exception as exc:
         if storage_error(exc, home) is None:
             raise
@@ -126,7 +127,7 @@ def folded_summaries(home: Path) -> list[RunSummary]:
     """Every run folded from its bundle (the listing before the index existed; the benchmark's baseline)."""
     # The fold, imported here: a listing by index needs none of it.
     from piw.store.bundle import list_bundles, load_state, run_is_live
-    from piw.store.replay import fold
+    from piw.store.fold import fold
     from piw.store.trace import read_trace_prefix
 
     out: list[RunSummary] = []

@@ -90,6 +90,22 @@ def current_branch(entries: list[SessionEntry]) -> list[SessionEntry]:
     return chain
 
 
+def _encoded(entry: SessionEntry) -> bytes:
+    """The line of one entry in ``entries.ndjson`` (``docs/bundle-format.md`` §8)."""
+    line = {
+        "seq": entry.seq,
+        "at": entry.at,
+        "entry": {
+            "type": "message",
+            "id": entry.id,
+            "parentId": entry.parent_id,
+            "timestamp": entry.timestamp,
+            "message": entry.message,
+        },
+    }
+    return (dumps_line(line) + "\n").encode("utf-8")
+
+
 class SessionLog:
     """Appends conversation entries for one run (the writer holds the run's lock)."""
 
@@ -101,7 +117,7 @@ class SessionLog:
         fence: Callable[[], None] | None = None,
     ) -> None:
         self._fence = fence or (lambda: None)
-        """Checked before every write (the run's claim, ``persistence.md`` §7: appends are fenced)."""
+        """Checked before every write (the run's claim: appends are fenced, ``docs/bundle-format.md`` §8)."""
         path.parent.mkdir(mode=0o700, exist_ok=True)
         try:
             data = path.read_bytes()
@@ -132,13 +148,7 @@ class SessionLog:
             timestamp=timestamp,
             message=message,
         )
-        line = {
-            "seq": entry.seq,
-            "at": entry.at,
-            "entry": {"type": "message", "id": entry.id, "parentId": entry.parent_id, "timestamp": timestamp,
-                      "message": message},
-        }  # fmt: skip
-        self._appender.append((dumps_line(line) + "\n").encode("utf-8"), sync=sync)
+        self._appender.append(_encoded(entry), sync=sync)
         self.entries.append(entry)
         return entry
 
@@ -148,15 +158,10 @@ class SessionLog:
         Ids are kept so the adopted steps' ``conversation`` ranges and receipts still name their entries.
         """
         self._fence()
-        copied = SessionEntry(len(self.entries) + 1, entry.at, entry.id, entry.parent_id, entry.timestamp,
-                              entry.message)  # fmt: skip
-        line = {
-            "seq": copied.seq,
-            "at": copied.at,
-            "entry": {"type": "message", "id": copied.id, "parentId": copied.parent_id,
-                      "timestamp": copied.timestamp, "message": copied.message},
-        }  # fmt: skip
-        self._appender.append((dumps_line(line) + "\n").encode("utf-8"), sync=False)
+        copied = SessionEntry(
+            len(self.entries) + 1, entry.at, entry.id, entry.parent_id, entry.timestamp, entry.message
+        )
+        self._appender.append(_encoded(copied), sync=False)
         self.entries.append(copied)
         return copied
 

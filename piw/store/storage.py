@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from piw.errors import HomeUnavailable, StorageFull, StoreError
+from piw.errors import HomeUnavailable, StorageFull, StoreBusy, StoreError
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _DENIED = {errno.EROFS, errno.EACCES, errno.EPERM}
@@ -20,6 +20,8 @@ _DENIED = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 def storage_error(exc: BaseException, home: Path | None, run_id: str | None = None) -> StoreError | None:
     """The storage problem ``exc`` is, as a one-line error; ``None`` when it is some other error."""
+    if isinstance(exc, StoreBusy) and exc.__cause__ is not None:
+        return storage_error(exc.__cause__, home, run_id)  # what the database itself said
     where = f"run {run_id}" if run_id else (f"PIW_HOME {home}" if home else "PIW_HOME")
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc)

@@ -2,7 +2,7 @@
 
 ``trace.ndjson`` is the commit point of a run: an event exists once its full line (with ``\\n``) is written and made
 durable as the durability setting says. Payloads stay plain camelCase dicts so reading a large trace stays cheap;
-the fold knows their shapes (``persistence.md`` §4).
+the fold knows their shapes (``docs/bundle-format.md`` §6).
 """
 
 from __future__ import annotations
@@ -115,6 +115,8 @@ class TraceRead:
     valid_bytes: int
     torn_bytes: int
     """Bytes after the valid prefix: an unterminated tail and/or one torn final line."""
+    tail: bytes = b""
+    """Those bytes themselves (``torn_bytes`` of them)."""
 
 
 def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
@@ -132,7 +134,7 @@ def _valid_events(lines: Iterable[bytes], source: str) -> Iterator[tuple[int, Tr
     """``(bytes up to and including this line, event)`` for the valid prefix of a trace's lines.
 
     An unterminated tail ends the prefix; a terminated line that fails is a torn tail when no terminated line
-    follows it, and ``TraceCorrupt`` otherwise (``persistence.md`` §5).
+    follows it, and ``TraceCorrupt`` otherwise (``docs/bundle-format.md`` §10).
     """
     offset = 0
     expected = 1
@@ -179,7 +181,7 @@ def parse_trace(data: bytes, source: str = "trace.ndjson") -> TraceRead:
         for end, event in _valid_events(io.BytesIO(data), source):
             events.append(event)
             valid = end
-    return TraceRead(events, valid, len(data) - valid)
+    return TraceRead(events, valid, len(data) - valid, data[valid:])
 
 
 def read_trace_prefix(path: Path) -> tuple[TraceRead, TraceCorrupt | None]:
@@ -197,8 +199,8 @@ def read_trace_prefix(path: Path) -> tuple[TraceRead, TraceCorrupt | None]:
                 events.append(event)
                 valid = end
     except TraceCorrupt as exc:
-        return TraceRead(events, valid, len(data) - valid), exc
-    return TraceRead(events, valid, len(data) - valid), None
+        return TraceRead(events, valid, len(data) - valid, data[valid:]), exc
+    return TraceRead(events, valid, len(data) - valid, data[valid:]), None
 
 
 def read_trace(path: Path) -> TraceRead:
@@ -213,7 +215,7 @@ def read_trace(path: Path) -> TraceRead:
 def last_seq(path: Path, window: int = 1 << 16) -> int | None:
     """The ``seq`` of the last valid line, read from the end of the file (``None`` when that cannot tell).
 
-    The last terminated line is taken, or the one before it when it is torn (``persistence.md`` §5); its own
+    The last terminated line is taken, or the one before it when it is torn (``docs/bundle-format.md`` §10); its own
     ``seq`` is trusted as the count of the lines before it, which holds for any trace the writer produced.
     """
     try:
@@ -270,7 +272,7 @@ def resolve_durability(configured: str | None = None) -> Durability:
 
 
 class LineAppender:
-    """Appends complete lines to one NDJSON file with the group-commit rule of ``persistence.md`` §3.
+    """Appends complete lines to one NDJSON file with the group-commit rule of ``docs/bundle-format.md`` §11.
 
     ``sync=True`` marks a commit that must be durable before the caller goes on (an effect boundary); under
     ``effects`` only those fsync, and one fsync covers every line written before it. A ``ride_along`` line

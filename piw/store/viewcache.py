@@ -96,7 +96,7 @@ def _anchor_at(bundle_path: Path, run_id: str, seq: int) -> tuple[int, bytes] | 
     ``None`` when it is not verified any more."""
     if seq == 0:
         return 0, _ZERO
-    from piw.store.foldcache import valid_checkpoints
+    from piw.store.checkpoint_files import valid_checkpoints
 
     # the whole chain, not ``upto_seq``: a shorter chain would not match ``verified.json`` and be hashed again
     for header in valid_checkpoints(bundle_path, run_id):
@@ -108,7 +108,7 @@ def _anchor_at(bundle_path: Path, run_id: str, seq: int) -> tuple[int, bytes] | 
 def _newest_anchor(bundle_path: Path, run_id: str, offset: int) -> tuple[int, int, bytes]:
     """``(seq, offset, prefix digest)`` of the newest verified fold checkpoint at or before trace byte ``offset``
     (``(0, 0, zeros)``, the start of the trace, when there is none)."""
-    from piw.store.foldcache import valid_checkpoints
+    from piw.store.checkpoint_files import valid_checkpoints
 
     best = (0, 0, _ZERO)
     for header in valid_checkpoints(bundle_path, run_id):
@@ -261,9 +261,19 @@ class CacheWriter:
             if prefix is None:
                 raise OSError("the trace is shorter than the rows")
             header = ViewCacheHeader(
-                VIEW_CACHE_SCHEMA, self.run_id, self.view, self.key, seq, offset, anchor_seq, prefix,
-                self._rows, self._size, self._digest.hexdigest(), self._offsets,
-            )  # fmt: skip
+                schema=VIEW_CACHE_SCHEMA,
+                run_id=self.run_id,
+                view=self.view,
+                key=self.key,
+                seq=seq,
+                offset=offset,
+                anchor_seq=anchor_seq,
+                prefix_sha256=prefix,
+                rows=self._rows,
+                text_bytes=self._size,
+                text_sha256=self._digest.hexdigest(),
+                row_offsets=self._offsets,
+            )
             folder = cache_dir(self.bundle_path)
             os.replace(temp, folder / f"{self.view}.txt")
             self._temp = None

@@ -1,8 +1,10 @@
-"""The run writer: the only code that appends to a bundle.
+"""The run writer: the only code that appends events to a run.
 
-Each event follows the write order of ``persistence.md`` §3: fence, externalize large strings (artifacts first),
-append the line (+ fsync per durability), ``fold_more``, then refresh the caches. A lock serialises appends so
-threads an action starts (updates, child agents) get one total order.
+Each event follows the write order of ``docs/bundle-format.md`` §6 and §11: fence, externalize large strings
+(artifacts first), append the line (+ fsync per durability), ``fold_more``, then refresh the caches. A lock
+serialises appends so threads an action starts (updates, child agents) get one total order. Where the lines,
+artifacts and fence live is the run's :class:`~piw.store.run_store.RunStore`; the caches (``state.json``,
+``manifest.json``, fold checkpoints, the runs index row) are the local bundle's.
 """
 
 from __future__ import annotations
@@ -17,25 +19,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from piw.errors import ClaimLost, PiwError, RunLocked
-from piw.store.artifacts import ArtifactStore, externalize_plain
-from piw.store.bundle import Bundle, WriterLock
+from piw.store.artifacts import externalize_plain
+from piw.store.fold import RunState, fold_more
 from piw.store.foldcache import CheckpointTrail
-from piw.store.replay import RunState, fold_more
-from piw.store.trace import (
-    NODE_TERMINAL_TYPES,
-    RUN_TERMINAL_TYPES,
-    Durability,
-    FileLayer,
-    LineAppender,
-    Scope,
-    TraceEvent,
-    decode_event,
-    iter_trace,
-)
+from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, Scope, TraceEvent, decode_event
 from piw.wire import is_plain, now_iso
 
 if TYPE_CHECKING:
-    from piw.wire import Manifest
+    from piw.store.run_store import RunStore
+    from piw.wire_models import Manifest
 
 Listener = Callable[[TraceEvent, RunState], None]
 log = logging.getLogger(__name__)
@@ -43,7 +35,7 @@ STATE_CACHE_INTERVAL_S = 1.0
 STATE_CACHE_COST_FACTOR = 20
 """``state.json`` is rewritten whole, so its cost grows with the run: after a write that took ``d`` seconds the
 next one waits at least ``20 × d`` (and at least a second), which keeps cache writes under ~5 % of a run
-however long it gets. Readers fold the trace tail past a stale cache (``persistence.md`` §3)."""
+however long it gets. Readers fold the trace tail past a stale cache (``docs/bundle-format.md`` §7)."""
 _IDLE_CHECK_S = 1.0
 """How often a writer's idle flusher looks at its caches when nothing is due (:meth:`RunWriter._flush_when_idle`)."""
 INDEX_INTERVAL_S = 1.0
@@ -76,21 +68,16 @@ class RunWriter:
 
     def __init__(
         self,
-        bundle: Bundle,
-        lock: WriterLock,
-        durability: Durability,
+        store: RunStore,
         state: RunState,
         manifest: Manifest,
-        files: FileLayer | None = None,
         index: Callable[[RunState], None] | None = None,
     ) -> None:
-        self.bundle = bundle
+        self.store = store
+        """Where the run's lines, artifacts and fence live (taken by the caller, who releases it)."""
+        bundle = self.bundle = store.bundle
         self.index = index
         """Upserts the run's ``runs`` index row (write order step 5); a failure is logged, never fatal."""
-        self.lock = lock
-        self.durability = durability
-        self.files = files or FileLayer()
-        self.trace = LineAppender(bundle.trace_path, durability, self.files)
         self.state = state
         self.manifest = manifest
         self.listeners: list[Listener] = []
@@ -109,8 +96,6 @@ class RunWriter:
         self._closed = False
         self._failed: OSError | None = None
         """The write error that stopped this writer (a full disk); every later append re-raises it."""
-        artifact_fsync = (lambda fd: None) if durability == "flush" else self.files.fsync
-        self._artifacts = ArtifactStore(bundle.path, fsync=artifact_fsync)
         self._notifications: set[str] | None = None
         self._kill_before = _kill_point(KILL_BEFORE_APPEND_ENV)
         self._kill_after = _kill_point(KILL_AFTER_APPEND_ENV)
@@ -148,7 +133,7 @@ class RunWriter:
                 raise PiwError("The run writer is closed; nothing more can be recorded for this attempt.")
             if self._failed is not None:
                 raise self._failed
-            self.lock.fence()
+            self.store.fence()
             event = self._commit(scope, type, payload, node_id, attempt_id, sync, at, externalized)
             if self._flusher is None:
                 self._flusher = threading.Thread(
@@ -174,12 +159,13 @@ class RunWriter:
             if externalized:
                 wire, plain = payload, is_plain(payload)
             else:
-                wire, plain = externalize_plain(payload, self._artifacts.write)
+                wire, plain = externalize_plain(payload, self.store.put_artifact)
         except OSError as exc:
             self._failed = exc  # an artifact could not be written (a full disk): nothing was appended
             raise
-        event = TraceEvent(seq, at or now_iso(), cast(Scope, scope), type, self.bundle.run_id, wire, node_id,
-                           attempt_id)  # fmt: skip
+        event = TraceEvent(
+            seq, at or now_iso(), cast(Scope, scope), type, self.bundle.run_id, wire, node_id, attempt_id
+        )
         line = event.encode(plain=plain)
         if not plain:
             # Fold exactly what a reader will parse (JSON keys are strings, tuples become lists), so the
@@ -190,10 +176,10 @@ class RunWriter:
         if seq == self._kill_before:
             _die()
         try:
-            self.trace.append(line, sync=sync or terminal or scope == "run", ride_along=ride_along)
+            self.store.append(line, sync=sync or terminal or scope == "run", ride_along=ride_along)
         except OSError as exc:
             # A full disk (or an I/O error) mid-line leaves a torn tail: nothing more may be appended after
-            # it, or the tear would sit in mid-file. Resume truncates it (persistence.md §5).
+            # it, or the tear would sit in mid-file. Resume truncates it (docs/bundle-format.md §10).
             self._failed = exc
             raise
         if seq == self._kill_after:
@@ -242,7 +228,7 @@ class RunWriter:
             if self._notifications is None:
                 self._notifications = {
                     str(event.payload.get("notificationId"))
-                    for event in iter_trace(self.bundle.trace_path)
+                    for event in self.store.iter_trace()
                     if event.type == "notification_queued"
                 }
             return notification_id in self._notifications
@@ -250,11 +236,11 @@ class RunWriter:
     def sync(self) -> None:
         """An external effect is about to happen: make every line it may depend on durable.
 
-        ``node_started`` lines and compute steps ride along with the next fsync (``persistence.md`` §3), so
+        ``node_started`` lines and compute steps ride along with the next fsync (``docs/bundle-format.md`` §11), so
         under ``effects`` this fsyncs only when something else is pending.
         """
         with self._mutex:
-            self.trace.sync_required()
+            self.store.sync_required()
 
     def _write_state(self) -> None:
         started = time.monotonic()
@@ -318,7 +304,7 @@ class RunWriter:
 
         Appends coalesce these writes (:data:`STATE_CACHE_INTERVAL_S`, :data:`INDEX_INTERVAL_S`) and write them
         only on a later append, so without this a long step kept the caches behind for as long as it ran, where
-        ``persistence.md`` §3 allows about a second. This thread wakes at most once a second, holds the writer's
+        ``docs/bundle-format.md`` §7 allows about a second. This thread wakes at most once a second, holds the writer's
         mutex only while it writes, and stops when the writer closes or may no longer write.
         """
         with self._idle:
@@ -333,7 +319,7 @@ class RunWriter:
                     self._idle.wait(min(due - now, _IDLE_CHECK_S))  # appends move the dues: look again soon
                     continue
                 try:
-                    self.lock.fence()
+                    self.store.fence()
                 except (ClaimLost, RunLocked):
                     return  # the claim moved on (or the lock was released): the new holder owns the caches
                 except Exception as exc:  # a fence that cannot be checked: write nothing rather than guess
@@ -342,7 +328,7 @@ class RunWriter:
                 self._refresh_caches(force=False)  # (a failed write sets its own next due: no spin)
 
     def close(self) -> None:
-        """Flush caches and release the file; the caller releases the writer lock.
+        """Flush caches and close the trace; the caller releases the store.
 
         A writer that lost its claim writes nothing more, not even the state cache (the new holder owns it).
         """
@@ -352,13 +338,13 @@ class RunWriter:
             self._closed = True
             self._idle.notify_all()  # the idle flusher stops
             try:
-                self.lock.fence()
+                self.store.fence()
             except (ClaimLost, RunLocked):
-                self.trace.close()
+                self.store.close()
                 return
             try:
                 if self._failed is None:
-                    self.trace.sync()
+                    self.store.sync()
                 if self.state.trace_seq != self._state_seq:
                     self._write_state()
             except (
@@ -366,7 +352,7 @@ class RunWriter:
             ) as exc:  # closing after a full disk: the trace is what it is, caches are best effort
                 log.warning("run %s: closing after a write error: %s", self.bundle.run_id, exc)
             finally:
-                self.trace.close()
+                self.store.close()
             if self._trail is not None and self._failed is None:
                 try:
                     self._trail.close()

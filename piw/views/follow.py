@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from piw.store.bundle import Bundle
+from piw.store.fold import RunState
 from piw.store.foldcache import events_of_type, replay
-from piw.store.replay import RunState
 from piw.views.frame import FrameModel
 from piw.views.source import session_tail, trace_tail
 

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from piw.store.replay import RunState, fold_more
+from piw.store.fold import RunState, fold_more
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent
 from piw.views.base import View, fit, safe, safe_block

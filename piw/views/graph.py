@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.terminal import single_line
 from piw.views.base import OUTCOME_MARKS, STATUS_STYLES, View, clip, fmt_duration, ms_between, node_label
 from piw.views.canvas import Canvas

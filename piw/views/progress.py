@@ -35,7 +35,7 @@ from piw.progress import (
     prioritize_progress_estimates,
     validate_progress_data,
 )
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.store.trace import TraceEvent
 from piw.views.base import View, plural, safe
 from piw.views.updates import EventSource

@@ -53,7 +53,7 @@ def _code_digest() -> str:
 
     import orjson
 
-    from piw.store.foldcache import FOLD_VERSION
+    from piw.store.checkpoint_files import FOLD_VERSION
 
     digest = hashlib.sha256(f"{FOLD_VERSION}|{sys.version}|{unicodedata.unidata_version}".encode())
     digest.update(f"{_distribution('rich')}|{getattr(orjson, '__version__', '')}".encode())

@@ -23,9 +23,9 @@ from piw.errors import StoreError
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, open_bundle
 from piw.store.damage import Damage, artifact_damage, line_damage
+from piw.store.fold import RunState
 from piw.store.foldcache import events_of_type, replay
 from piw.store.lineage import forks_of
-from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent, decode_event, decode_lines
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from piw.progress import format_remaining, parse_instant
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.views.base import (
     OUTCOME_MARKS,
     STATUS_STYLES,

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from piw.store.replay import CurrentAttempt, RunState, StepRecord
+from piw.store.fold import CurrentAttempt, RunState, StepRecord
 from piw.store.session import SessionEntry
 from piw.views.base import (
     OUTCOME_MARKS,

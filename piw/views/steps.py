@@ -16,7 +16,7 @@ from datetime import datetime
 from rich.console import Console
 from rich.text import Text
 
-from piw.store.replay import RunState, StepRecord
+from piw.store.fold import RunState, StepRecord
 from piw.terminal import single_line
 from piw.views.base import (
     OUTCOME_MARKS,

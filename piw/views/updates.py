@@ -13,7 +13,7 @@ from typing import Protocol
 from rich.console import Console
 from rich.text import Text
 
-from piw.store.replay import RunState, UpdateRecord
+from piw.store.fold import RunState, UpdateRecord
 from piw.store.trace import TraceEvent
 from piw.views.base import View, compact, fmt_clock, node_label, safe, short_id
 from piw.views.table import Column, table_lines

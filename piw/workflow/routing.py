@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 from piw.workflow.definition import Edge
 from piw.workflow.graph import FlatGraph, Mount
 

@@ -24,7 +24,7 @@ from piw.providers.base import ChatRequest, Provider
 from piw.providers.messages import AssistantReply, TextBlock, ToolCallBlock, ToolResultMessage
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.replay import state_to_json
+from piw.store.fold import state_to_json
 from piw.testing import OpenAIStub, StubReply
 from piw.updates.envelope import TokenBucket
 

@@ -11,8 +11,9 @@ import pytest
 from piw.app import reader as reader_module
 from piw.app.reader import fast_state, open_run
 from piw.store.bundle import Bundle
-from piw.store.replay import fold, fold_more, state_to_json
-from piw.store.state import RunState, decode_state
+from piw.store.fold import fold, fold_more, state_to_json
+from piw.store.state import RunState
+from piw.store.state_json import decode_state
 from piw.store.trace import TraceEvent, read_trace
 from piw.views.progress import Tracks
 from tests.support.runs import RunWorkflow, WorkflowMaker
@@ -87,13 +88,13 @@ def _files(path: Path) -> dict[str, str]:
 def test_stored_fold_checkpoints_are_used_and_nothing_is_written(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from piw.store import foldcache
+    from piw.store import checkpoint_files, foldcache
 
     monkeypatch.setattr(foldcache, "CHECKPOINT_EVERY", 4)
     monkeypatch.setattr(reader_module, "CHECKPOINT_EVERY", 2)
     bundle = home / "runs" / RUN_IDS["completed"]
     foldcache.replay(bundle, RUN_IDS["completed"])  # what inspect leaves behind
-    assert list((bundle / foldcache.DIRECTORY).iterdir()), "checkpoints were written"
+    assert list((bundle / checkpoint_files.DIRECTORY).iterdir()), "checkpoints were written"
     before = _files(bundle)
     events = _events(home)
     reader = open_run(home, RUN_IDS["completed"])
@@ -158,10 +159,10 @@ def test_a_long_or_missing_state_json_gives_way_to_a_checkpoint_near_the_end(
 def test_a_checkpoint_far_from_the_end_is_not_used_for_the_first_screen(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from piw.store import foldcache
+    from piw.store import checkpoint_files, foldcache
 
     bundle, events = _checkpointed(home, monkeypatch)
-    for path in (bundle.path / foldcache.DIRECTORY).glob("seq-*.ckpt"):
+    for path in (bundle.path / checkpoint_files.DIRECTORY).glob("seq-*.ckpt"):
         if int(path.stem.removeprefix("seq-")) > len(events) - 5:
             path.unlink()  # the run went on past the newest checkpoint by more than CHECKPOINT_EVERY events
     monkeypatch.setattr(reader_module, "LONG_STATE_BYTES", 10)

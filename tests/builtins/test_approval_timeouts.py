@@ -14,7 +14,7 @@ import pytest
 
 from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, continue_run, start_run
-from piw.store.db.queue import SqliteQueue, open_queue
+from piw.store.db.run_database import open_run_database
 from tests.builtins.test_autoplan import script
 from tests.builtins.test_plan_approval import PLAN, approval_input, digest
 from tests.support.builtin_harness import options
@@ -40,9 +40,11 @@ def opened_at(
 
 def test_auto_without_an_answer_continues_after_ten_minutes_with_provenance_timeout(piw_home: Path) -> None:
     run_id = opened_at(piw_home, approval_input(), minutes_ago=0)
-    now = open_queue(piw_home)
+    now = open_run_database(piw_home)
     assert sweep_timeouts(piw_home, now) == []  # not due yet
-    later = SqliteQueue.open(piw_home, clock=lambda: ms(datetime.now(UTC) + timedelta(minutes=10, seconds=1)))
+    later = open_run_database(
+        piw_home, clock=lambda: ms(datetime.now(UTC) + timedelta(minutes=10, seconds=1))
+    )
     (made,) = sweep_timeouts(piw_home, later, run_id=run_id)
     assert made.spec.answer == {"choice": "continue", "provenance": "timeout"}
     state = continue_run(made.spec, piw_home, ForegroundOptions())
@@ -54,13 +56,13 @@ def test_with_no_piw_process_from_4_to_12_minutes_the_first_sweep_resolves_it_on
     piw_home: Path,
 ) -> None:
     run_id = opened_at(piw_home, approval_input(), minutes_ago=12)
-    queue = open_queue(piw_home)
-    (row,) = queue.decisions_of(run_id)
+    database = open_run_database(piw_home)
+    (row,) = database.decisions.decisions_of(run_id)
     opened = json.loads((piw_home / "runs" / run_id / "state.json").read_text())["finalOutput"]
     assert row.expires_at == ms(datetime.fromisoformat(opened["openedAt"].replace("Z", "+00:00"))) + 600_000
-    (made,) = sweep_timeouts(piw_home, queue)
+    (made,) = sweep_timeouts(piw_home, database)
     assert made.provenance == "timeout"
-    (resolved,) = queue.decisions_of(run_id)
+    (resolved,) = database.decisions.decisions_of(run_id)
     assert (resolved.status, resolved.provenance, resolved.expires_at) == (
         "resolved",
         "timeout",
@@ -70,9 +72,9 @@ def test_with_no_piw_process_from_4_to_12_minutes_the_first_sweep_resolves_it_on
 
 def test_required_is_still_waiting_seven_days_later(piw_home: Path) -> None:
     run_id = opened_at(piw_home, approval_input(approval={"mode": "required"}), minutes_ago=0)
-    week = SqliteQueue.open(piw_home, clock=lambda: ms(datetime.now(UTC) + timedelta(days=7)))
+    week = open_run_database(piw_home, clock=lambda: ms(datetime.now(UTC) + timedelta(days=7)))
     assert sweep_timeouts(piw_home, week) == []
-    (row,) = week.decisions_of(run_id)
+    (row,) = week.decisions.decisions_of(run_id)
     assert row.status == "open" and row.expires_at is None
 
 
@@ -84,7 +86,7 @@ def test_plan_change_auto_timeout_reaches_ready_with_provenance_timeout(piw_home
     start_options.clock = lambda: then
     state = start_run("plan-change", piw_home, {"task": "Exports time out."}, None, start_options)
     assert state.status == "waiting"
-    (made,) = sweep_timeouts(piw_home, open_queue(piw_home), run_id=state.run_id)
+    (made,) = sweep_timeouts(piw_home, open_run_database(piw_home), run_id=state.run_id)
     final = continue_run(made.spec, piw_home, options(ScriptedProvider({}), None))
     assert final.status == "completed"
     assert final.final_output["approval"] == {"decision": "continue", "provenance": "timeout"}

@@ -210,14 +210,14 @@ def test_the_shipped_example_waits_for_a_decision(cli: Any) -> None:
 
 
 def test_cancel_while_waiting_cancels_the_row_and_leaves_the_bundle_final(cli: Any, piw_home: Path) -> None:
-    from piw.store.db.queue import open_queue
+    from piw.store.db.run_database import open_run_database
 
     run_id = start(cli)["runId"]
     trace = (piw_home / "runs" / run_id / "trace.ndjson").read_bytes()
     done = cli("cancel", run_id)
     assert done.returncode == 0, done.stderr
     assert "cancelled (its bundle is unchanged)" in done.stdout
-    row = open_queue(piw_home).get(run_id)
+    row = open_run_database(piw_home).queue.get(run_id)
     assert row is not None and row.status == "cancelled"
     assert (piw_home / "runs" / run_id / "trace.ndjson").read_bytes() == trace
     assert inspect(cli, run_id)["status"] == "waiting"
@@ -230,7 +230,7 @@ def test_a_cancelled_waiting_decision_starts_no_continuation(cli: Any, piw_home:
     assert refused.returncode == 2
     assert refused.stderr.endswith("was cancelled while waiting at approve_auto; it will not continue.\n")
     assert run_ids(piw_home) == [run_id]
-    from piw.store.db.queue import open_queue
+    from piw.store.db.run_database import open_run_database
 
-    (decision,) = open_queue(piw_home).decisions_of(run_id)
+    (decision,) = open_run_database(piw_home).decisions.decisions_of(run_id)
     assert (decision.status, decision.provenance) == ("cancelled", "cancel")

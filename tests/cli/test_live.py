@@ -14,7 +14,7 @@ from rich.console import Console
 
 from piw.cli.live import LiveDisplay, StepLog
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.replay import RunState, fold
+from piw.store.fold import RunState, fold
 from piw.store.trace import read_trace
 from tests.support.views import RUN_IDS, Runs, assert_terminal_safe, render, shared_runs
 

@@ -70,7 +70,7 @@ def _modules_after(*args: str) -> set[str]:
 
 def test_help_imports_neither_rich_pydantic_click_nor_the_trace_codec() -> None:
     modules = _modules_after("--help")
-    for heavy in ("rich", "pydantic", "click", "msgspec", "piw.store.bundle", "piw.store.replay"):
+    for heavy in ("rich", "pydantic", "click", "msgspec", "piw.store.bundle", "piw.store.fold"):
         assert heavy not in modules, heavy
     assert "piw.cli.views" in modules  # every command module is read for the command list
 
@@ -148,4 +148,4 @@ def test_runs_from_a_current_index_imports_no_fold(cli: Cli, make_workflow: Work
     assert [row["runId"] for row in json.loads(cli("runs", "--json").stdout)] == [run_id]
     modules = _modules_after("runs")
     assert "piw.store.db.index" in modules  # it listed
-    assert not {"msgspec", "piw.store.replay", "piw.store.bundle", "piw.store.foldcache"} & modules
+    assert not {"msgspec", "piw.store.fold", "piw.store.bundle", "piw.store.foldcache"} & modules

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from piw.cli.watch import Follower, Watcher, newest_run
 from piw.store.bundle import Bundle, WriterLock
-from piw.store.replay import fold
+from piw.store.fold import fold
 from piw.store.trace import decode_event, read_trace
 from piw.views.frame import FrameView
 from piw.views.source import Tail

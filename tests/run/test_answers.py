@@ -407,31 +407,32 @@ def _run_in_the_past(path: Path, home: Path, minutes: float) -> str:
 def test_the_sweeper_answers_a_due_decision_with_its_timeout_choice(cli: Cli, gate: Path) -> None:
     from piw.run.runner import ForegroundOptions, continue_run
     from piw.run.sweeper import sweep_timeouts
-    from piw.store.db.queue import open_queue
+    from piw.store.db.run_database import open_run_database
 
     fresh = start_waiting(cli, gate)["runId"]
     parent = _run_in_the_past(gate, cli.home, minutes=12)  # no piw process ran from +4 to +12 minutes
-    queue = open_queue(cli.home)
-    expires = queue.decisions_of(parent)[0].expires_at
-    (made,) = sweep_timeouts(cli.home, queue)  # the fresh run's deadline is 10 minutes away: left open
+    database = open_run_database(cli.home)
+    expires = database.decisions.decisions_of(parent)[0].expires_at
+    (made,) = sweep_timeouts(cli.home, database)  # the fresh run's deadline is 10 minutes away: left open
     assert made.spec.parent_run_id == parent and made.provenance == "timeout"
     assert made.spec.answer == {"choice": "continue", "provenance": "timeout"}
     assert made.spec.human_decision is not None and made.spec.human_decision["answeredBy"].startswith("piw (")
-    row = queue.decisions_of(parent)[0]
+    row = database.decisions.decisions_of(parent)[0]
     assert (row.status, row.provenance, row.expires_at) == (
         "resolved",
         "timeout",
         expires,
     )  # deadline unmoved
-    assert queue.decisions_of(fresh)[0].status == "open"
-    assert queue.continuation_of(parent) is not None and queue.continuation_of(parent).status == "queued"  # type: ignore[union-attr]
-    assert sweep_timeouts(cli.home, queue) == []
+    assert database.decisions.decisions_of(fresh)[0].status == "open"
+    continuation = database.decisions.continuation_of(parent)
+    assert continuation is not None and continuation.status == "queued"
+    assert sweep_timeouts(cli.home, database) == []
     late = cli("decide", parent, "stop")  # a person after the timeout answered it
     assert late.returncode == 2 and "was already resolved (continue, timeout)" in late.stderr
     state = continue_run(made.spec, cli.home, ForegroundOptions())
     assert state.status == "completed"
     assert state.final_output["approval"]["answer"] == {"choice": "continue", "provenance": "timeout"}
-    assert queue.get(state.run_id).status == "done"  # type: ignore[union-attr]
+    assert database.queue.get(state.run_id).status == "done"  # type: ignore[union-attr]
 
 
 def test_a_person_deciding_after_the_deadline_meets_the_declared_timeout(cli: Cli, gate: Path) -> None:
@@ -445,26 +446,26 @@ def test_a_person_who_answers_first_beats_the_sweeper(cli: Cli, gate: Path) -> N
     from datetime import UTC, datetime, timedelta
 
     from piw.run.sweeper import sweep_timeouts
-    from piw.store.db.queue import SqliteQueue
+    from piw.store.db.run_database import open_run_database
 
     parent = start_waiting(cli, gate)["runId"]
     assert cli.json("decide", parent, "stop")["status"] == "completed"
     later = int((datetime.now(UTC) + timedelta(minutes=30)).timestamp() * 1000)
-    queue = SqliteQueue.open(cli.home, clock=lambda: later)
-    assert queue.due_decisions() == [] and sweep_timeouts(cli.home, queue) == []
-    assert queue.decisions_of(parent)[0].provenance == "human"
+    database = open_run_database(cli.home, clock=lambda: later)
+    assert database.decisions.due_decisions() == [] and sweep_timeouts(cli.home, database) == []
+    assert database.decisions.decisions_of(parent)[0].provenance == "human"
 
 
 WINNER_THAT_HAS_NOT_CLAIMED = """
 import sys, time
 from pathlib import Path
 from piw.run.answers import claim_decision, now_text, read_wait, record_answer
-from piw.store.db.queue import open_queue
+from piw.store.db.run_database import open_run_database
 
 home, parent = Path(sys.argv[1]), sys.argv[2]
 wait, state = read_wait(home, parent)
 claim = claim_decision(wait, "stop", {}, now_iso=now_text())
-receipt, _ = record_answer(home, open_queue(home), claim, state, foreground=True)
+receipt, _ = record_answer(home, open_run_database(home), claim, state, foreground=True)
 print(receipt.continuation_run_id, flush=True)
 time.sleep(60)  # between recording its answer and claiming the continuation, as piw decide is for an instant
 """

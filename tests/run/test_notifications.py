@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from piw.store.db.queue import SqliteQueue
+from piw.store.db.run_database import open_run_database
 from tests.support.cli import Cli
 from tests.support.runs import WorkflowMaker, trace_lines
 
@@ -23,7 +23,7 @@ workflow = define_workflow(name="tell", start_at="a", nodes={
 
 
 def outbox(home: Path, run_id: str) -> list[dict[str, object]]:
-    return [row.to_json() for row in SqliteQueue.open(home).notifications_of(run_id)]
+    return [row.to_json() for row in open_run_database(home).outbox.notifications_of(run_id)]
 
 
 def only_run(home: Path) -> str:

@@ -25,6 +25,7 @@ from piw.store.bundle import (
     slugify,
     write_private_file,
 )
+from piw.store.file_store import FileRunStore
 from tests.support.cli import Cli
 from tests.support.runs import RunWorkflow, WorkflowMaker
 
@@ -124,10 +125,10 @@ def test_writer_lock_is_exclusive_across_processes(piw_home: Path, tmp_path: Pat
     path.mkdir(parents=True)
     bundle = Bundle(path.name, path)
     assert not run_is_live(bundle)
-    lock = WriterLock(bundle).acquire()
+    store = FileRunStore(bundle).acquire()  # the run's store holds the bundle's writer lock
     try:
         assert run_is_live(bundle)
-        lock.fence()
+        store.fence()
         with pytest.raises(RunLocked):
             WriterLock(bundle).acquire()
         probe = subprocess.run(
@@ -144,9 +145,9 @@ def test_writer_lock_is_exclusive_across_processes(piw_home: Path, tmp_path: Pat
         )
         assert probe.stdout.strip() == "True" and "RunLocked" in probe.stderr
     finally:
-        lock.release()
+        store.release()
     with pytest.raises(RunLocked):
-        lock.fence()  # released: no more writes
+        store.fence()  # released: no more writes
     WriterLock(bundle).acquire().release()
     assert not run_is_live(bundle)
 
@@ -170,7 +171,7 @@ def test_a_current_state_json_is_read_without_replaying_the_trace(
     import json
 
     from piw.store.bundle import load_state, open_bundle
-    from piw.store.replay import fold
+    from piw.store.fold import fold
 
     source = (
         "from piw import compute, define_workflow\nworkflow = define_workflow(name='cached', start_at='a', "

@@ -13,14 +13,15 @@ import pytest
 
 from piw.errors import ClaimLost, RunLocked
 from piw.run.runner import ForegroundOptions, queue_run
-from piw.store.bundle import WriterLock, open_bundle
+from piw.store.bundle import open_bundle
 from piw.store.db.database import close_databases
 from piw.store.db.lease import Lease
-from piw.store.db.queue import LEASE_MS, SqliteQueue
-from piw.store.replay import fold
-from piw.store.session import SessionLog
+from piw.store.db.rows import LEASE_MS
+from piw.store.db.run_database import open_run_database
+from piw.store.fold import fold
+from piw.store.run_store import open_run_stores
 from piw.store.writer import RunWriter
-from piw.wire import Manifest
+from piw.wire_models import Manifest
 
 QUICK = """
 from piw import compute, define_workflow
@@ -49,24 +50,25 @@ def test_a_stale_writer_is_fenced_out_and_writes_nothing_more(piw_home: Path, tm
     run_id = queue_run(str(flow), piw_home, {}, None, ForegroundOptions(record_origin=False)).run_id
     close_databases()
     clock = Clock()
-    queue = SqliteQueue.open(piw_home, clock)
+    queue = open_run_database(piw_home, clock).queue
     bundle = open_bundle(piw_home, run_id)
 
     claim_a = queue.claim_next("elsewhere.example:1:1")
     assert claim_a is not None and claim_a.run_id == run_id
     lease_a = Lease(queue, claim_a)
-    lock_a = WriterLock(bundle, lease_a).acquire()
+    stores = open_run_stores(piw_home, "flush")
+    store_a = stores.open(run_id).acquire(lease_a)
     state = fold(bundle.read_trace().events)
     manifest = Manifest.model_validate(bundle.read_manifest())
-    writer_a = RunWriter(bundle, lock_a, "flush", state, manifest)
-    session_a = SessionLog(bundle.session_path, "flush", fence=lock_a.fence)
+    writer_a = RunWriter(store_a, state, manifest)
+    session_a = store_a.open_session()
     writer_a.append("run", "run_resumed", {"replayedSteps": 0, "resumeAt": "a"})  # A writes under its claim
 
     clock.now += LEASE_MS  # A stalls past its lease
     claim_b = queue.claim_run(run_id, "elsewhere.example:2:2")
     assert claim_b.generation == claim_a.generation + 1
     with pytest.raises(RunLocked):
-        WriterLock(bundle, Lease(queue, claim_b)).acquire()  # B waits for A's lock
+        stores.open(run_id).acquire(Lease(queue, claim_b))  # B waits for A's lock
 
     before = _files(bundle.path)
     with pytest.raises(ClaimLost) as lost:
@@ -80,10 +82,10 @@ def test_a_stale_writer_is_fenced_out_and_writes_nothing_more(piw_home: Path, tm
         lease_a.renew()  # an expired claim never renews
     assert _files(bundle.path) == before  # no byte more, in any file
 
-    lock_a.release()
-    lock_b = WriterLock(bundle, Lease(queue, claim_b)).acquire()  # now B may write
-    writer_b = RunWriter(bundle, lock_b, "flush", fold(bundle.read_trace().events), manifest)
+    store_a.release()
+    store_b = stores.open(run_id).acquire(Lease(queue, claim_b))  # now B may write
+    writer_b = RunWriter(store_b, fold(bundle.read_trace().events), manifest)
     event = writer_b.append("run", "run_resumed", {"replayedSteps": 0, "resumeAt": "a"})
     assert event.seq == 3
     writer_b.close()
-    lock_b.release()
+    store_b.release()

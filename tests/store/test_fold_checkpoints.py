@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from piw.store import foldcache
-from piw.store.foldcache import replay, valid_checkpoints
-from piw.store.replay import fold
+from piw.store import checkpoint_files, foldcache
+from piw.store.checkpoint_files import valid_checkpoints
+from piw.store.fold import fold
+from piw.store.foldcache import replay
 from piw.store.trace import TraceEvent, read_trace
 from tests.support.cli import Cli
 from tests.support.runs import RunWorkflow, WorkflowMaker
@@ -128,7 +129,7 @@ def test_at_every_split_a_checkpoint_plus_the_tail_is_the_full_fold(tmp_path: Pa
         _same(with_checkpoints, expected)
         assert with_checkpoints.checkpoint_seq == (min(at, size) // 4) * 4
         shutil.copytree(bundle, tmp_path / "copy", dirs_exist_ok=True)
-        shutil.rmtree(tmp_path / "copy" / foldcache.DIRECTORY, ignore_errors=True)
+        shutil.rmtree(tmp_path / "copy" / checkpoint_files.DIRECTORY, ignore_errors=True)
         plain = replay(tmp_path / "copy", RUN_ID, at, write=False)
         _same(plain, expected)
         assert (with_checkpoints.offset, with_checkpoints.next_seq, with_checkpoints.next_at) == (
@@ -139,7 +140,7 @@ def test_at_every_split_a_checkpoint_plus_the_tail_is_the_full_fold(tmp_path: Pa
 
 
 def _checkpoint_files(bundle: Path) -> list[Path]:
-    return sorted((bundle / foldcache.DIRECTORY).glob("seq-*.ckpt"), key=lambda p: int(p.stem[4:]))
+    return sorted((bundle / checkpoint_files.DIRECTORY).glob("seq-*.ckpt"), key=lambda p: int(p.stem[4:]))
 
 
 OPS_LONG = st.lists(st.sampled_from(["start", "ok", "fail", "update", "prompt"]), min_size=12, max_size=40)
@@ -178,7 +179,7 @@ def test_a_stale_checkpoint_is_ignored_when_the_trace_changed(tmp_path: Path) ->
     bundle = _bundle(tmp_path, _events(["start", "ok"] * 12, RUN_ID, salt="old"))
     replay(bundle, RUN_ID)
     assert valid_checkpoints(bundle, RUN_ID)
-    saved = bundle / foldcache.DIRECTORY
+    saved = bundle / checkpoint_files.DIRECTORY
     shutil.move(saved, tmp_path / "saved")
     _bundle(tmp_path, _events(["start", "ok"] * 12, RUN_ID, salt="new"))  # same run id, other bytes
     shutil.move(tmp_path / "saved", saved)
@@ -204,7 +205,7 @@ def test_a_foreign_checkpoint_is_ignored(tmp_path: Path) -> None:
     mine = _bundle(tmp_path, _events(ops, RUN_ID))
     other = _bundle(tmp_path, _events(ops, OTHER_ID), OTHER_ID)
     replay(other, OTHER_ID)
-    shutil.copytree(other / foldcache.DIRECTORY, mine / foldcache.DIRECTORY)
+    shutil.copytree(other / checkpoint_files.DIRECTORY, mine / checkpoint_files.DIRECTORY)
     assert valid_checkpoints(mine, RUN_ID) == []
     _same(replay(mine, RUN_ID, write=False), _reference(mine))
 
@@ -224,7 +225,7 @@ def test_a_checkpoint_of_another_fold_version_is_ignored(tmp_path: Path) -> None
 def test_checkpoints_are_private_files(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path, _events(["start", "ok"] * 6, RUN_ID))
     replay(bundle, RUN_ID)
-    directory = bundle / foldcache.DIRECTORY
+    directory = bundle / checkpoint_files.DIRECTORY
     assert directory.stat().st_mode & 0o777 == 0o700
     assert all(path.stat().st_mode & 0o777 == 0o600 for path in _checkpoint_files(bundle))
 

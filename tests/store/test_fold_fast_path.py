@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from piw.store.replay import _HANDLERS, RunState, _Folder, fold_more
+from piw.store.fold import _HANDLERS, RunState, _Folder, fold_more
 from piw.store.trace import TraceEvent
 
 RUN_ID = "20260101T000000000Z-fast-00000001"

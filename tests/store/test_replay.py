@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from piw.store.bundle import Bundle, load_state
-from piw.store.replay import RunState, fold, fold_more, state_from_json, state_to_json
-from piw.store.state import StepList, StepRecord, count_steps, decode_state
+from piw.store.fold import RunState, fold, fold_more, state_from_json, state_to_json
+from piw.store.state import StepList, StepRecord, count_steps
+from piw.store.state_json import decode_state
 from piw.store.trace import TraceEvent, read_trace
 from tests.support.runs import RunWorkflow, WorkflowMaker
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from piw import TraceCorrupt
-from piw.store.replay import fold
+from piw.store.fold import fold
 from piw.store.trace import (
     RUN_TERMINAL_TYPES,
     FileLayer,

@@ -28,7 +28,7 @@ from piw.providers.scripted import ScriptedProvider
 from piw.run.runner import ForegroundOptions, resume_run, start_run
 from piw.store.artifacts import ArtifactStore, resolve
 from piw.store.bundle import Bundle
-from piw.store.replay import RunState
+from piw.store.fold import RunState
 
 REPO = Path(__file__).resolve().parents[2]
 BUILTINS = REPO / "workflows" / "builtins"

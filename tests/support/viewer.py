@@ -18,7 +18,7 @@ from typing import Any
 
 from piw.app.text import screen_text
 from piw.app.viewer import ViewerApp
-from piw.store.replay import fold, state_to_json
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import TraceEvent, read_trace
 from piw.wire import RUN_BUNDLE_SCHEMA
 

@@ -22,7 +22,7 @@ import pytest
 
 import piw.updates.publishing
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.replay import fold, state_to_json
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import FileLayer, read_trace
 from piw.updates.envelope import TokenBucket
 from tests.support.inprocess import run_piw

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from piw.run.runner import ForegroundOptions, start_run
-from piw.store.replay import state_to_json
+from piw.store.fold import state_to_json
 
 PROGRESS = "pi-workflows.progress.v1"
 

@@ -201,9 +201,7 @@ def test_viewers_never_import_the_engine_side() -> None:
                 chain.append(importer)
                 importer = seen[importer]
             pytest.fail("forbidden import: " + " ← ".join(chain))
-    assert "piw.store.replay" in seen and "piw.progress" in seen, (
-        "the walk reaches the fold and the estimator"
-    )
+    assert "piw.store.fold" in seen and "piw.progress" in seen, "the walk reaches the fold and the estimator"
 
 
 def test_allowed_empty_packages_import_nothing() -> None:

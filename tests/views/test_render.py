@@ -118,7 +118,7 @@ def test_the_plain_tables_are_the_rich_ones_without_styles(
 
 def test_row_numbers_of_a_run_past_99999_steps_are_shown_whole() -> None:
     """The ``#`` column is five wide; from row 100,000 on it read ``1000…`` on every row."""
-    from piw.store.replay import RunState, StepList, StepRecord
+    from piw.store.fold import RunState, StepList, StepRecord
     from piw.views.steps import steps_view
 
     steps = [

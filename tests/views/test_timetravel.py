@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from piw.progress import parse_instant
-from piw.store.replay import fold, state_to_json
+from piw.store.fold import fold, state_to_json
 from piw.store.trace import read_trace
 from piw.views import VIEW_NAMES, view_for
 from piw.views.source import load_run

@@ -91,7 +91,7 @@ class Attempt:
 
     def add_usage(self, part: dict[str, Any]) -> None:
         """Add a child's usage (thread-safe: children may run concurrently)."""
-        from piw.store.replay import add_usage
+        from piw.store.fold import add_usage
 
         with self._usage_lock:
             self.usage = add_usage(self.usage, part)

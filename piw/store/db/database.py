@@ -2,7 +2,7 @@
 
 The trace stays the only authoritative record of what a run did; this database holds what several processes must
 agree on *about* runs (who may write one, what is queued, what a person answered) and a cache of run summaries
-(``persistence.md`` §10). Access follows §10 exactly:
+(``docs/detached.md``, "What the database holds"). Access:
 
 - ``sqlite3.connect(path, isolation_level=None, timeout=5.0)``, one connection per thread, each setting
   ``journal_mode=WAL`` (which must answer ``wal``), ``synchronous=FULL``, ``foreign_keys=ON``, ``busy_timeout=5000``;
@@ -67,7 +67,7 @@ class TableSpec:
 
 
 TABLES: dict[str, TableSpec] = {
-    # Index cache of run summaries (§10.1): rebuilt from the bundles, never used for recovery decisions.
+    # Index cache of run summaries: rebuilt from the bundles, never used for recovery decisions.
     "runs": TableSpec(
         columns={
             "run_id": str,
@@ -91,7 +91,7 @@ TABLES: dict[str, TableSpec] = {
         not_null=("workflow_name", "status"),
         defaults={"paused": 0, "trace_seq": 0},
     ),
-    # The authoritative queue and claims (§10.1, §10.2).
+    # The authoritative queue and claims (docs/detached.md).
     "run_queue": TableSpec(
         columns={
             "run_id": str,
@@ -120,7 +120,7 @@ TABLES: dict[str, TableSpec] = {
         not_null=("status", "claim_generation", "available_at", "pause_requested", "cancel_requested"),
         defaults={"claim_generation": 0, "available_at": 0, "pause_requested": 0, "cancel_requested": 0},
     ),
-    # The notification outbox (§10.3).
+    # The notification outbox.
     "notifications": TableSpec(
         columns={
             "notification_id": str,
@@ -140,7 +140,7 @@ TABLES: dict[str, TableSpec] = {
         pk="notification_id",
         not_null=("run_id", "node_id", "notification_index", "kind"),
     ),
-    # Human decisions: one immutable winner per decision (§10.3).
+    # Human decisions: one immutable winner per decision (docs/checkpoints.md).
     "human_decisions": TableSpec(
         columns={
             "decision_id": str,
@@ -162,7 +162,7 @@ TABLES: dict[str, TableSpec] = {
         not_null=("run_id", "node_id", "status"),
         defaults={"status": "open"},
     ),
-    # Command-level idempotency records (§10.3).
+    # Command-level idempotency records.
     "idempotency": TableSpec(
         columns={
             "scope": str,
@@ -177,7 +177,7 @@ TABLES: dict[str, TableSpec] = {
 }
 
 INDEXES: tuple[str, ...] = (
-    # One continuation per parent (a checkpoint answer), enforced by the database (§8, §10.1).
+    # One continuation per parent (a checkpoint answer), enforced by the database (docs/checkpoints.md).
     "CREATE UNIQUE INDEX IF NOT EXISTS run_queue_one_continuation ON run_queue(parent_run_id) "
     "WHERE parent_run_id IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS run_queue_claimable ON run_queue(status, available_at)",
@@ -203,6 +203,18 @@ def ddl_sha256() -> str:
 
 def database_path(home: Path) -> Path:
     return home / DATABASE_NAME
+
+
+def read_only_connection(home: Path, timeout: float = 1.0) -> sqlite3.Connection | None:
+    """A read-only connection to ``home``'s database (``mode=ro``: it never creates, changes or checks the file),
+    for readers that must not write; ``None`` when there is no database or it cannot be opened."""
+    path = database_path(home)
+    if not path.is_file():
+        return None
+    try:
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+    except sqlite3.Error:
+        return None
 
 
 def _mismatch(path: Path, found: str) -> StateSchemaMismatch:

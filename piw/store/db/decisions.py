@@ -1,8 +1,8 @@
-"""Human decisions, checkpoint answers and idempotency records in ``piw.sqlite`` (``persistence.md`` §10.3).
+"""Human decisions, checkpoint answers and their continuations in the run database (``docs/checkpoints.md``).
 
 The rules, each kept by one ``BEGIN IMMEDIATE`` transaction:
 
-- A gate records its request once (``INSERT OR IGNORE`` on the decision id, then read back): a rerun after a
+- A gate records its request once (insert unless present on the decision id, then read back): a rerun after a
   crash adopts the recorded request and its deadline, so the deadline never moves.
 - The first valid answer wins: ``UPDATE … SET status='resolved' … WHERE decision_id=? AND status='open'``, the
   continuation's queue row (the unique ``parent_run_id`` index allows one per waiting run) and the idempotency
@@ -10,30 +10,34 @@ The rules, each kept by one ``BEGIN IMMEDIATE`` transaction:
 - A repeat is compared by fingerprint with the idempotency record: identical → the stored receipt is adopted;
   different → a conflict (the caller raises ``DecisionResolved`` / ``ContinuationExists``). The timeout sweeper
   resolves through the same statement with provenance ``timeout``.
+- Cancelling a waiting run turns its open decision into a ``cancelled`` tombstone in the transaction that cancels
+  its queue row, so no answer can win after it.
 
-The functions take the queue (its ``db``, ``clock`` and row helpers) so ``SqliteQueue`` exposes them as methods
-of the one ``RunQueue`` protocol.
+:class:`Decisions` is the protocol, :class:`SqliteDecisions` its implementation over ``piw.sqlite``; the queue
+rows it inserts and claims go through the shared row operations of ``piw.store.db.rows``.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
-if TYPE_CHECKING:
-    from piw.store.db.queue import Claim, NewRun, SqliteQueue, StartKey
+from piw.errors import RunNotFound
+from piw.store.db import idempotency
+from piw.store.db.database import Clock, Database, now_ms
+from piw.store.db.dialect import SQLITE, Connection, Dialect, dumps, loads
+from piw.store.db.rows import (
+    Claim,
+    NewRun,
+    QueueRow,
+    cancel_waiting_row,
+    continuation_row,
+    get_row,
+    insert_run,
+    take_claim,
+)
 
 DecisionStatus = Literal["open", "resolved", "cancelled"]
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 @dataclass(frozen=True)
@@ -85,33 +89,6 @@ class DecisionRow:
         }
 
 
-_DECISION_COLUMNS = (
-    "decision_id, run_id, node_id, attempt_id, request_json, request_sha256, expires_at, on_timeout_json, status, "
-    "response_json, provenance, answered_by, resolved_at, continuation_run_id"
-)
-
-
-def _decision(values: tuple[Any, ...]) -> DecisionRow:
-    (ident, run_id, node_id, attempt_id, request, request_sha, expires, on_timeout, status, response,
-     provenance, answered_by, resolved_at, continuation) = values  # fmt: skip
-    return DecisionRow(
-        decision_id=ident,
-        run_id=run_id,
-        node_id=node_id,
-        attempt_id=attempt_id,
-        request=_loads(request) or {},
-        request_sha256=request_sha,
-        expires_at=expires,
-        on_timeout=_loads(on_timeout),
-        status=status,
-        response=_loads(response),
-        provenance=provenance,
-        answered_by=answered_by,
-        resolved_at=resolved_at,
-        continuation_run_id=continuation,
-    )
-
-
 @dataclass(frozen=True)
 class AnswerRecord:
     """One attempt to answer a waiting run, as the transaction needs it."""
@@ -147,173 +124,235 @@ class Resolution:
     provenance: str | None = None
 
 
-def open_decision(queue: SqliteQueue, decision: NewDecision) -> DecisionRow:
-    """Record an opened gate unless it exists; the recorded row either way (the first request wins)."""
-    with queue.db.transaction() as conn:
-        _insert_decision(conn, decision, queue.clock())
-        row = _get_decision(conn, decision.decision_id)
-    assert row is not None
-    return row
+class Decisions(Protocol):
+    """Opened gates, the answers that win them, and the continuations those answers start."""
+
+    clock: Clock
+
+    def open_decision(self, decision: NewDecision) -> DecisionRow:
+        """Record an opened gate unless it exists (a rerun adopts the recorded request and deadline)."""
+        ...
+
+    def get_decision(self, decision_id: str) -> DecisionRow | None: ...
+
+    def decisions_of(self, run_id: str) -> list[DecisionRow]: ...
+
+    def due_decisions(self, now: int | None = None) -> list[DecisionRow]:
+        """Open decisions whose deadline has passed (oldest deadline first)."""
+        ...
+
+    def cancel_decisions(self, run_id: str, answered_by: str = "") -> int:
+        """Open decisions of a cancelled waiting run become ``cancelled`` tombstones; how many."""
+        ...
+
+    def cancel_waiting(self, run_id: str) -> QueueRow:
+        """Cancel a run that ended ``waiting`` (row ``done``): the row becomes ``cancelled`` and its open decision a
+        tombstone, in one transaction; the bundle is final. ``RunNotFound`` without a row."""
+        ...
+
+    def resolve_answer(self, record: AnswerRecord) -> Resolution:
+        """First valid answer wins: decision row, continuation queue row and idempotency in one transaction."""
+        ...
+
+    def idempotent_receipt(self, scope: str, key: str, fingerprint: str) -> idempotency.Lookup: ...
+
+    def continuation_of(self, parent_run_id: str) -> QueueRow | None:
+        """The one continuation row of a waiting run, if it was answered."""
+        ...
 
 
-def _insert_decision(conn: sqlite3.Connection, decision: NewDecision, now: int) -> None:
-    conn.execute(
-        "INSERT OR IGNORE INTO human_decisions (decision_id, run_id, node_id, attempt_id, request_json, "
-        "request_sha256, expires_at, on_timeout_json, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'open')",
-        (
-            decision.decision_id,
-            decision.run_id,
-            decision.node_id,
-            decision.attempt_id,
-            _dumps(decision.request),
-            decision.request_sha256,
-            decision.expires_at,
-            None if decision.on_timeout is None else _dumps(decision.on_timeout),
-        ),
+_COLUMNS = (
+    "decision_id",
+    "run_id",
+    "node_id",
+    "attempt_id",
+    "request_json",
+    "request_sha256",
+    "expires_at",
+    "on_timeout_json",
+    "status",
+    "response_json",
+    "provenance",
+    "answered_by",
+    "resolved_at",
+    "continuation_run_id",
+)
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM human_decisions"
+_OPENED = _COLUMNS[:9]
+"""The columns a gate opens its row with (the rest are set by the answer that wins it)."""
+
+
+def _decision(values: tuple[Any, ...]) -> DecisionRow:
+    row = dict(zip(_COLUMNS, values, strict=True))
+    return DecisionRow(
+        decision_id=row["decision_id"],
+        run_id=row["run_id"],
+        node_id=row["node_id"],
+        attempt_id=row["attempt_id"],
+        request=loads(row["request_json"]) or {},
+        request_sha256=row["request_sha256"],
+        expires_at=row["expires_at"],
+        on_timeout=loads(row["on_timeout_json"]),
+        status=row["status"],
+        response=loads(row["response_json"]),
+        provenance=row["provenance"],
+        answered_by=row["answered_by"],
+        resolved_at=row["resolved_at"],
+        continuation_run_id=row["continuation_run_id"],
     )
 
 
-def _get_decision(conn: sqlite3.Connection, decision_id: str) -> DecisionRow | None:
-    found = conn.execute(
-        f"SELECT {_DECISION_COLUMNS} FROM human_decisions WHERE decision_id = ?", (decision_id,)
-    ).fetchone()
-    return None if found is None else _decision(found)
+class SqliteDecisions:
+    """:class:`Decisions` over ``piw.sqlite`` (the ``human_decisions`` and ``idempotency`` tables, and the
+    continuation rows of ``run_queue``)."""
 
+    dialect: ClassVar[Dialect] = SQLITE
 
-def get_decision(queue: SqliteQueue, decision_id: str) -> DecisionRow | None:
-    return _get_decision(queue.db.connection(), decision_id)
+    def __init__(self, db: Database, clock: Clock = now_ms) -> None:
+        self.db = db
+        self.clock = clock
 
+    def _insert_decision(self, conn: Connection, decision: NewDecision) -> None:
+        conn.execute(
+            self.dialect.insert("human_decisions", _OPENED, ignore=True),
+            (
+                decision.decision_id,
+                decision.run_id,
+                decision.node_id,
+                decision.attempt_id,
+                dumps(decision.request),
+                decision.request_sha256,
+                decision.expires_at,
+                None if decision.on_timeout is None else dumps(decision.on_timeout),
+                "open",
+            ),
+        )
 
-def decisions_of(queue: SqliteQueue, run_id: str) -> list[DecisionRow]:
-    found = queue.db.connection().execute(
-        f"SELECT {_DECISION_COLUMNS} FROM human_decisions WHERE run_id = ? ORDER BY decision_id", (run_id,)
-    )
-    return [_decision(values) for values in found.fetchall()]
+    def _get_decision(self, conn: Connection, decision_id: str) -> DecisionRow | None:
+        found = conn.execute(self.dialect.sql(f"{_SELECT} WHERE decision_id = ?"), (decision_id,)).fetchone()
+        return None if found is None else _decision(found)
 
+    def _tombstone(self, conn: Connection, run_id: str, now: int, answered_by: str = "") -> int:
+        """Open decisions of the run become ``cancelled``, inside the caller's transaction; how many."""
+        cursor = conn.execute(
+            self.dialect.sql(
+                "UPDATE human_decisions SET status = 'cancelled', provenance = 'cancel', answered_by = ?, "
+                "resolved_at = ? WHERE run_id = ? AND status = 'open'"
+            ),
+            (answered_by or None, now, run_id),
+        )
+        return cursor.rowcount
 
-def due_decisions(queue: SqliteQueue, now: int | None = None) -> list[DecisionRow]:
-    """Open decisions whose deadline has passed (oldest deadline first)."""
-    at = queue.clock() if now is None else now
-    found = queue.db.connection().execute(
-        f"SELECT {_DECISION_COLUMNS} FROM human_decisions WHERE status = 'open' AND expires_at IS NOT NULL "
-        "AND expires_at <= ? ORDER BY expires_at, decision_id",
-        (at,),
-    )
-    return [_decision(values) for values in found.fetchall()]
+    # ---- gates --------------------------------------------------------------------------------------------
 
+    def open_decision(self, decision: NewDecision) -> DecisionRow:
+        with self.db.transaction() as conn:
+            self._insert_decision(conn, decision)
+            row = self._get_decision(conn, decision.decision_id)
+        assert row is not None
+        return row
 
-def cancel_decisions(queue: SqliteQueue, run_id: str, answered_by: str = "") -> int:
-    """Turn the run's open decisions into ``cancelled`` tombstones (cancelling a waiting run); how many."""
-    with queue.db.transaction() as conn:
-        return tombstone(conn, run_id, queue.clock(), answered_by)
+    def get_decision(self, decision_id: str) -> DecisionRow | None:
+        return self._get_decision(self.db.connection(), decision_id)
 
+    def decisions_of(self, run_id: str) -> list[DecisionRow]:
+        found = self.db.connection().execute(
+            self.dialect.sql(f"{_SELECT} WHERE run_id = ? ORDER BY decision_id"), (run_id,)
+        )
+        return [_decision(values) for values in found.fetchall()]
 
-def tombstone(conn: sqlite3.Connection, run_id: str, now: int, answered_by: str = "") -> int:
-    """Inside a caller's transaction (``cancel_waiting``): open decisions of the run become ``cancelled``."""
-    cursor = conn.execute(
-        "UPDATE human_decisions SET status = 'cancelled', provenance = 'cancel', answered_by = ?, "
-        "resolved_at = ? WHERE run_id = ? AND status = 'open'",
-        (answered_by or None, now, run_id),
-    )
-    return cursor.rowcount
+    def due_decisions(self, now: int | None = None) -> list[DecisionRow]:
+        at = self.clock() if now is None else now
+        found = self.db.connection().execute(
+            self.dialect.sql(
+                f"{_SELECT} WHERE status = 'open' AND expires_at IS NOT NULL AND expires_at <= ? "
+                "ORDER BY expires_at, decision_id"
+            ),
+            (at,),
+        )
+        return [_decision(values) for values in found.fetchall()]
 
+    def cancel_decisions(self, run_id: str, answered_by: str = "") -> int:
+        with self.db.transaction() as conn:
+            return self._tombstone(conn, run_id, self.clock(), answered_by)
 
-def _stored(conn: sqlite3.Connection, scope: str, key: str) -> tuple[str, dict[str, Any]] | None:
-    found = conn.execute(
-        "SELECT request_sha256, receipt_json FROM idempotency WHERE scope = ? AND key = ?", (scope, key)
-    ).fetchone()
-    return None if found is None else (str(found[0]), _loads(found[1]) or {})
+    def cancel_waiting(self, run_id: str) -> QueueRow:
+        now = self.clock()
+        with self.db.transaction() as conn:
+            cancel_waiting_row(conn, run_id, now, self.dialect)
+            self._tombstone(conn, run_id, now)
+            row = get_row(conn, run_id, self.dialect)
+        if row is None:
+            raise RunNotFound(f"Run {run_id} is not in the run queue.")
+        return row
 
+    # ---- answers ------------------------------------------------------------------------------------------
 
-def record_idempotency(
-    conn: sqlite3.Connection, scope: str, key: str, fingerprint: str, receipt: dict[str, Any], now: int
-) -> None:
-    """Inside the transaction it guards: the first record of ``(scope, key)`` stands."""
-    conn.execute(
-        "INSERT INTO idempotency (scope, key, request_sha256, receipt_json, created_at) VALUES (?, ?, ?, ?, ?)",
-        (scope, key, fingerprint, _dumps(receipt), now),
-    )
+    def idempotent_receipt(self, scope: str, key: str, fingerprint: str) -> idempotency.Lookup:
+        """Look a command up: ``none`` (never seen), ``adopted`` (same fingerprint: the receipt) or ``conflict``."""
+        return idempotency.lookup(self.db.connection(), scope, key, fingerprint, self.dialect)
 
+    def continuation_of(self, parent_run_id: str) -> QueueRow | None:
+        return continuation_row(self.db.connection(), parent_run_id, self.dialect)
 
-START_SCOPE = "run.start"
-
-
-def guard_start(conn: sqlite3.Connection, start: StartKey, run_id: str, now: int) -> None:
-    """``run.start`` idempotency, inside the transaction that inserts the run's queue row.
-
-    The first start with a key records ``{runId}``; an exact repeat raises ``StartAdopted`` with that run, any
-    other request under the key raises ``IdempotencyConflict``. Either way the caller's transaction rolls back,
-    so no row (and, since the row comes before the bundle, no bundle) is created.
-    """
-    from piw.errors import IdempotencyConflict
-    from piw.store.db.queue import StartAdopted
-
-    stored = _stored(conn, START_SCOPE, start.key)
-    if stored is None:
-        record_idempotency(conn, START_SCOPE, start.key, start.fingerprint, {"runId": run_id}, now)
-        return
-    original = str(stored[1].get("runId", ""))
-    if stored[0] == start.fingerprint:
-        raise StartAdopted(original)
-    raise IdempotencyConflict(
-        f"Idempotency key {start.key!r} already started run {original} with a different request (workflow, input, "
-        "title, budget or provider); use a new key, or repeat the original command to get that run."
-    )
-
-
-def idempotent_receipt(
-    queue: SqliteQueue, scope: str, key: str, fingerprint: str
-) -> tuple[Literal["none", "adopted", "conflict"], dict[str, Any] | None]:
-    """Look a command up: ``none`` (never seen), ``adopted`` (same fingerprint: the receipt) or ``conflict``."""
-    stored = _stored(queue.db.connection(), scope, key)
-    if stored is None:
-        return "none", None
-    return ("adopted" if stored[0] == fingerprint else "conflict"), stored[1]
-
-
-def resolve_answer(queue: SqliteQueue, record: AnswerRecord) -> Resolution:
-    """The first valid answer wins, in one transaction (decision row, continuation row, idempotency)."""
-    now = queue.clock()
-    with queue.db.transaction() as conn:
-        stored = _stored(conn, record.scope, record.key)
-        if stored is not None:
-            outcome: Literal["adopted", "conflict"] = (
-                "adopted" if stored[0] == record.fingerprint else "conflict"
-            )
-            return Resolution(outcome, stored[1], provenance=stored[1].get("provenance"))
-        decision = record.decision
-        if decision is not None:
-            _insert_decision(conn, decision, now)
-            row = _get_decision(conn, decision.decision_id)
-            assert row is not None
-            if row.status == "cancelled":
+    def resolve_answer(self, record: AnswerRecord) -> Resolution:
+        now = self.clock()
+        dialect = self.dialect
+        with self.db.transaction() as conn:
+            stored = idempotency.stored(conn, record.scope, record.key, dialect)
+            if stored is not None:
+                outcome: Literal["adopted", "conflict"] = (
+                    "adopted" if stored[0] == record.fingerprint else "conflict"
+                )
+                return Resolution(outcome, stored[1], provenance=stored[1].get("provenance"))
+            if record.decision is not None:
+                refused = self._resolve_decision(conn, record, record.decision, now)
+                if refused is not None:
+                    return refused
+            parent_id = record.continuation.parent_run_id
+            parent = get_row(conn, parent_id or "", dialect)
+            if parent is not None and parent.status == "cancelled":
                 return Resolution("cancelled", None, provenance="cancel")
-            if row.status != "open":  # resolved without a record here: only by an older piw; never adopt it
-                return Resolution("conflict", {"continuation": {"runId": row.continuation_run_id}})
-            cursor = conn.execute(
-                "UPDATE human_decisions SET status = 'resolved', response_json = ?, provenance = ?, "
-                "answered_by = ?, resolved_at = ?, continuation_run_id = ? WHERE decision_id = ? AND status = 'open'",
-                (
-                    _dumps(record.response),
-                    record.provenance,
-                    record.answered_by,
-                    now,
-                    record.continuation.run_id,
-                    decision.decision_id,
-                ),
+            existing = continuation_row(conn, parent_id or "", dialect) if parent_id is not None else None
+            if (
+                existing is not None
+            ):  # a continuation made some other way: one per waiting run, whatever made it
+                return Resolution("conflict", {"continuation": {"runId": existing.run_id}})
+            insert_run(conn, record.continuation, "queued", now, ignore=False, dialect=dialect)
+            claim = None
+            if record.claim_for is not None:
+                claim = take_claim(
+                    conn, record.continuation.run_id, record.claim_for, 0, now, dialect=dialect
+                )
+            idempotency.record(
+                conn, record.scope, record.key, record.fingerprint, record.receipt, now, dialect
             )
-            assert cursor.rowcount == 1  # the row is open and this transaction holds the write lock
-        parent = queue._get(conn, record.continuation.parent_run_id or "")
-        if parent is not None and parent.status == "cancelled":
+        return Resolution("won", record.receipt, claim, record.provenance)
+
+    def _resolve_decision(
+        self, conn: Connection, record: AnswerRecord, decision: NewDecision, now: int
+    ) -> Resolution | None:
+        """Resolve the gate's row for ``record`` (recorded first if it is missing); the refusal, if it cannot be."""
+        self._insert_decision(conn, decision)
+        row = self._get_decision(conn, decision.decision_id)
+        assert row is not None
+        if row.status == "cancelled":
             return Resolution("cancelled", None, provenance="cancel")
-        existing = conn.execute(
-            "SELECT run_id FROM run_queue WHERE parent_run_id = ?", (record.continuation.parent_run_id,)
-        ).fetchone()
-        if existing is not None:  # a continuation made some other way: one per waiting run, whatever made it
-            return Resolution("conflict", {"continuation": {"runId": existing[0]}})
-        queue._insert(conn, record.continuation, "queued", now, ignore=False)
-        claim = None
-        if record.claim_for is not None:
-            claim = queue._take(conn, record.continuation.run_id, record.claim_for, 0, now)
-        record_idempotency(conn, record.scope, record.key, record.fingerprint, record.receipt, now)
-    return Resolution("won", record.receipt, claim, record.provenance)
+        if row.status != "open":  # resolved without a record here: only by an older piw; never adopt it
+            return Resolution("conflict", {"continuation": {"runId": row.continuation_run_id}})
+        cursor = conn.execute(
+            self.dialect.sql(
+                "UPDATE human_decisions SET status = 'resolved', response_json = ?, provenance = ?, "
+                "answered_by = ?, resolved_at = ?, continuation_run_id = ? WHERE decision_id = ? AND status = 'open'"
+            ),
+            (
+                dumps(record.response),
+                record.provenance,
+                record.answered_by,
+                now,
+                record.continuation.run_id,
+                decision.decision_id,
+            ),
+        )
+        assert cursor.rowcount == 1  # the row is open and this transaction holds the write lock
+        return None

@@ -1,4 +1,4 @@
-"""The runs index: one summary row per run in the ``runs`` table of ``piw.sqlite`` (``persistence.md`` §10.1).
+"""The runs index: one summary row per run in the ``runs`` table of ``piw.sqlite`` (``docs/detached.md``).
 
 It is a cache of what each bundle's fold says, so ``piw runs`` lists a thousand runs without folding a thousand
 traces. The run writer upserts a run's row (write order step 5: a failure is logged, never fails the run);
@@ -31,7 +31,7 @@ from piw.wire import parse_time
 if TYPE_CHECKING:  # the bundle and the fold are imported only to refold a row: a current index needs neither
     from piw.store.bundle import Bundle
     from piw.store.damage import Damage
-    from piw.store.replay import RunState
+    from piw.store.fold import RunState
 
 log = logging.getLogger(__name__)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -250,7 +250,7 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
     """The runs among ``run_ids`` whose queue row holds an unexpired claim of a holder not known to be dead."""
     if not run_ids:
         return set()
-    from piw.store.db.queue import claim_is_live
+    from piw.store.db.rows import claim_is_live
 
     marks = ", ".join("?" * len(run_ids))
     try:

@@ -1,8 +1,8 @@
 """The holder's side of a claim: lease renewal, pause/cancel polling, and a fence cheap enough for every append.
 
-``persistence.md`` §10.2 puts ``fence(claim)`` before every bundle write. Reading the queue row costs ~14 µs,
-several times per step, against a compute-step budget of 200 µs. :meth:`Lease.fence` reads the row only when
-it has to, and this is why skipping the read in between is sound:
+Every bundle write is preceded by a fence of the claim (``docs/detached.md``, "What the database holds"). Reading the
+queue row costs ~14 µs, several times per step, against a compute-step budget of 200 µs. :meth:`Lease.fence` reads
+the row only when it has to, and this is why skipping the read in between is sound:
 
 1. Only the holder of a live claim changes its row's token, generation or status (the queue protocol's rule:
    other processes set request flags only). Another process can take the row over only through
@@ -12,15 +12,16 @@ it has to, and this is why skipping the read in between is sound:
    the one asking), so nobody can have taken the row over: the last confirmation still holds.
 3. So :meth:`fence` is a clock comparison while ``now`` is before both the lease deadline and
    ``confirmed_at + RENEW_MS`` (a confirmation is a successful row read or renewal); past either it reads the
-   row, as §10.2 describes, and raises ``ClaimLost(reason)``. The ``RENEW_MS`` bound re-reads at least every
-   10 s even if rule 1 were broken from outside (a row edited by hand), and a renewal thread that stalls makes
-   every append read the row until a renewal succeeds, so an expired claim is never written under.
+   row and raises ``ClaimLost(reason)``. The ``RENEW_MS`` bound re-reads at least every 10 s even if rule 1 were
+   broken from outside (a row edited by hand), and a renewal thread that stalls makes every append read the row
+   until a renewal succeeds, so an expired claim is never written under.
 4. The gap between a fence check and the write is closed by the per-bundle writer lock, which a new holder
-   must take before writing (``WriterLock``); a stale holder paused between check and write still holds it.
+   must take before writing (the run store's ``acquire``); a stale holder paused between check and write still
+   holds it.
 
-Rule 2 needs one clock for holder and claimers: true on one host, which is all SQLite claims support (multi-host
-claims are out of scope, §11). A queue implementation for many machines must fence with a row read (or bound
-clock skew) instead.
+Rule 2 needs one clock for holder and claimers: true on one host, which is all SQLite claims support ("claims are
+for one machine", ``docs/detached.md``). A queue implementation for many machines must fence with a row read (or
+bound clock skew) instead.
 
 A background thread reads the row every :data:`POLL_MS` (the pause and cancel flags, and a confirmation) and
 renews the lease every :data:`RENEW_MS`; on ``ClaimLost`` it calls ``on_lost`` so the engine aborts the node. A step
@@ -30,12 +31,12 @@ boundary reads the flags too (:meth:`Lease.current_flags`), so a pause takes eff
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable
 
-from piw.errors import ClaimLost
-from piw.store.db.queue import POLL_MS, RENEW_MS, Claim, ClaimCheck, FinalStatus, ParkReason, RunQueue
+from piw.errors import ClaimLost, StoreBusy
+from piw.store.db.queue import POLL_MS, RENEW_MS, ClaimCheck, RunQueue
+from piw.store.db.rows import Claim, FinalStatus, ParkReason
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class Lease:
             return
         try:
             self.confirm()
-        except sqlite3.Error as exc:
+        except StoreBusy as exc:
             log.warning("run %s: reading the pause and cancel flags failed: %s", self.run_id, exc)
 
     def _take_flags(self, row: ClaimCheck) -> None:
@@ -156,7 +157,7 @@ class Lease:
                 self.renew()
         except ClaimLost:
             return
-        except sqlite3.Error as exc:  # a busy or locked database: try again next round
+        except StoreBusy as exc:  # a busy or locked database: try again next round
             log.warning("run %s: lease round failed: %s", self.run_id, exc)
 
     def start(self) -> Lease:

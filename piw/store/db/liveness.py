@@ -1,20 +1,18 @@
-"""Is anyone writing this run? A read-only answer from its queue row, for viewers (spec README §5).
+"""Is anyone writing this run? A read-only answer from its queue row, for viewers (``docs/detached.md``).
 
 A ``running`` run is live when its ``run_queue`` row holds a claim with an unexpired lease whose holder is not
-known to be dead. Viewers must never write, so this opens ``piw.sqlite`` read-only (``mode=ro``) and never
-creates it; without a database or a row (a run from before the database existed) it falls back to probing the
-bundle's writer lock.
+known to be dead. Viewers must never write, so the row is read through the queue's read-only reader
+(:func:`~piw.store.db.queue.read_row`), which never creates the database; without a database or a row (a run from
+before the database existed) it falls back to probing the bundle's writer lock.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
 
 from piw.store.bundle import Bundle, run_is_live
-from piw.store.db.database import DATABASE_NAME, now_ms
-from piw.store.db.queue import claim_is_live
+from piw.store.db.database import now_ms
+from piw.store.db.queue import read_row
 
 
 @dataclass(frozen=True)
@@ -46,43 +44,22 @@ class Liveness:
         )
 
 
-def _row(home: Path, run_id: str) -> tuple[object, ...] | None:
-    path = home / DATABASE_NAME
-    if not path.is_file():
-        return None
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
-    except sqlite3.Error:
-        return None
-    try:
-        found = conn.execute(
-            "SELECT status, claim_expires_at, runner_id, pause_requested, park_reason "
-            "FROM run_queue WHERE run_id = ?",
-            (run_id,),
-        ).fetchone()
-        return tuple(found) if found is not None else None
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-
-
 def liveness(bundle: Bundle) -> Liveness:
     """Who runs ``bundle``'s run, from its queue row (read-only)."""
     home = bundle.path.parent.parent
-    row = _row(home, bundle.run_id)
+    row = read_row(home, bundle.run_id)
     if row is None:
         live = run_is_live(bundle)
         return Liveness(live, "live" if live else "interrupted")
-    status, expires, holder, pause, park_reason = row
-    if claim_is_live(status, expires, holder, now_ms()):
+    status, park_reason = row.status, row.park_reason
+    if row.has_live_claim(now_ms()):
         return Liveness(True, "live")
-    if pause:
+    if row.pause_requested:
         return Liveness(False, "paused")
     if status == "queued" or (status == "parked" and park_reason is None):
         return Liveness(False, "queued")
     if status == "parked" and park_reason not in (None, "interrupted"):
-        return Liveness(False, f"parked: {str(park_reason).replace('_', ' ')}")
+        return Liveness(False, f"parked: {park_reason.replace('_', ' ')}")
     return Liveness(False, "interrupted")
 
 

@@ -1,4 +1,4 @@
-"""The notification outbox in ``piw.sqlite`` (``persistence.md`` §10.3): exactly one row per node execution.
+"""The notification outbox in the run database: exactly one row per node execution (``docs/detached.md``).
 
 A notify node inserts its row with ``INSERT OR IGNORE`` and reads it back (the first content wins, so a rerun
 after a crash reuses it), before it writes the conversation entry and ``notification_queued``. Consumers take a
@@ -6,6 +6,8 @@ after a crash reuses it), before it writes the conversation entry and ``notifica
 (redelivery) and consumers deduplicate by notification id. The origin session's process delivers the rows of
 its run; a host delivers rows with no target session; read-only viewers never touch the outbox. Delivery never
 writes the trace.
+
+:class:`Outbox` is the protocol, :class:`SqliteOutbox` its implementation over ``piw.sqlite``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from piw.store.db.queue import SqliteQueue
+from piw.store.db.database import Clock, Database, now_ms
+from piw.store.db.dialect import SQLITE, Dialect
 
 DELIVERY_LEASE_MS = 30_000
 
@@ -66,102 +68,145 @@ class NotificationRow:
 
 
 _COLUMNS = (
-    "notification_id, run_id, node_id, attempt_id, notification_index, kind, target_session_id, content, "
-    "content_sha256, created_at, delivery_token, delivery_expires_at, delivered_at"
+    "notification_id",
+    "run_id",
+    "node_id",
+    "attempt_id",
+    "notification_index",
+    "kind",
+    "target_session_id",
+    "content",
+    "content_sha256",
+    "created_at",
+    "delivery_token",
+    "delivery_expires_at",
+    "delivered_at",
 )
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM notifications"
 
 
-def _row(values: tuple[Any, ...]) -> NotificationRow:
-    return NotificationRow(*values)
+class Outbox(Protocol):
+    """Where notifications wait for delivery."""
+
+    clock: Clock
+
+    def queue_notification(self, item: NewNotification) -> NotificationRow:
+        """Insert unless present, then read back: the first content recorded for a notification id wins."""
+        ...
+
+    def notifications_of(self, run_id: str) -> list[NotificationRow]: ...
+
+    def lease_for_run(
+        self, run_id: str, only: Collection[str] | None = None, limit: int = 100
+    ) -> list[NotificationRow]:
+        """Take a 30 s delivery lease on the undelivered rows of ``run_id`` that have a target session (its origin
+        session's process delivers them); ``only``: just those notification ids."""
+        ...
+
+    def lease_untargeted(self, limit: int = 100) -> list[NotificationRow]:
+        """Take a 30 s delivery lease on undelivered rows with no target session (a host delivers them)."""
+        ...
+
+    def mark_delivered(self, notification_id: str, token: str) -> bool:
+        """Set ``delivered_at`` if this consumer still holds the lease."""
+        ...
 
 
-def queue_notification(queue: SqliteQueue, item: NewNotification) -> NotificationRow:
-    """Insert unless the id (or its run/node/index) exists; return the recorded row (the first content wins)."""
-    now = queue.clock()
-    with queue.db.transaction() as conn:
-        conn.execute(
-            f"INSERT OR IGNORE INTO notifications ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
-            (
-                item.notification_id,
-                item.run_id,
-                item.node_id,
-                item.attempt_id,
-                item.notification_index,
-                item.kind,
-                item.target_session_id,
-                item.content,
-                item.content_sha256,
-                now,
-            ),
-        )
-        found = conn.execute(
-            f"SELECT {_COLUMNS} FROM notifications WHERE notification_id = ? OR "
-            "(run_id = ? AND node_id = ? AND notification_index = ?)",
-            (item.notification_id, item.run_id, item.node_id, item.notification_index),
-        ).fetchone()
-    return _row(found)
+class SqliteOutbox:
+    """:class:`Outbox` over the ``notifications`` table of ``piw.sqlite``."""
 
+    dialect: ClassVar[Dialect] = SQLITE
 
-def notifications_of(queue: SqliteQueue, run_id: str) -> list[NotificationRow]:
-    found = queue.db.connection().execute(
-        f"SELECT {_COLUMNS} FROM notifications WHERE run_id = ? ORDER BY created_at, notification_id",
-        (run_id,),
-    )
-    return [_row(values) for values in found.fetchall()]
+    def __init__(self, db: Database, clock: Clock = now_ms) -> None:
+        self.db = db
+        self.clock = clock
 
-
-def lease_notifications(
-    queue: SqliteQueue,
-    *,
-    run_id: str | None = None,
-    untargeted: bool = False,
-    only: Collection[str] | None = None,
-    limit: int = 100,
-) -> list[NotificationRow]:
-    """Take the delivery lease of undelivered rows nobody holds: the rows of ``run_id`` that have a target session
-    (for its origin session's process), or, with ``untargeted``, rows with no target session (for a host). Each
-    gets its own token. ``only`` restricts it to those notification ids."""
-    now = queue.clock()
-    where = "delivered_at IS NULL AND (delivery_expires_at IS NULL OR delivery_expires_at <= ?)"
-    params: list[Any] = [now]
-    if run_id is not None:
-        where += " AND run_id = ?"
-        params.append(run_id)
-    if untargeted:
-        where += " AND target_session_id IS NULL"
-    elif run_id is not None:
-        where += " AND target_session_id IS NOT NULL"
-    if only is not None:
-        if not only:
-            return []
-        where += f" AND notification_id IN ({','.join('?' * len(only))})"
-        params.extend(only)
-    taken: list[NotificationRow] = []
-    with queue.db.transaction() as conn:
-        found = conn.execute(
-            f"SELECT notification_id FROM notifications WHERE {where} ORDER BY created_at, notification_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        for (ident,) in found:
-            token = secrets.token_hex(16)
+    def queue_notification(self, item: NewNotification) -> NotificationRow:
+        now = self.clock()
+        sql = self.dialect.sql
+        with self.db.transaction() as conn:
             conn.execute(
-                "UPDATE notifications SET delivery_token = ?, delivery_expires_at = ? WHERE notification_id = ?",
-                (token, now + DELIVERY_LEASE_MS, ident),
+                self.dialect.insert("notifications", _COLUMNS, ignore=True),
+                (
+                    item.notification_id,
+                    item.run_id,
+                    item.node_id,
+                    item.attempt_id,
+                    item.notification_index,
+                    item.kind,
+                    item.target_session_id,
+                    item.content,
+                    item.content_sha256,
+                    now,
+                    None,
+                    None,
+                    None,
+                ),
             )
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM notifications WHERE notification_id = ?", (ident,)
+            found = conn.execute(
+                sql(
+                    f"{_SELECT} WHERE notification_id = ? OR (run_id = ? AND node_id = ? AND notification_index = ?)"
+                ),
+                (item.notification_id, item.run_id, item.node_id, item.notification_index),
             ).fetchone()
-            taken.append(_row(row))
-    return taken
+        return NotificationRow(*found)
 
-
-def mark_delivered(queue: SqliteQueue, notification_id: str, token: str) -> bool:
-    """Set ``delivered_at`` if this consumer still holds the lease (an expired one may have been taken again)."""
-    now = queue.clock()
-    with queue.db.transaction() as conn:
-        cursor = conn.execute(
-            "UPDATE notifications SET delivered_at = ?, delivery_token = NULL, delivery_expires_at = NULL "
-            "WHERE notification_id = ? AND delivery_token = ? AND delivered_at IS NULL",
-            (now, notification_id, token),
+    def notifications_of(self, run_id: str) -> list[NotificationRow]:
+        found = self.db.connection().execute(
+            self.dialect.sql(f"{_SELECT} WHERE run_id = ? ORDER BY created_at, notification_id"), (run_id,)
         )
-        return cursor.rowcount == 1
+        return [NotificationRow(*values) for values in found.fetchall()]
+
+    def lease_for_run(
+        self, run_id: str, only: Collection[str] | None = None, limit: int = 100
+    ) -> list[NotificationRow]:
+        if only is not None and not only:
+            return []
+        where, params = " AND run_id = ? AND target_session_id IS NOT NULL", [run_id]
+        if only is not None:
+            where += f" AND notification_id IN ({','.join('?' * len(only))})"
+            params.extend(only)
+        return self._lease(where, params, limit)
+
+    def lease_untargeted(self, limit: int = 100) -> list[NotificationRow]:
+        return self._lease(" AND target_session_id IS NULL", [], limit)
+
+    def _lease(self, where: str, params: list[Any], limit: int) -> list[NotificationRow]:
+        """Take the delivery lease of the undelivered rows nobody holds that also meet ``where``; each gets its own
+        token."""
+        now = self.clock()
+        sql = self.dialect.sql
+        where = "delivered_at IS NULL AND (delivery_expires_at IS NULL OR delivery_expires_at <= ?)" + where
+        params = [now, *params]
+        taken: list[NotificationRow] = []
+        with self.db.transaction() as conn:
+            found = conn.execute(
+                sql(
+                    f"SELECT notification_id FROM notifications WHERE {where} "
+                    "ORDER BY created_at, notification_id LIMIT ?"
+                ),
+                (*params, limit),
+            ).fetchall()
+            for (ident,) in found:
+                token = secrets.token_hex(16)
+                conn.execute(
+                    sql(
+                        "UPDATE notifications SET delivery_token = ?, delivery_expires_at = ? WHERE notification_id = ?"
+                    ),
+                    (token, now + DELIVERY_LEASE_MS, ident),
+                )
+                row = conn.execute(sql(f"{_SELECT} WHERE notification_id = ?"), (ident,)).fetchone()
+                taken.append(NotificationRow(*row))
+        return taken
+
+    def mark_delivered(self, notification_id: str, token: str) -> bool:
+        now = self.clock()
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
+                self.dialect.sql(
+                    "UPDATE notifications SET delivered_at = ?, delivery_token = NULL, delivery_expires_at = NULL "
+                    "WHERE notification_id = ? AND delivery_token = ? AND delivered_at IS NULL"
+                ),
+                (now, notification_id, token),
+            )
+            return cursor.rowcount == 1

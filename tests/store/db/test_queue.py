@@ -1,7 +1,7 @@
 """The run queue protocol (``persistence.md`` §10.2), parametrised by implementation.
 
 Every test here takes ``make_queue``; a second implementation (PostgreSQL, for many machines) joins the
-``QUEUE_IMPLEMENTATIONS`` list and must pass the same suite. Time is an injected clock: no test sleeps.
+``DATABASE_IMPLEMENTATIONS`` list and must pass the same suite. Time is an injected clock: no test sleeps.
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ import pytest
 
 from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound
 from piw.store.db.database import close_databases
+from piw.store.db.holders import holder_is_dead, runner_id
 from piw.store.db.lease import Lease
-from piw.store.db.queue import LEASE_MS, RENEW_MS, NewRun, RunQueue, SqliteQueue, holder_is_dead, runner_id
+from piw.store.db.queue import RENEW_MS, RunQueue
+from piw.store.db.rows import LEASE_MS, NewRun
+from piw.store.db.run_database import RunDatabase, open_run_database
 
 
 class FakeClock:
@@ -32,22 +35,23 @@ class FakeClock:
         self.now += ms
 
 
-def _sqlite(home: Path, clock: FakeClock) -> RunQueue:
-    return SqliteQueue.open(home, clock)
+def _sqlite(home: Path, clock: FakeClock) -> RunDatabase:
+    return open_run_database(home, clock)
 
 
-QUEUE_IMPLEMENTATIONS: list[Callable[[Path, FakeClock], RunQueue]] = [_sqlite]
+DATABASE_IMPLEMENTATIONS: list[Callable[[Path, FakeClock], RunDatabase]] = [_sqlite]
+"""Each makes the run database of a home (queue, decisions, outbox) with an injected clock."""
 MakeQueue = Callable[..., RunQueue]
 
 
-@pytest.fixture(params=QUEUE_IMPLEMENTATIONS, ids=lambda impl: impl.__name__.strip("_"))
+@pytest.fixture(params=DATABASE_IMPLEMENTATIONS, ids=lambda impl: impl.__name__.strip("_"))
 def make_queue(request: pytest.FixtureRequest, piw_home: Path) -> MakeQueue:
     """A queue factory: every queue it makes shares one store and one clock (``clock`` attribute)."""
     clock = FakeClock()
     impl = request.param
 
     def make() -> RunQueue:
-        return impl(piw_home, clock)
+        return impl(piw_home, clock).queue
 
     make.clock = clock  # type: ignore[attr-defined]
     request.addfinalizer(close_databases)

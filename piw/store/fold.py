@@ -23,6 +23,8 @@ from piw.store.state import (
     add_step_stat,
     add_usage,
     evolve,
+)
+from piw.store.state_json import (
     result_to_json,
     state_from_json,
     state_to_json,
@@ -320,12 +322,23 @@ class _Folder:
         get = payload.get
         # node ids, types and outcomes repeat on every step of a long run: one string object each
         step = StepRecord(
-            attempt_id=event.attempt_id or "", node_id=node_id, node_type=_shared(node_type),
-            outcome=_shared(outcome), started_at=started_at, finished_at=event.at, duration_ms=get("durationMs"),
-            prompt=prompt, output=get("output"), error=get("error"), action=get("action"),
-            conversation=get("conversation"), assistant_completion=completion, children=children,
-            usage=get("usage"), traceback=_frames(tb) if (tb := get("traceback")) else None,
-        )  # fmt: skip
+            attempt_id=event.attempt_id or "",
+            node_id=node_id,
+            node_type=_shared(node_type),
+            outcome=_shared(outcome),
+            started_at=started_at,
+            finished_at=event.at,
+            duration_ms=get("durationMs"),
+            prompt=prompt,
+            output=get("output"),
+            error=get("error"),
+            action=get("action"),
+            conversation=get("conversation"),
+            assistant_completion=completion,
+            children=children,
+            usage=get("usage"),
+            traceback=_frames(tb) if (tb := get("traceback")) else None,
+        )
         self.new_steps.append(step)
         add_step_stat(self.node_stats, step)
         self.results[node_id] = step
@@ -420,13 +433,21 @@ def _fold_into(folder: _Folder, events: Iterable[TraceEvent]) -> TraceEvent | No
             duration: Any = get("durationMs")
             usage = get("usage")
             step = StepRecord(
-                attempt_id=last.attempt_id or "", node_id=node_id,
+                attempt_id=last.attempt_id or "",
+                node_id=node_id,
                 node_type=intern(node_type) if type(node_type) is str else node_type,
-                outcome=intern(outcome) if type(outcome) is str else outcome, started_at=started.at,
-                finished_at=last.at, duration_ms=duration, prompt=None, output=get("output"),
-                error=get("error"), action=get("action"), conversation=get("conversation"), usage=usage,
+                outcome=intern(outcome) if type(outcome) is str else outcome,
+                started_at=started.at,
+                finished_at=last.at,
+                duration_ms=duration,
+                prompt=None,
+                output=get("output"),
+                error=get("error"),
+                action=get("action"),
+                conversation=get("conversation"),
+                usage=usage,
                 traceback=_frames(tb) if (tb := get("traceback")) else None,
-            )  # fmt: skip
+            )
             started = None
             steps.append(step)
             attempts, total = stats.get(node_id, (0, 0.0))

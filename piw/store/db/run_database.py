@@ -1,0 +1,32 @@
+"""The run database of a home, opened once: its queue, its decisions and its outbox (``docs/detached.md``).
+
+Each part has its own small protocol (:class:`~piw.store.db.queue.RunQueue`,
+:class:`~piw.store.db.decisions.Decisions`, :class:`~piw.store.db.outbox.Outbox`), so a caller takes the one it
+needs, and another database (PostgreSQL, for many machines) can bring its own three implementations. SQLite's
+share one ``piw.sqlite`` and its per-thread connections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from piw.store.db.database import Clock, now_ms, open_database
+from piw.store.db.decisions import Decisions, SqliteDecisions
+from piw.store.db.outbox import Outbox, SqliteOutbox
+from piw.store.db.queue import RunQueue, SqliteQueue
+
+
+@dataclass(frozen=True)
+class RunDatabase:
+    """What processes must agree on about runs: who may write one, what a person answered, what waits to be shown."""
+
+    queue: RunQueue
+    decisions: Decisions
+    outbox: Outbox
+
+
+def open_run_database(home: Path, clock: Clock = now_ms) -> RunDatabase:
+    """The run database of ``home`` (``piw.sqlite``, created on first use), its clock injectable for tests."""
+    db = open_database(home)
+    return RunDatabase(SqliteQueue(db, clock), SqliteDecisions(db, clock), SqliteOutbox(db, clock))
