@@ -25,7 +25,7 @@ from piw.run.decision_book import open_decision_book
 from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
-from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.run.fork import ForkPoint, prefix_events, select_prefix, with_adopted_spend
 from piw.run.launch import LaunchOptions
 from piw.run.resume import RunTrace, read_run_trace, refuse_unresumable
 from piw.store.bundle import Bundle, discard_incomplete, ensure_private_dir, load_state, open_bundle
@@ -337,6 +337,8 @@ def fork_run(
     loaded = load_workflow(workflow, home, tools_known())
     if raw_input is not None:
         prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
+    if options.budget is not None or loaded.definition.budget is not None:
+        prefix = with_adopted_spend(prefix)  # the fork's budget counts what the adopted steps spent
     return _engine(loaded, home, options).fork(prefix, raw_input, title)
 
 
