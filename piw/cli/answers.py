@@ -203,8 +203,8 @@ def answer(
             text = Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"Cannot read the answer file {text[1:]} ({exc.strerror}).") from None
-    value = parse_answer_json(text)
     wait, state = read_wait(home, run_id)
+    value = parse_answer_json(text, wait)
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
     return _continue(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import shlex
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from piw.store.db.decisions import AnswerRecord
 from piw.store.db.queue import NewRun, RunQueue, runner_id
 from piw.store.replay import RunState, fold
 from piw.wire import digest, format_time
+from piw.workflow.answer_example import example_text
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
 from piw.workflow.gates import check_answer, is_gate_request
 
@@ -54,6 +56,22 @@ class Wait:
     @property
     def request_sha256(self) -> str | None:
         return str(self.output.get("requestSha256")) if self.kind == "human_decision" else None
+
+    def example(self) -> str:
+        """An answer this wait accepts, as JSON text: one that fits the checkpoint's answer model, a decision's
+        first choice, or a top-up of one request."""
+        if self.kind == "budget":
+            return json.dumps({"topUp": {"modelRequests": 1}})
+        if self.kind == "human_decision":
+            choices = self.output.get("choices") if isinstance(self.output, dict) else None
+            first = (
+                choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+            )
+            return json.dumps({"choice": str(first.get("id", "…"))}, ensure_ascii=False)
+        return example_text(self.answer_schema)
+
+    def answer_command(self) -> str:
+        return f"piw answer {self.run_id} {shlex.quote(self.example())}"
 
 
 def read_wait(home: Path, run_id: str) -> tuple[Wait, RunState]:
@@ -147,8 +165,8 @@ def claim_decision(
     """Check a decision answer against the open request; ``AnswerInvalid`` names what to fix."""
     if wait.kind != "human_decision":
         raise AnswerInvalid(
-            f"Run {wait.run_id} waits at checkpoint {wait.node_id}, which is not a decision; answer it with "
-            f"'piw answer {wait.run_id} JSON'."
+            f"Run {wait.run_id} waits at checkpoint {wait.node_id}, which is not a decision. Answer it with: "
+            f"{wait.answer_command()}"
         )
     if seen_sha256 is not None and seen_sha256 != wait.request_sha256:
         raise AnswerInvalid(
@@ -185,12 +203,14 @@ def claim_decision(
     )
 
 
-def parse_answer_json(text: str) -> Any:
+def parse_answer_json(text: str, wait: Wait | None = None) -> Any:
+    """The answer's JSON; ``AnswerInvalid`` shows an answer ``wait`` accepts (``{"ok": true}`` without one)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        example = wait.example() if wait is not None else example_text(None)
         raise AnswerInvalid(
-            f"The answer is not valid JSON ({exc.msg} at position {exc.pos}); quote it, e.g. '{{\"ok\": true}}'."
+            f"The answer is not valid JSON ({exc.msg} at position {exc.pos}); quote it, e.g. {shlex.quote(example)}."
         ) from None
 
 
@@ -239,7 +259,8 @@ def claim_answer(
             first = exc.errors()[0]
             path = ".".join(str(part) for part in first.get("loc", ())) or "answer"
             raise AnswerInvalid(
-                f"The answer does not fit checkpoint {wait.node_id}: {path}: {first.get('msg', 'invalid')}."
+                f"The answer does not fit checkpoint {wait.node_id}: {path}: {first.get('msg', 'invalid')}; "
+                f"e.g. {shlex.quote(wait.example())}."
             ) from None
     try:
         json.dumps(answer, allow_nan=False)
