@@ -10,6 +10,7 @@ executors never call this module.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import shlex
@@ -21,13 +22,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, RunNotFound, UsageError
+from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, PiwError, RunNotFound, UsageError
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import new_decision
+from piw.run.launch import LaunchOptions
 from piw.store.bundle import new_run_id, open_bundle
 from piw.store.db.decisions import AnswerRecord
-from piw.store.db.queue import NewRun, RunQueue, runner_id
+from piw.store.db.queue import NewRun, RunQueue, open_queue, runner_id
 from piw.store.replay import RunState, fold
+from piw.store.trace import iter_trace
 from piw.wire import digest, format_time
 from piw.workflow.answer_example import example_text
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
@@ -328,9 +331,18 @@ FOREGROUND_HOLD_MS = 60_000
 
 
 def continuation_row(
-    home: Path, queue: RunQueue, parent: RunState, spec: ContinuationSpec, *, foreground: bool = False
+    home: Path,
+    queue: RunQueue,
+    parent: RunState,
+    spec: ContinuationSpec,
+    *,
+    foreground: bool = False,
+    launch: LaunchOptions | None = None,
 ) -> NewRun:
     """The continuation's queue row: the parent's workflow, and the answer it continues with as its input.
+
+    Its options are the parent's, with ``launch`` (the provider, model and script the answering command resolved)
+    in place of the parent's launch options, so a host or a later ``piw resume`` of the continuation uses them.
 
     A foreground answer claims it by name right away. Until then the row is held for that process (its runner id
     in ``affinity_runner_id``, hosts kept off until ``available_at``), so an identical repeat from another process
@@ -347,11 +359,18 @@ def continuation_row(
         workflow_source=source,
         definition_digest=parent.definition_digest,
         input={"continuation": spec.to_json()},
-        options=dict(row.options) if row is not None else {},
+        options=_continued_options(dict(row.options) if row is not None else {}, launch),
         parent_run_id=parent.run_id,
         available_at=queue.clock() + FOREGROUND_HOLD_MS if foreground else None,
         affinity_runner_id=runner_id() if foreground else None,
     )
+
+
+def _continued_options(options: dict[str, Any], launch: LaunchOptions | None) -> dict[str, Any]:
+    if launch is None:
+        return options
+    kept = {key: value for key, value in options.items() if key not in ("provider", "model", "script")}
+    return {**kept, **launch.recorded().to_json()}
 
 
 def held_for_another_answerer(queue: RunQueue, run_id: str) -> bool:
@@ -362,9 +381,17 @@ def held_for_another_answerer(queue: RunQueue, run_id: str) -> bool:
 
 
 def record_answer(
-    home: Path, queue: RunQueue, claim: AnswerClaim, parent: RunState, *, foreground: bool = False
+    home: Path,
+    queue: RunQueue,
+    claim: AnswerClaim,
+    parent: RunState,
+    *,
+    foreground: bool = False,
+    launch: LaunchOptions | None = None,
 ) -> tuple[AnswerReceipt, None]:
     """Record the first valid answer (one transaction); an identical repeat adopts the stored receipt.
+
+    ``launch`` is recorded on the continuation's row (default: the parent's launch options).
 
     Raises ``DecisionResolved`` (a decision already won by another answer, or cancelled) or
     ``ContinuationExists`` (a checkpoint answered differently); nothing is recorded then.
@@ -382,7 +409,7 @@ def record_answer(
         key=claim.key,
         fingerprint=claim.fingerprint,
         receipt=receipt,
-        continuation=continuation_row(home, queue, parent, spec, foreground=foreground),
+        continuation=continuation_row(home, queue, parent, spec, foreground=foreground, launch=launch),
         decision=decision,
         response=spec.answer if claim.scope == "decision.answer" else None,
         provenance=claim.provenance,
@@ -412,3 +439,42 @@ def record_answer(
     raise ContinuationExists(
         f"Run {run_id} was already answered differently; its continuation is run {other}.", str(other)
     )
+
+
+# ---- a continuation that did not start ----------------------------------------------------------------------
+
+
+def has_started(home: Path, run_id: str) -> bool:
+    """Whether the run's bundle holds its ``run_started`` line (a continuation is created by its first line)."""
+    try:
+        bundle = open_bundle(home, run_id)
+    except RunNotFound:
+        return False
+    try:
+        first = next(iter_trace(bundle.trace_path), None)
+    except (PiwError, OSError):
+        return True  # damaged: the resume path reports it
+    return first is not None and first.type == "run_started"
+
+
+def leave_unstarted(home: Path, spec: ContinuationSpec, reason: str, *, interrupted: bool) -> bool:
+    """The answer was recorded but its continuation did not start here: create it anyway, with no step run, so
+    it is a run like any other (``piw runs``, ``piw inspect``, ``piw resume``), queued for a host — or, when the
+    start was interrupted, parked as an interrupted foreground run is. ``False`` when not even that could be
+    done; its queue row is then left for a repeat of the answer (never final, or no answer could continue it).
+    """
+    from piw.run.runner import ForegroundOptions, continue_run
+
+    queue = open_queue(home)
+    try:
+        continue_run(spec, home, ForegroundOptions(), begin=False)
+    except Exception:
+        row = queue.get(spec.run_id)
+        if row is not None and row.is_final:
+            queue.reopen(spec.run_id)  # released "failed" when run_started could not be written
+        return False
+    if interrupted:
+        with contextlib.suppress(PiwError):  # taken by a host meanwhile: it is running
+            claim = queue.claim_run(spec.run_id, runner_id())
+            queue.park(claim, "interrupted", error=reason)
+    return True

@@ -62,6 +62,19 @@ def test_a_fork_with_a_budget_counts_the_spend_of_the_steps_it_adopts(
     assert sorted(state["spentByNode"]) == ["a", "b", "c"]
 
 
+def test_a_fork_runs_with_the_provider_and_script_its_parent_was_started_with(
+    cli: Cli, four: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "elsewhere.json"
+    script.write_text(json.dumps({name: [reply(name.upper())] for name in "abcd"}), encoding="utf-8")
+    parent = run_json(cli, "run", str(four), "--script", str(script))  # --script alone: the scripted provider
+    assert parent["finalOutput"] == {"word": "D"}
+    fork = run_json(cli, "fork", parent["runId"], "--from", "c", "--budget", "requests=3")
+    assert (fork["status"], fork["finalOutput"]["blockedNode"]) == ("waiting", "d")
+    topped = run_json(cli, "answer", fork["runId"], '{"topUp": {"modelRequests": 1}}')
+    assert (topped["status"], topped["finalOutput"]) == ("completed", {"word": "D"})
+
+
 def test_a_cost_cap_says_it_is_checked_before_each_request_against_an_estimate(cli: Cli, four: Path) -> None:
     done = cli("run", str(four), "--provider", "scripted", "--budget", "cost=0.025")
     assert done.returncode == 0, done.stderr
