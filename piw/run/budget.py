@@ -116,20 +116,14 @@ def _shortfall(
     (each limit checked against what this request needs)."""
     requests = int(spent.get("requests", 0))
     if limits.max_model_requests is not None and requests + 1 > limits.max_model_requests:
-        return (
-            "modelRequests",
-            f"the budget allows {_count(limits.max_model_requests, 'model request')} and "
-            f"{requests} {'was' if requests == 1 else 'were'} made",
-            None,
-        )
+        reason = _allows(limits.max_model_requests, "model request", requests, ("was made", "were made"))
+        return "modelRequests", reason, None
     steps = int(spent.get("agentSteps", 0))
     if first and limits.max_agent_steps is not None and steps + 1 > limits.max_agent_steps:
-        return (
-            "agentSteps",
-            f"the budget allows {_count(limits.max_agent_steps, 'agent step')} and {steps} "
-            f"{'has' if steps == 1 else 'have'} made requests",
-            None,
+        reason = _allows(
+            limits.max_agent_steps, "agent step", steps, ("has made requests", "have made requests")
         )
+        return "agentSteps", reason, None
     tokens = int(spent.get("tokens", 0))
     if limits.max_tokens is not None and tokens + estimate > limits.max_tokens:
         left = max(limits.max_tokens - tokens, 0)
@@ -147,8 +141,9 @@ def _shortfall(
     return None
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+def _allows(limit: int, noun: str, used: int, did: tuple[str, str]) -> str:
+    """``the budget allows 1 model request and 1 was made`` (numbers agree with their nouns and verbs)."""
+    return f"the budget allows {limit} {noun}{'' if limit == 1 else 's'} and {used} {did[used != 1]}"
 
 
 def _cost_reason(cap: float, cost: float, average: float) -> str:
