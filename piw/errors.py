@@ -20,6 +20,7 @@
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
     │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
     │   └── DecisionResolved      the decision was already resolved with another answer (or timed out)
+    ├── ContinuationNotStarted    an answer was recorded but its continuation could not start (it stays queued)
     ├── ResumeRefused             a run cannot be resumed
     │   ├── SourceChanged         the workflow source or definition changed since the run started
     │   └── RunFinished           the run already has a terminal event
@@ -143,6 +144,17 @@ class ContinuationExists(IdempotencyConflict):
 
 class DecisionResolved(IdempotencyConflict):
     """The decision already has its winner (a person or the timeout policy); the first valid answer wins."""
+
+
+class ContinuationNotStarted(PiwError):
+    """An answer was recorded, then its continuation could not start here: it stays queued with the reason.
+
+    Exit 1 (130 when interrupted), never 2: exit 2 means nothing was recorded (``docs/cli.md``).
+    """
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class ResumeRefused(PiwError):

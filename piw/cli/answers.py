@@ -1,16 +1,22 @@
 """``piw answer`` and ``piw decide``: answer a waiting run, then follow its continuation in the foreground.
 
 Bad input (an answer that does not fit, a second different answer, blank required text) is one ``Error:`` line
-and exit 2 with nothing recorded. A valid answer is recorded first — the first valid answer wins, in one
-database transaction with the continuation's queue row — then its continuation runs here like ``piw resume``
-(the live view, the same exit codes), or, with ``--detach``, waits queued for a host. An identical repeat adopts
-the recorded answer and continues (or reports) the same continuation. Before recording, the run's decision is
-swept: a deadline that has passed wins, as the workflow declared.
+and exit 2 with nothing recorded; so is a continuation that could not run: an agent step ahead with no provider
+to use (the provider, model and script default to the ones the waiting run was started with, as for
+``piw resume``). A valid answer is recorded first — the first valid answer wins, in one database transaction with
+the continuation's queue row — then its continuation runs here like ``piw resume`` (the live view, the same exit
+codes), or, with ``--detach``, waits queued for a host; one that fails to start after that is created queued for
+a host, and the command says so (``docs/cli.md``). An identical repeat adopts the recorded answer and continues
+(or reports) the same continuation. Before recording, the run's decision is swept: a deadline that has passed
+wins, as the workflow declared.
 """
 
 from __future__ import annotations
 
+import io
+import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,7 +32,7 @@ from piw.cli.foreground import (
     ScriptOption,
     VerboseOption,
 )
-from piw.errors import PiwError, RunLocked, UsageError
+from piw.errors import ContinuationNotStarted, PiwError, RunLocked, UsageError
 from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
@@ -34,6 +40,7 @@ from piw.terminal import json_text, single_line
 
 if TYPE_CHECKING:
     from piw.run.answers import AnswerClaim, AnswerReceipt, Wait
+    from piw.run.continuation import ContinuationSpec
     from piw.store.fold import RunState
     from piw.workflow.loader import LoadedWorkflow
 
@@ -55,7 +62,37 @@ def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     return workflow
 
 
-def _record(home: Path, claim: AnswerClaim, state: RunState, detach: bool) -> AnswerReceipt:
+def _launch(
+    home: Path, run_id: str, provider: str | None, model: str | None, script: str | None
+) -> LaunchOptions:
+    """The flags, else what the waiting run was started with: its continuation runs as ``piw resume`` would."""
+    from piw.run.runner import recorded_launch
+
+    return LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
+
+
+def _preflight(
+    home: Path, state: RunState, workflow: LoadedWorkflow, claim: AnswerClaim, launch: LaunchOptions
+) -> None:
+    """Everything the continuation needs that can be checked now, before the answer is recorded: the provider of
+    an agent step ahead, and the durability setting (a refusal here records nothing, exit 2)."""
+    from piw.agent_steps.factory import agent_executor_factory
+    from piw.run.continuation import check_continuation
+    from piw.run.runner import configured_durability
+    from piw.store.bundle import open_bundle
+    from piw.store.db.run_database import open_run_database
+    from piw.store.trace import resolve_durability
+
+    if open_run_database(home).decisions.continuation_of(state.run_id) is not None:
+        return  # answered already: this repeat is adopted or refused, and what it continues was checked then
+    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
+    check_continuation(workflow, open_bundle(home, state.run_id), state, claim.spec, factory)
+    resolve_durability(configured_durability(home))
+
+
+def _record(
+    home: Path, claim: AnswerClaim, state: RunState, detach: bool, launch: LaunchOptions
+) -> AnswerReceipt:
     """Sweep this run's due decision first (a passed deadline wins, as declared), then record the answer."""
     from piw.run.answers import record_answer
     from piw.run.sweeper import sweep_timeouts
@@ -63,7 +100,7 @@ def _record(home: Path, claim: AnswerClaim, state: RunState, detach: bool) -> An
 
     database = open_run_database(home)
     sweep_timeouts(home, database, run_id=state.run_id)
-    receipt, _ = record_answer(home, database, claim, state, foreground=not detach)
+    receipt, _ = record_answer(home, database, claim, state, foreground=not detach, launch=launch)
     return receipt
 
 
@@ -84,11 +121,25 @@ def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
     )
 
 
-def _continue(home: Path, claim: AnswerClaim, state: RunState, following: Following, detach: bool) -> int:
-    """Record the answer, then follow its continuation here (``--detach``: leave it queued for a host)."""
+@dataclass(frozen=True)
+class Answering:
+    """One ``piw answer``/``piw decide``: the waiting run, the answer's claim and how its continuation runs."""
+
+    home: Path
+    state: RunState
+    workflow: LoadedWorkflow
+    claim: AnswerClaim
+    repeat: str
+    """The command that repeats this answer (it runs a continuation that did not start)."""
+
+
+def _continue(answering: Answering, following: Following, detach: bool) -> int:
+    """Check, record the answer, then follow its continuation here (``--detach``: leave it queued for a host)."""
     from piw.run.runner import continue_run
 
-    receipt = _record(home, claim, state, detach)
+    home, claim = answering.home, answering.claim
+    _preflight(home, answering.state, answering.workflow, claim, following.launch)
+    receipt = _record(home, claim, answering.state, detach, following.launch)
     as_json = following.as_json
     spec = receipt.spec
     if detach:
@@ -110,6 +161,33 @@ def _continue(home: Path, claim: AnswerClaim, state: RunState, following: Follow
         if receipt.adopted:  # the winner's process took the continuation an instant before us
             return _elsewhere(receipt, as_json)
         raise
+    except (PiwError, OSError, KeyboardInterrupt) as exc:
+        _unstarted(answering, spec, exc)
+        raise
+
+
+def _unstarted(answering: Answering, spec: ContinuationSpec, exc: BaseException) -> None:
+    """The answer is recorded but its continuation did not start: it is created queued for a host (parked when
+    interrupted), and ``ContinuationNotStarted`` says so (exit 1, 130 when interrupted; never 2, which means
+    nothing was recorded). A continuation that started is left as its run left it."""
+    from piw.run.answers import has_started, leave_unstarted
+
+    home, run_id = answering.home, spec.run_id
+    if has_started(home, run_id):
+        return
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    reason = "Interrupted." if interrupted else single_line(str(exc)) or type(exc).__name__
+    code = 130 if interrupted else int(getattr(exc, "exit_code", 1))
+    code = 1 if code == 2 else code
+    if not leave_unstarted(home, spec, reason, interrupted=interrupted):
+        then = f"repeat {answering.repeat} to start it"
+    elif interrupted:
+        then = f"it is parked; continue it with 'piw resume {run_id}'"
+    else:
+        then = f"it is queued: 'piw host' runs it, or 'piw resume {run_id}' runs it here"
+    raise ContinuationNotStarted(
+        f"{reason} The answer is recorded, but its continuation run {run_id} did not start; {then}.", code
+    ) from None
 
 
 def _live_elsewhere(home: Path, run_id: str) -> bool:
@@ -203,12 +281,14 @@ def answer(
             text = Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"Cannot read the answer file {text[1:]} ({exc.strerror}).") from None
-    value = parse_answer_json(text)
     wait, state = read_wait(home, run_id)
+    value = parse_answer_json(text, wait)
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
+    launch = _launch(home, run_id, provider, model, script)
+    repeat = f"piw answer {run_id} {shlex.quote(answer_json)}"
     return _continue(
-        home, claim, state, Following(as_json, LaunchOptions(provider, model, script), verbose), detach
+        Answering(home, state, workflow, claim, repeat), Following(as_json, launch, verbose), detach
     )
 
 
@@ -239,7 +319,11 @@ def decide(
     wait, state = read_wait(home, run_id)
     texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}
     claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
-    _loaded(home, state)
+    workflow = _loaded(home, state)
+    launch = _launch(home, run_id, provider, model, script)
+    repeat = shlex.join(
+        ["piw", "decide", run_id, choice, *(part for value in text or [] for part in ("--text", value))]
+    )
     return _continue(
-        home, claim, state, Following(as_json, LaunchOptions(provider, model, script), verbose), detach
+        Answering(home, state, workflow, claim, repeat), Following(as_json, launch, verbose), detach
     )

@@ -53,7 +53,7 @@ def fork(
     parent's recorded replies while their prompts match.
     """
     from piw.run.fork import ForkPoint
-    from piw.run.runner import fork_run
+    from piw.run.runner import fork_run, recorded_launch
     from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
@@ -63,7 +63,9 @@ def fork(
     raw_input = parse_input_option(input) if input is not None else None
     limits = parse_budget(budget) if budget is not None else None
     replay_from = parent if provider == "replay" else None
-    following = Following(as_json, LaunchOptions(provider, model, script), verbose, replay_from)
+    # the parent's provider, model and script unless given (as piw resume and piw answer do)
+    launch = LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, parent))
+    following = Following(as_json, launch, verbose, replay_from)
     return following.follow(
         lambda options: fork_run(
             parent,

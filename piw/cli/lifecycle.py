@@ -58,6 +58,7 @@ def host(
 ) -> int:
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
     from piw.agent_steps.factory import agent_executor_factory
+    from piw.run.continuation import continuation_executors, spec_of
     from piw.run.host import HostOptions, serve
     from piw.run.launch import LaunchOptions
     from piw.store.db.rows import QueueRow
@@ -71,7 +72,9 @@ def host(
     quiet = make_console(io.StringIO())  # a detached run's agent output is visible nowhere (agent-steps §7)
 
     def executor_for(row: QueueRow):  # type: ignore[no-untyped-def]
-        return agent_executor_factory(home, quiet, LaunchOptions.from_json(row.options))
+        factory = agent_executor_factory(home, quiet, LaunchOptions.from_json(row.options))
+        spec = spec_of(row)  # a continuation builds its provider only for an agent step ahead
+        return factory if spec is None else continuation_executors(factory, home, spec)
 
     def report(line: str) -> None:
         console.print(safe_text(line), soft_wrap=True)

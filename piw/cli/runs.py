@@ -75,7 +75,7 @@ def run(
     home = piw_home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
-    launch = LaunchOptions(provider, model, script)
+    launch = LaunchOptions.given(provider, model, script)
     if detach:
         return _detach(workflow, raw_input, title, launch, no_origin, as_json, key, limits)
     return Following(as_json, launch, verbose).follow(
@@ -153,7 +153,7 @@ def resume(
 
     home = piw_home()
     run_id = resolve_run_id(home, run_id)
-    launch = LaunchOptions(provider, model, script).or_else(recorded_launch(home, run_id))
+    launch = LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
     return Following(as_json, launch, verbose).follow(lambda options: resume_run(run_id, home, options))
 
 

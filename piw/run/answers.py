@@ -10,8 +10,10 @@ executors never call this module.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
+import shlex
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,9 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, RunNotFound, UsageError
+from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, PiwError, RunNotFound, UsageError
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import new_decision
+from piw.run.launch import LaunchOptions
 from piw.store.bundle import new_run_id, open_bundle
 from piw.store.db.decisions import AnswerRecord
 from piw.store.db.holders import runner_id
@@ -30,7 +33,9 @@ from piw.store.db.queue import RunQueue
 from piw.store.db.rows import NewRun
 from piw.store.db.run_database import RunDatabase
 from piw.store.fold import RunState, fold
+from piw.store.trace import iter_trace
 from piw.wire import digest, format_time
+from piw.workflow.answer_example import example_text
 from piw.workflow.budget import BUDGET_WAIT, parse_top_up
 from piw.workflow.gates import check_answer, is_gate_request
 
@@ -57,6 +62,22 @@ class Wait:
     @property
     def request_sha256(self) -> str | None:
         return str(self.output.get("requestSha256")) if self.kind == "human_decision" else None
+
+    def example(self) -> str:
+        """An answer this wait accepts, as JSON text: one that fits the checkpoint's answer model, a decision's
+        first choice, or a top-up of one request."""
+        if self.kind == "budget":
+            return json.dumps({"topUp": {"modelRequests": 1}})
+        if self.kind == "human_decision":
+            choices = self.output.get("choices") if isinstance(self.output, dict) else None
+            first = (
+                choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+            )
+            return json.dumps({"choice": str(first.get("id", "…"))}, ensure_ascii=False)
+        return example_text(self.answer_schema)
+
+    def answer_command(self) -> str:
+        return f"piw answer {self.run_id} {shlex.quote(self.example())}"
 
 
 def read_wait(home: Path, run_id: str) -> tuple[Wait, RunState]:
@@ -150,8 +171,8 @@ def claim_decision(
     """Check a decision answer against the open request; ``AnswerInvalid`` names what to fix."""
     if wait.kind != "human_decision":
         raise AnswerInvalid(
-            f"Run {wait.run_id} waits at checkpoint {wait.node_id}, which is not a decision; answer it with "
-            f"'piw answer {wait.run_id} JSON'."
+            f"Run {wait.run_id} waits at checkpoint {wait.node_id}, which is not a decision. Answer it with: "
+            f"{wait.answer_command()}"
         )
     if seen_sha256 is not None and seen_sha256 != wait.request_sha256:
         raise AnswerInvalid(
@@ -188,12 +209,14 @@ def claim_decision(
     )
 
 
-def parse_answer_json(text: str) -> Any:
+def parse_answer_json(text: str, wait: Wait | None = None) -> Any:
+    """The answer's JSON; ``AnswerInvalid`` shows an answer ``wait`` accepts (``{"ok": true}`` without one)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        example = wait.example() if wait is not None else example_text(None)
         raise AnswerInvalid(
-            f"The answer is not valid JSON ({exc.msg} at position {exc.pos}); quote it, e.g. '{{\"ok\": true}}'."
+            f"The answer is not valid JSON ({exc.msg} at position {exc.pos}); quote it, e.g. {shlex.quote(example)}."
         ) from None
 
 
@@ -242,7 +265,8 @@ def claim_answer(
             first = exc.errors()[0]
             path = ".".join(str(part) for part in first.get("loc", ())) or "answer"
             raise AnswerInvalid(
-                f"The answer does not fit checkpoint {wait.node_id}: {path}: {first.get('msg', 'invalid')}."
+                f"The answer does not fit checkpoint {wait.node_id}: {path}: {first.get('msg', 'invalid')}; "
+                f"e.g. {shlex.quote(wait.example())}."
             ) from None
     try:
         json.dumps(answer, allow_nan=False)
@@ -310,9 +334,18 @@ FOREGROUND_HOLD_MS = 60_000
 
 
 def continuation_row(
-    home: Path, queue: RunQueue, parent: RunState, spec: ContinuationSpec, *, foreground: bool = False
+    home: Path,
+    queue: RunQueue,
+    parent: RunState,
+    spec: ContinuationSpec,
+    *,
+    foreground: bool = False,
+    launch: LaunchOptions | None = None,
 ) -> NewRun:
     """The continuation's queue row: the parent's workflow, and the answer it continues with as its input.
+
+    Its options are the parent's, with ``launch`` (the provider, model and script the answering command resolved)
+    in place of the parent's launch options, so a host or a later ``piw resume`` of the continuation uses them.
 
     A foreground answer claims it by name right away. Until then the row is held for that process (its runner id
     in ``affinity_runner_id``, hosts kept off until ``available_at``), so an identical repeat from another process
@@ -329,11 +362,18 @@ def continuation_row(
         workflow_source=source,
         definition_digest=parent.definition_digest,
         input={"continuation": spec.to_json()},
-        options=dict(row.options) if row is not None else {},
+        options=_continued_options(dict(row.options) if row is not None else {}, launch),
         parent_run_id=parent.run_id,
         available_at=queue.clock() + FOREGROUND_HOLD_MS if foreground else None,
         affinity_runner_id=runner_id() if foreground else None,
     )
+
+
+def _continued_options(options: dict[str, Any], launch: LaunchOptions | None) -> dict[str, Any]:
+    if launch is None:
+        return options
+    kept = {key: value for key, value in options.items() if key not in ("provider", "model", "script")}
+    return {**kept, **launch.recorded().to_json()}
 
 
 def held_for_another_answerer(queue: RunQueue, run_id: str) -> bool:
@@ -344,9 +384,17 @@ def held_for_another_answerer(queue: RunQueue, run_id: str) -> bool:
 
 
 def record_answer(
-    home: Path, database: RunDatabase, claim: AnswerClaim, parent: RunState, *, foreground: bool = False
+    home: Path,
+    database: RunDatabase,
+    claim: AnswerClaim,
+    parent: RunState,
+    *,
+    foreground: bool = False,
+    launch: LaunchOptions | None = None,
 ) -> tuple[AnswerReceipt, None]:
     """Record the first valid answer (one transaction); an identical repeat adopts the stored receipt.
+
+    ``launch`` is recorded on the continuation's row (default: the parent's launch options).
 
     Raises ``DecisionResolved`` (a decision already won by another answer, or cancelled) or
     ``ContinuationExists`` (a checkpoint answered differently); nothing is recorded then.
@@ -364,7 +412,9 @@ def record_answer(
         key=claim.key,
         fingerprint=claim.fingerprint,
         receipt=receipt,
-        continuation=continuation_row(home, database.queue, parent, spec, foreground=foreground),
+        continuation=continuation_row(
+            home, database.queue, parent, spec, foreground=foreground, launch=launch
+        ),
         decision=decision,
         response=spec.answer if claim.scope == "decision.answer" else None,
         provenance=claim.provenance,
@@ -394,3 +444,43 @@ def record_answer(
     raise ContinuationExists(
         f"Run {run_id} was already answered differently; its continuation is run {other}.", str(other)
     )
+
+
+# ---- a continuation that did not start ----------------------------------------------------------------------
+
+
+def has_started(home: Path, run_id: str) -> bool:
+    """Whether the run's bundle holds its ``run_started`` line (a continuation is created by its first line)."""
+    try:
+        bundle = open_bundle(home, run_id)
+    except RunNotFound:
+        return False
+    try:
+        first = next(iter_trace(bundle.trace_path), None)
+    except (PiwError, OSError):
+        return True  # damaged: the resume path reports it
+    return first is not None and first.type == "run_started"
+
+
+def leave_unstarted(home: Path, spec: ContinuationSpec, reason: str, *, interrupted: bool) -> bool:
+    """The answer was recorded but its continuation did not start here: create it anyway, with no step run, so
+    it is a run like any other (``piw runs``, ``piw inspect``, ``piw resume``), queued for a host — or, when the
+    start was interrupted, parked as an interrupted foreground run is. ``False`` when not even that could be
+    done; its queue row is then left for a repeat of the answer (never final, or no answer could continue it).
+    """
+    from piw.run.runner import ForegroundOptions, continue_run
+    from piw.store.db.run_database import open_run_database
+
+    queue = open_run_database(home).queue
+    try:
+        continue_run(spec, home, ForegroundOptions(), begin=False)
+    except Exception:
+        row = queue.get(spec.run_id)
+        if row is not None and row.is_final:
+            queue.reopen(spec.run_id)  # released "failed" when run_started could not be written
+        return False
+    if interrupted:
+        with contextlib.suppress(PiwError):  # taken by a host meanwhile: it is running
+            claim = queue.claim_run(spec.run_id, runner_id())
+            queue.park(claim, "interrupted", error=reason)
+    return True

@@ -69,7 +69,7 @@ class BudgetGate:
             shortfall = _shortfall(limits, spent, first, estimate)
             if shortfall is None:
                 return None
-            dimension, reason = shortfall
+            dimension, reason, estimated_cost = shortfall
             self.stop = {
                 "reason": reason,
                 "limit": dimension,
@@ -80,6 +80,9 @@ class BudgetGate:
                 "blockedAttemptId": owner.attempt_id,
                 "estimatedInputTokens": estimate,
             }
+            if estimated_cost is not None:
+                self.stop["estimatedCostUsd"] = estimated_cost
+                self.stop["note"] = COST_CHECK
             return reason
 
     def record(self, message: AssistantReply, owner: Spender, step_key: str, child_key: str | None) -> None:
@@ -106,37 +109,54 @@ def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spent.items() if key != "steps"}
 
 
-def _shortfall(limits: Budget, spent: dict[str, Any], first: bool, estimate: int) -> tuple[str, str] | None:
-    """Why a request cannot be covered, or ``None`` (each limit checked against what this request needs)."""
+def _shortfall(
+    limits: Budget, spent: dict[str, Any], first: bool, estimate: int
+) -> tuple[str, str, float | None] | None:
+    """Why a request cannot be covered — the limit, the reason, and for cost the estimate used — or ``None``
+    (each limit checked against what this request needs)."""
     requests = int(spent.get("requests", 0))
     if limits.max_model_requests is not None and requests + 1 > limits.max_model_requests:
-        return (
-            "modelRequests",
-            f"the budget allows {limits.max_model_requests} model requests and {requests} were made",
-        )
+        reason = _allows(limits.max_model_requests, "model request", requests, ("was made", "were made"))
+        return "modelRequests", reason, None
     steps = int(spent.get("agentSteps", 0))
     if first and limits.max_agent_steps is not None and steps + 1 > limits.max_agent_steps:
-        return (
-            "agentSteps",
-            f"the budget allows {limits.max_agent_steps} agent steps and {steps} have made requests",
+        reason = _allows(
+            limits.max_agent_steps, "agent step", steps, ("has made requests", "have made requests")
         )
+        return "agentSteps", reason, None
     tokens = int(spent.get("tokens", 0))
     if limits.max_tokens is not None and tokens + estimate > limits.max_tokens:
         left = max(limits.max_tokens - tokens, 0)
         return (
             "tokens",
             f"the next request needs about {estimate} tokens and the budget has {left} of {limits.max_tokens} left",
+            None,
         )
     if limits.max_cost_usd is not None:
         cost = float(spent.get("cost", 0.0))
         priced = requests - int(spent.get("unpricedRequests", 0))
         average = cost / priced if priced > 0 else 0.0
         if cost + average > limits.max_cost_usd or cost >= limits.max_cost_usd:
-            return "costUsd", (
-                f"the budget allows ${limits.max_cost_usd:.4f} and ${cost:.4f} was spent "
-                f"(about ${average:.4f} a request)"
-            )
+            return "costUsd", _cost_reason(limits.max_cost_usd, cost, average), average
     return None
+
+
+def _allows(limit: int, noun: str, used: int, did: tuple[str, str]) -> str:
+    """``the budget allows 1 model request and 1 was made`` (numbers agree with their nouns and verbs)."""
+    return f"the budget allows {limit} {noun}{'' if limit == 1 else 's'} and {used} {did[used != 1]}"
+
+
+def _cost_reason(cap: float, cost: float, average: float) -> str:
+    """Why a cost cap stops a run, with the estimate it used (:data:`COST_CHECK` says how it is checked)."""
+    spent = f"${cost:.4f} of ${cap:.4f} was spent"
+    if cost >= cap:
+        return f"{spent}, which leaves nothing for another request"
+    return f"{spent}, and the next request is estimated at ${average:.4f}"
+
+
+COST_CHECK = "A cost cap is checked before each request, against this run's average cost a request."
+"""The ``note`` of a cost stop: a request's cost is known only once it is answered, so the cap is checked against
+an estimate, and a run can stop below its cap (``docs/fork-replay-budgets.md``)."""
 
 
 SPENT_KEYS = ("requests", "tokens", "input", "output", "cacheRead", "cacheWrite", "cost", "agentSteps")

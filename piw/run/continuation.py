@@ -6,16 +6,33 @@ output replaced by the answer, so the edges after the gate (and ``ctx.outputs``)
 count against ``maxSteps``. The update projection is not carried: it starts empty. Carried values are read with
 their artifacts resolved and externalized again by the new run's writer, which copies every referenced artifact
 into the new bundle (content-addressed, so the files are identical).
+
+Which steps a continuation may still run (:func:`steps_ahead`) decides whether it needs a provider at all: only an
+agent step ahead does (``docs/checkpoints.md``), so ``piw answer`` refuses before recording when none can be
+found for one, and a gate followed by compute steps only is continued with no provider.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from piw.store.bundle import Bundle
+from piw.errors import ProviderError
+from piw.store.bundle import Bundle, load_state, open_bundle
 from piw.store.fold import RunState, result_to_json, step_to_json
 from piw.workflow.budget import BUDGET_WAIT, Budget
+from piw.workflow.definition import ActionNode, AgentNode
+from piw.workflow.graph import FlatGraph, successors
+from piw.workflow.routing import decide
+
+if TYPE_CHECKING:
+    from piw.run.executors import Executor
+    from piw.store.db.rows import QueueRow
+    from piw.workflow.loader import LoadedWorkflow
+
+ExecutorFactory = Callable[["LoadedWorkflow"], "Executor | None"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +123,116 @@ def blocked_node(parent: Bundle, state: RunState) -> str | None:
     """The node a budget stop refused a request of (it runs again, fresh, in the continuation)."""
     stop = parent.resolve(state.final_output)
     return str(stop["blockedNode"]) if isinstance(stop, dict) and stop.get("blockedNode") else None
+
+
+# ---- the steps ahead of a continuation ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """The model-asking steps a continuation may run: agent steps, and actions (which may call ``ctx.run_agent``)."""
+
+    agents: tuple[str, ...]
+    actions: tuple[str, ...]
+
+    def describe(self) -> str:
+        """``agent step after`` / ``agent steps a, b``: what asks a model after the gate."""
+        names = self.agents
+        return f"agent step{'s' if len(names) != 1 else ''} {', '.join(names)}"
+
+
+def steps_ahead(graph: FlatGraph, parent: Bundle, state: RunState, spec: ContinuationSpec) -> set[str]:
+    """Every node a continuation may reach: from where the answer routes (a top-up: the stopped step), on along
+    every edge (each branch a later step may take)."""
+    if spec.node_id == BUDGET_WAIT:
+        blocked = blocked_node(parent, state)
+        start = [blocked] if blocked else []
+    else:
+        routed = decide(graph, state, spec.node_id, "ok", spec.answer, None)
+        target = routed.target
+        while target is not None and target in graph.mounts:
+            target = graph.mounts[target].start
+        start = [target] if routed.terminal is None and target is not None else []
+    seen = set(start)
+    todo = list(start)
+    while todo:
+        for after in successors(graph, todo.pop()):
+            if after not in seen:
+                seen.add(after)
+                todo.append(after)
+    return seen
+
+
+def ahead_of(workflow: LoadedWorkflow, parent: Bundle, state: RunState, spec: ContinuationSpec) -> Ahead:
+    """The agent steps and actions among :func:`steps_ahead`, in the graph's order."""
+    reach = steps_ahead(workflow.graph, parent, state, spec)
+    nodes = [gnode for node_id, gnode in workflow.graph.nodes.items() if node_id in reach]
+    return Ahead(
+        agents=tuple(gnode.id for gnode in nodes if isinstance(gnode.node, AgentNode)),
+        actions=tuple(gnode.id for gnode in nodes if isinstance(gnode.node, ActionNode)),
+    )
+
+
+def continuation_executors(
+    factory: ExecutorFactory | None, home: Path, spec: ContinuationSpec
+) -> ExecutorFactory:
+    """``factory`` as a continuation uses it: not called when no step ahead asks a model, and a provider that
+    cannot be built only fails the continuation when an agent step is ahead (actions then have none, as in a
+    workflow of actions only)."""
+
+    def build(workflow: LoadedWorkflow) -> Executor | None:
+        if factory is None:
+            return None
+        parent = open_bundle(home, spec.parent_run_id)
+        ahead = ahead_of(workflow, parent, load_state(parent), spec)
+        if ahead.agents:
+            return factory(workflow)
+        if ahead.actions:
+            try:
+                return factory(workflow)
+            except ProviderError:
+                return None
+        return None
+
+    return build
+
+
+def check_continuation(
+    workflow: LoadedWorkflow,
+    parent: Bundle,
+    state: RunState,
+    spec: ContinuationSpec,
+    factory: ExecutorFactory,
+) -> None:
+    """Before an answer is recorded: the provider an agent step ahead needs can be built (then released).
+
+    ``ProviderError`` says which steps need it and that nothing was recorded (``docs/cli.md``, exit 2).
+    """
+    ahead = ahead_of(workflow, parent, state, spec)
+    if not ahead.agents:
+        return
+    try:
+        executor = factory(workflow)
+    except ProviderError as exc:
+        raise ProviderError(
+            f"The continuation of run {spec.parent_run_id} runs {ahead.describe()}, which needs a provider: {exc} "
+            "Nothing was recorded."
+        ) from None
+    close = getattr(executor, "close", None)
+    if callable(close):
+        close()
+
+
+def spec_of(row: QueueRow) -> ContinuationSpec | None:
+    """The continuation a queue row holds (an answer recorded it as the row's input), if it is one."""
+    raw = row.input.get("continuation") if row.parent_run_id and isinstance(row.input, dict) else None
+    return ContinuationSpec.from_json(raw) if isinstance(raw, dict) else None
+
+
+def pickup_note(row: QueueRow) -> str:
+    """What a host says when it claims a continuation: which run's answer it continues (``docs/cli.md``)."""
+    spec = spec_of(row)
+    if spec is None:
+        return ""
+    where = "its budget top-up" if spec.node_id == BUDGET_WAIT else f"the answer at {spec.node_id}"
+    return f": the continuation of {spec.parent_run_id} after {where}"

@@ -152,11 +152,14 @@ class Engine:
         run = self._create_run(input_value, title, extra)
         return self._guarded(run, lambda steps: _adopt(steps, prefix))
 
-    def start_continuation(self, spec: ContinuationSpec, *, lease: Lease | None = None) -> RunState:
+    def start_continuation(
+        self, spec: ContinuationSpec, *, lease: Lease | None = None, begin: bool = True
+    ) -> RunState:
         """Create the continuation of a waiting run and follow the answered checkpoint's edge (§8).
 
         ``lease`` is a claim already held on the continuation's queue row (a host); otherwise the claimer
-        claims the row the answer inserted, by name.
+        claims the row the answer inserted, by name. ``begin=False`` stops after ``run_started`` and hands the
+        row to the queue for a host (an answer whose continuation could not start where it was given).
 
         The caller has accepted the answer (and recorded it, where a database is wired); this creates the new
         bundle, whose ``run_started`` carries the parent's results with the checkpoint answered.
@@ -186,6 +189,9 @@ class Engine:
             payload["continuedFrom"]["resumeAt"] = resume_at
         self.control.claim.hold(lease)
         run = self._create(spec.run_id, payload)
+        if not begin:
+            self.control.stopped = "queued"
+            return self._guarded(run, lambda steps: None)
         if resume_at is not None:
             return self._guarded(run, lambda steps: steps.after_top_up(resume_at))
         return self._guarded(run, lambda steps: steps.after_answer(spec.node_id))

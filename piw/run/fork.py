@@ -10,8 +10,10 @@ ids in the same order, and routing that reaches the fork point (``piw fork --wor
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import msgspec
 
 from piw.errors import TraceCorrupt, UsageError
 from piw.store.bundle import Bundle
@@ -154,6 +156,62 @@ def _adopted_entries(parent: Bundle, adopted: list[TraceEvent]) -> list[SessionE
             if details.get("notificationId") in notifications:
                 last = max(last, index)
     return entries[: last + 1]
+
+
+USAGE_KEYS = ("requests", "input", "output", "cacheRead", "cacheWrite")
+
+
+def with_adopted_spend(prefix: Prefix) -> Prefix:
+    """The prefix a budgeted fork adopts, with the spend of its steps in the budget's ledger.
+
+    A parent with a budget recorded a ``usage_recorded`` line per request, and the fork copies them. One without
+    recorded none: each adopted step that asked a model then gets one ``usage_recorded`` line, from the usage its
+    terminal event recorded, just before it; and a carried ``usage`` (the parent continued a run) becomes the
+    carried ``spent``. So the fork's budget counts what the adopted steps spent either way
+    (``docs/fork-replay-budgets.md``).
+    """
+    metered = {event.attempt_id for event in prefix.events if event.type == "usage_recorded"}
+    events: list[TraceEvent] = []
+    for event in prefix.events:
+        usage = event.payload.get("usage")
+        if (
+            event.type in NODE_TERMINAL_TYPES
+            and event.attempt_id not in metered
+            and isinstance(usage, dict)
+            and int(usage.get("requests", 0)) > 0
+        ):
+            payload: dict[str, Any] = {key: int(usage.get(key, 0)) for key in USAGE_KEYS}
+            if "cost" in usage:
+                payload["cost"] = usage["cost"]
+            payload["step"] = event.attempt_id
+            events.append(
+                msgspec.structs.replace(event, scope="agent", type="usage_recorded", payload=payload)
+            )
+        events.append(event)
+    started = prefix.started
+    carried = started.payload.get("carried")
+    if isinstance(carried, dict) and "spent" not in carried and isinstance(carried.get("usage"), dict):
+        spent = _spent_of(carried["usage"], carried.get("steps") or [])
+        payload = {**started.payload, "carried": {**carried, "spent": spent}}
+        started = msgspec.structs.replace(started, payload=payload)
+    return replace(prefix, events=events, started=started)
+
+
+def _spent_of(usage: dict[str, Any], steps: list[Any]) -> dict[str, Any]:
+    """A carried ``usage`` as the budget's ``spent`` (its keys: ``piw.run.budget.SPENT_KEYS``)."""
+    spent: dict[str, Any] = {key: int(usage.get(key, 0)) for key in USAGE_KEYS}
+    spent["tokens"] = sum(spent[key] for key in ("input", "output", "cacheRead", "cacheWrite"))
+    if "cost" in usage:
+        spent["cost"] = float(usage["cost"])
+    else:
+        spent["unpricedRequests"] = spent["requests"]
+    asked = [
+        step
+        for step in steps
+        if isinstance(step, dict) and int((step.get("usage") or {}).get("requests", 0)) > 0
+    ]
+    spent["agentSteps"] = len(asked)
+    return spent
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from piw.errors import PiwError
-from piw.run.continuation import ContinuationSpec
+from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
 from piw.run.engine import Engine, RunOptions
@@ -204,7 +204,7 @@ class Host:
         run_id = lease.run_id
         row = self.queue.get(run_id)
         assert row is not None
-        self.options.report(f"{run_id}  claimed (generation {lease.claim.generation})")
+        self.options.report(f"{run_id}  claimed (generation {lease.claim.generation}){pickup_note(row)}")
         bundle_path = self.home / "runs" / run_id
         started = _has_run_started(self.home, run_id)
         if started:

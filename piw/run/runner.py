@@ -13,19 +13,19 @@ import json
 import secrets
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from piw.errors import LoadError, PiwError, ProviderError, RunFinished, RunLocked, RunNotFound
 from piw.run.claims import FINAL_QUEUE_STATUS
-from piw.run.continuation import ContinuationSpec
+from piw.run.continuation import ContinuationSpec, continuation_executors
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import OriginDelivery
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
-from piw.run.fork import ForkPoint, prefix_events, select_prefix
+from piw.run.fork import ForkPoint, prefix_events, select_prefix, with_adopted_spend
 from piw.run.launch import LaunchOptions
 from piw.run.resume import RunTrace, read_run_trace, refuse_unresumable
 from piw.store.bundle import (
@@ -332,13 +332,20 @@ def recorded_launch(home: Path, run_id: str) -> LaunchOptions:
     return LaunchOptions.from_json(row.options) if row is not None else LaunchOptions()
 
 
-def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions) -> RunState:
+def continue_run(
+    spec: ContinuationSpec, home: Path, options: ForegroundOptions, *, begin: bool = True
+) -> RunState:
     """Run an accepted answer's continuation in the foreground: create it, or resume it if it exists.
 
     The answer is recorded first (``piw.run.answers``), with the continuation's queue row, which the engine
     claims by name before it creates the bundle. Safe to repeat: an existing continuation is resumed (or just
     reported when it already ended), never created twice; ``RunLocked`` while another live process runs it.
+    Its agent executor is built only when a step ahead asks a model (``continuation_executors``).
+    ``begin=False`` only creates it and queues it for a host (a continuation that could not start here).
     """
+    options = replace(
+        options, agent_executor_factory=continuation_executors(options.agent_executor_factory, home, spec)
+    )
     try:
         bundle: Bundle | None = open_bundle(home, spec.run_id)
     except RunNotFound:
@@ -364,7 +371,7 @@ def continue_run(spec: ContinuationSpec, home: Path, options: ForegroundOptions)
     workflow = load_run_workflow(load_state(open_bundle(home, spec.parent_run_id)), home)
     try:
         with _closing(_engine(workflow, home, options)) as engine:
-            return engine.start_continuation(spec)
+            return engine.start_continuation(spec, begin=begin)
     except RunFinished:  # another process created and finished it meanwhile: report it
         return fold(open_bundle(home, spec.run_id).read_trace().events)
 
@@ -391,6 +398,8 @@ def fork_run(
     loaded = load_workflow(workflow, home, tools_known())
     if raw_input is not None:
         prepare_input(loaded.definition, raw_input)  # input errors come before provider selection
+    if options.budget is not None or loaded.definition.budget is not None:
+        prefix = with_adopted_spend(prefix)  # the fork's budget counts what the adopted steps spent
     return _engine(loaded, home, options).fork(prefix, raw_input, title)
 
 

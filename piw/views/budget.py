@@ -65,6 +65,8 @@ def budget_stop_lines(run_id: str, stop: Any) -> Iterator[Text]:
     head.append(":")
     yield head
     yield Text(f"  {single_line(str(stop.get('reason', '')))}.")
+    if stop.get("note"):
+        yield Text(f"  {single_line(str(stop['note']))}", style="dim")
     yield Text("Spent: " + spent_line(stop.get("spent"), stop.get("limits")))
     by_node = stop.get("byNode") or {}
     for node, usage in sorted(by_node.items(), key=lambda item: -int(item[1].get("requests", 0))):

@@ -8,7 +8,6 @@ terminal sanitiser; commands are shell-quoted so they can be pasted as they are.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterator
 from datetime import datetime
@@ -21,6 +20,7 @@ from piw.progress import format_remaining, parse_instant
 from piw.terminal import sanitize_terminal_text, single_line
 from piw.views.base import View, compact, node_label, safe
 from piw.views.budget import budget_stop_lines
+from piw.workflow.answer_example import example_text
 from piw.workflow.budget import BUDGET_WAIT
 
 SUMMARY_LINES = 6
@@ -55,26 +55,9 @@ def decide_commands(run_id: str, output: dict[str, Any]) -> list[str]:
     return commands
 
 
-_SAMPLES: dict[str, Any] = {
-    "string": "…",
-    "boolean": True,
-    "integer": 0,
-    "number": 0,
-    "array": [],
-    "object": {},
-}
-
-
 def sample_answer(schema: dict[str, Any] | None) -> str:
-    """A JSON example that fits a checkpoint's answer model (its required fields), else ``JSON``."""
-    if not schema or schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
-        return "JSON"
-    example: dict[str, Any] = {}
-    required = schema.get("required") or list(schema["properties"])
-    for name in required:
-        kind = str((schema["properties"].get(name) or {}).get("type"))
-        example[name] = _SAMPLES.get(kind)
-    return json.dumps(example, ensure_ascii=False)
+    """A JSON example that fits a checkpoint's answer model (``piw.workflow.answer_example``)."""
+    return example_text(schema)
 
 
 def answer_command(run_id: str, schema: dict[str, Any] | None) -> str:

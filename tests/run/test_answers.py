@@ -293,7 +293,8 @@ def test_piw_answer_continues_a_checkpoint_with_its_answer_model(
         "Error: The answer does not fit checkpoint ask: ok: "
     )
     decided = cli("decide", parent, "yes")
-    assert decided.returncode == 2 and "answer it with 'piw answer" in decided.stderr
+    assert decided.returncode == 2
+    assert decided.stderr.endswith(f"Answer it with: piw answer {parent} '{{\"ok\": true}}'\n")
     assert run_ids(cli.home) == [parent]
     result = cli.json("answer", parent, '{"ok": true}')
     assert result["status"] == "completed"
