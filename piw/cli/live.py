@@ -10,6 +10,7 @@ and CI logs see progress with no escape sequences at all.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
+from piw.cli.stdout_guard import reader_gone
 from piw.errors import PiwError
 from piw.progress import (
     ProgressSample,
@@ -108,6 +110,15 @@ class StepLog:
             stream.flush()
         else:
             self.console.print(_text(parts))
+        if (
+            event.type.startswith("run_")
+            and state.is_terminal
+            and self.console.file is sys.stdout
+            and reader_gone()
+        ):
+            # stdout's reader went away (``| head -1``): the run went on; its end still reaches someone.
+            sys.stderr.write("".join(text for text, _ in parts) + "\n")
+            sys.stderr.flush()
 
     def line(self, event: TraceEvent, state: RunState) -> Text | None:
         """The styled line for an event (``None`` for events that print nothing)."""

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.live import Live
 
 from piw.cli.live import StepLog
+from piw.cli.stdout_guard import reader_gone
 from piw.errors import RunNotFound
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, list_bundles
@@ -195,7 +196,7 @@ class Watcher:
                     self.console.print("The trace was repaired; reading it again from the start.")
             if self.on_frame is not None:
                 self.frame()
-            if self.follower.state.is_terminal or self._nobody_writes():
+            if self.follower.state.is_terminal or reader_gone() or self._nobody_writes():
                 break
 
 
