@@ -282,6 +282,7 @@ SUMMARY_KEYS = {
     "currentNode",
     "damage",
     "usage",
+    "wait",
 }
 
 
