@@ -35,7 +35,7 @@ from piw.store.replay import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent
 from piw.terminal import single_line
-from piw.views.base import Lines
+from piw.views.base import Lines, node_kinds
 from piw.views.failure import where
 from piw.views.frame import FrameModel, FrameView
 from piw.views.source import Tail, session_tail, trace_stream
@@ -84,6 +84,8 @@ class StepLog:
         self.notification_text = notification_text
         self.outcome_below = outcome_below
         """``piw run`` prints the outcome block after the status line, so the line leaves the error to it."""
+        self.kinds: dict[str, str] = {}
+        """What each node is called (``human_decision`` for a gate), from the definition snapshot when known."""
         self.plain = not console.is_terminal
         self._tracks: dict[str, ProgressWindow] = {}
 
@@ -134,8 +136,8 @@ class StepLog:
         kind = event.type
         payload = event.payload
         if kind == "node_started":
-            return [("▶ ", "cyan"), (_node_label(event.node_id or ""), ""),
-                    (f"  {single_line(str(payload.get('nodeType', '')))}", "dim")]  # fmt: skip
+            shown = self.kinds.get(event.node_id or "") or single_line(str(payload.get("nodeType", "")))
+            return [("▶ ", "cyan"), (_node_label(event.node_id or ""), ""), (f"  {shown}", "dim")]
         if kind in ("node_finished", "node_failed"):
             outcome = str(payload.get("outcome", "ok"))
             mark, style = _MARKS.get(outcome, ("?", ""))
@@ -246,9 +248,11 @@ class LiveDisplay:
         try:
             bundle = open_bundle(self.home or piw_home(), event.run_id)
             self._session = session_tail(bundle)
+            snapshot = bundle.read_snapshot()
+            self._steps.kinds = node_kinds(snapshot)
             if not self.interactive:
                 return
-            model = FrameModel(bundle.read_snapshot(), state)
+            model = FrameModel(snapshot, state)
             model.tracks.feed(trace_stream(bundle.trace_path, limit=event.seq - 1))
         except PiwError:
             return  # the step lines still work without the bundle

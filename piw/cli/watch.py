@@ -29,6 +29,7 @@ from piw.progress import parse_instant
 from piw.store.bundle import Bundle, list_bundles
 from piw.store.db.liveness import Liveness, liveness
 from piw.store.replay import RunState
+from piw.views.base import node_kinds
 from piw.views.follow import Follower, file_changes
 from piw.views.frame import FrameView
 
@@ -188,6 +189,7 @@ class Watcher:
     def _plain(self, stop: threading.Event) -> None:
         self.console.print(self.frame())
         steps = StepLog(self.console, self.follower.model.notification_text)
+        steps.kinds = node_kinds(self.follower.model.snapshot)
         for changed in file_changes(self.follower.bundle, stop, force_polling=self.force_polling):
             if changed:
                 restarts = self.follower.restarts
