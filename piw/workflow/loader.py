@@ -290,8 +290,11 @@ def parse_input_option(text: str | None, stdin: TextIO | None = None) -> Any:
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
+        hint = ""
+        if raw is text and text.isprintable() and (text.endswith(".json") or Path(text).is_file()):
+            hint = f"; to read the file, write --input @{text}"  # a file name typed without its @
         raise InputInvalid(
-            f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})."
+            f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}){hint}."
         ) from None
     except RecursionError:
         raise InputInvalid(f"--input is nested too deeply (at most {MAX_INPUT_DEPTH} levels).") from None
