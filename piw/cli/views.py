@@ -96,6 +96,35 @@ def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
     (binary or out).flush()
 
 
+def _closest(name: str, names: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``names`` (empty when none is close)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _check_node(run_id: str, snapshot: dict[str, object], node: str) -> None:
+    """``--node`` must name a node of the run's definition, or a mount (which filters every node under it);
+    a definition snapshot that cannot be read checks nothing."""
+    nodes = snapshot.get("nodes")
+    if not isinstance(nodes, dict) or not nodes:
+        return
+    known = {str(node_id) for node_id in nodes}
+    mounts = {prefix for node_id in known for prefix in _mount_prefixes(node_id)}
+    if node in known or node in mounts:
+        return
+    names = sorted(known | mounts)
+    listed = ", ".join(names[:20]) + (f", … ({len(names) - 20} more)" if len(names) > 20 else "")
+    raise UsageError(f"Run {run_id} has no node {node!r}.{_closest(node, names)} Its nodes: {listed}.")
+
+
+def _mount_prefixes(node_id: str) -> Iterator[str]:
+    parts = node_id.split("/")
+    for end in range(1, len(parts)):
+        yield "/".join(parts[:end])
+
+
 @app.command()
 def inspect(
     run_id: Annotated[str, typer.Argument(help="The run to show (an id, a unique prefix, latest or -N).")],
@@ -118,7 +147,9 @@ def inspect(
 ) -> int:
     """Replay a run's trace and show one view (default: state)."""
     if view not in VIEW_NAMES:
-        raise UsageError(f"Unknown view {view!r}; use one of: {', '.join(VIEW_NAMES)}.")
+        raise UsageError(
+            f"Unknown view {view!r}.{_closest(view, VIEW_NAMES)} Use one of: {', '.join(VIEW_NAMES)}."
+        )
     if at is not None and at < 1:
         raise UsageError("--at takes a trace sequence number, 1 or more; see 'piw inspect RUN --view trace'.")
     if node is not None and view not in ("trace", "steps"):
@@ -131,6 +162,8 @@ def inspect(
     home = piw_home()
     run = load_run(home, resolve_run_id(home, run_id), at)
     quick_exit.keep_until_exit(run)  # a long run's state: the process ends without freeing it
+    if node is not None:
+        _check_node(run.state.run_id, run.snapshot, node)
     decision = None
     if at is None and run.state.status == "waiting":  # (the decision views, and rich, only for a waiting run)
         from piw.cli.waiting import decision_summary
