@@ -24,7 +24,7 @@ from rich.live import Live
 
 from piw.cli.live import StepLog
 from piw.cli.stdout_guard import reader_gone
-from piw.errors import RunNotFound
+from piw.errors import PiwError, RunNotFound
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, list_bundles
 from piw.store.db.liveness import Liveness, liveness
@@ -33,7 +33,16 @@ from piw.views.base import node_kinds
 from piw.views.follow import Follower, file_changes
 from piw.views.frame import FrameView
 
-__all__ = ["Follower", "KeyReader", "WatchInterrupted", "Watcher", "file_changes", "newest_run", "watch_run"]
+__all__ = [
+    "Follower",
+    "KeyReader",
+    "WatchInterrupted",
+    "Watcher",
+    "file_changes",
+    "newest_run",
+    "run_to_watch",
+    "watch_run",
+]
 
 LIVENESS_S = 1.0
 """How often a watcher asks the queue row whether anyone still writes the run."""
@@ -48,6 +57,21 @@ def newest_run(home: Path) -> str:
     for bundle in list_bundles(home):
         return bundle.run_id
     raise RunNotFound(f"No runs in {home / 'runs'}; start one with 'piw run WORKFLOW'.")
+
+
+def run_to_watch(home: Path) -> str:
+    """What ``piw watch`` follows without a run id: the newest run some process is running (or a host is about to
+    start), else the newest run. A newer run that already ended is not what someone typing ``piw watch`` wants
+    to see while another one runs."""
+    from piw.store.history import run_summaries
+
+    try:
+        for summary in run_summaries(home, "running"):
+            if summary.detail in (None, "pausing", "cancelling", "queued"):  # live, or a host starts it
+                return summary.run_id
+    except PiwError:
+        pass  # an unreadable index: the newest bundle is still a fine answer
+    return newest_run(home)
 
 
 class KeyReader:

@@ -39,4 +39,6 @@ def test_a_mistyped_view_suggests_the_closest(cli: Cli, make_workflow: WorkflowM
     run_id = _run(cli, make_workflow)
     done = cli("inspect", run_id, "--view", "stpes")
     assert done.returncode == 2
-    assert done.stderr.startswith("Error: Unknown view 'stpes'. Did you mean 'steps'? Use one of: state, graph,")
+    assert done.stderr.startswith(
+        "Error: Unknown view 'stpes'. Did you mean 'steps'? Use one of: state, graph,"
+    )
