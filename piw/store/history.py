@@ -152,7 +152,7 @@ def queue_detail(row: QueueRow | None, paused: bool, now: int) -> tuple[str | No
         return "queued", False
     if row.status == "parked" and row.park_reason and row.park_reason != "interrupted":
         return f"parked: {row.park_reason.replace('_', ' ')}", False
-    if row.status == "parked" and row.park_reason is None and row.available_at > now:
+    if row.status == "parked" and row.park_reason is None:  # a stopped host's run: the next claimer takes it
         return "queued", False
     return "interrupted", True
 
