@@ -284,6 +284,7 @@ SUMMARY_KEYS = {
     "currentNode",
     "damage",
     "usage",
+    "wait",
 }
 
 

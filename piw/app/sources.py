@@ -23,7 +23,7 @@ from piw.store.fold import RunState, StepRecord
 from piw.store.trace import TraceEvent
 from piw.views.base import View, fit, safe
 from piw.views.steps import StepsView
-from piw.views.table import Column, table_lines
+from piw.views.table import Column, layout, table_lines
 from piw.views.trace import matches, trace_header, trace_rows
 from piw.views.updates import current_lines, history_header, history_rows
 
@@ -243,6 +243,26 @@ RUN_COLUMNS = (
     Column("cost", 7, 9, priority=3, right=True),
     Column("run id", 14, 40, priority=4),
 )
+ID_SUFFIX = 9
+"""``-`` and the eight hex digits that end every run id (docs/bundle-format.md §2): never cut."""
+ID_MIN = 19 + 1 + ID_SUFFIX
+"""The narrowest run id column: the start time, ``…``, the suffix (``20261203T072758281Z…-9b26d682``)."""
+
+
+def run_columns(ids: Iterable[str]) -> tuple[Column, ...]:
+    """:data:`RUN_COLUMNS` with the run id column as wide as the longest id (``ID_MIN`` at least): a narrow
+    list leaves the column out rather than cutting an id's end."""
+    longest = max((len(run_id) for run_id in ids), default=ID_MIN)
+    return (*RUN_COLUMNS[:-1], Column("run id", min(ID_MIN, longest), longest, priority=4))
+
+
+def id_cell(run_id: str, size: int) -> str:
+    """``run_id`` in ``size`` cells: whole when it fits, else its middle (the workflow slug) gives way to ``…``
+    and the start time and the suffix stay."""
+    if len(run_id) <= size:
+        return run_id
+    keep = max(0, size - ID_SUFFIX - 1)
+    return run_id[:keep] + "…" + run_id[-ID_SUFFIX:]
 
 
 class RunsSource:
@@ -250,9 +270,10 @@ class RunsSource:
 
     def __init__(self, rows: list[RunRow], age: Callable[[RunRow], str]) -> None:
         self.items, self.age = rows, age
+        self.columns = run_columns(row.run_id for row in rows)
 
     def header(self, console: Console, width: int) -> list[Text]:
-        return [next(table_lines(RUN_COLUMNS, (), width))] if self.items else []
+        return [next(table_lines(self.columns, (), width))] if self.items else []
 
     def count(self, console: Console, width: int) -> int:
         return len(self.items) or 1
@@ -260,9 +281,12 @@ class RunsSource:
     def rows(self, console: Console, width: int, start: int, stop: int) -> list[Text]:
         if not self.items:
             return [Text("No runs match; press f to change the filter, / to search.", style="dim")]
-        return list(table_lines(RUN_COLUMNS, (self._cells(row) for row in self.items[start:stop]), width))[1:]
+        sizes = dict(layout(self.columns, width))
+        id_size = sizes.get(len(self.columns) - 1, 0)
+        cells = (self._cells(row, id_size) for row in self.items[start:stop])
+        return list(table_lines(self.columns, cells, width))[1:]
 
-    def _cells(self, row: RunRow) -> list[Text | str]:
+    def _cells(self, row: RunRow, id_size: int) -> list[Text | str]:
         from piw.views.base import STATUS_STYLES
 
         return [
@@ -271,7 +295,7 @@ class RunsSource:
             self.age(row),
             Text(row.current_node),
             row.cost_text(),
-            Text(row.run_id, style="dim"),
+            Text(id_cell(row.run_id, id_size), style="dim"),
         ]
 
 

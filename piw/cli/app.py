@@ -44,7 +44,9 @@ def _plainly_converted(option: Any) -> Any:
 
 
 class PiwCommand(TyperCommand):
-    """A command whose usage line names its arguments in capitals: ``piw run [OPTIONS] WORKFLOW``."""
+    """A command whose usage line names its arguments in capitals: ``piw run [OPTIONS] WORKFLOW``, and whose
+    repeatable options read ``--text <str>  … (repeatable)`` rather than typer's ``<list[str]>``, which looks
+    like an option that takes a list literal."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -52,6 +54,16 @@ class PiwCommand(TyperCommand):
             install_plain_conversion(param)
             if param.param_type_name == "argument" and param.metavar is None and param.name:
                 param.metavar = param.name.upper()
+            option: Any = param  # typer's TyperOption: type_descriptor, bare_type(), help
+            descriptor = getattr(option, "type_descriptor", None)
+            if (
+                param.param_type_name == "option"
+                and param.metavar is None
+                and getattr(descriptor, "is_list", False)
+            ):
+                element = option.bare_type().removeprefix("list[").removesuffix("]")
+                param.metavar = f"<{element}>"
+                option.help = f"{option.help or ''} (repeatable)".strip()
 
     def get_help_option(self, ctx: Any) -> Any:
         return _plainly_converted(super().get_help_option(ctx))

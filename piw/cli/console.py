@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 
 def make_console(stream: TextIO | None = None, *, width: int | None = None) -> Console:
     """A console that emits colour only on a terminal and never when ``NO_COLOR`` is set, and that sanitizes
-    every text segment it prints (``piw.safe_console.SafeConsole``). rich is imported here, on first use, so
+    every text segment it prints (``piw.safe_console.SafeConsole``). Off a terminal a printed line is never
+    wrapped (a message, a command, a run id stay on one line for grep and copy); views still fit their own lines
+    to the width. rich is imported here, on first use, so
     that a module can import this one without making ``piw --help`` import rich."""
     from piw.safe_console import SafeConsole
 
@@ -27,5 +29,5 @@ def make_console(stream: TextIO | None = None, *, width: int | None = None) -> C
         highlight=False,
         markup=False,
         emoji=False,
-        soft_wrap=False,
+        soft_wrap=not is_tty,
     )

@@ -10,6 +10,7 @@ and CI logs see progress with no escape sequences at all.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
+from piw.cli.stdout_guard import reader_gone
 from piw.errors import PiwError
 from piw.progress import (
     ProgressSample,
@@ -33,7 +35,7 @@ from piw.store.fold import RunState
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent
 from piw.terminal import single_line
-from piw.views.base import Lines
+from piw.views.base import Lines, node_kinds
 from piw.views.failure import where
 from piw.views.frame import FrameModel, FrameView
 from piw.views.source import Tail, session_tail, trace_stream
@@ -87,6 +89,8 @@ class StepLog:
         """The agent display prints a step card (``▶ title › node``) for each delivered prompt, so an agent node's
         own ``▶ node  agent`` line waits: dropped when its prompt is sent (the card is the step's one ``▶`` line),
         printed when anything else comes first (a step that fails or stops before its prompt)."""
+        self.kinds: dict[str, str] = {}
+        """What each node is called (``human_decision`` for a gate), from the definition snapshot when known."""
         self.plain = not console.is_terminal
         self._tracks: dict[str, ProgressWindow] = {}
         self._agent_start: tuple[TraceEvent, RunState] | None = None
@@ -112,10 +116,10 @@ class StepLog:
                 return
             carded = event.type == "agent_prompt_sent" and waiting is not None
             if waiting is not None and not (carded and waiting[0].attempt_id == event.attempt_id):
-                self._print(self.segments(*waiting))
-        self._print(self.segments(event, state))
+                self._print(self.segments(*waiting), *waiting)
+        self._print(self.segments(event, state), event, state)
 
-    def _print(self, parts: Segments | None) -> None:
+    def _print(self, parts: Segments | None, event: TraceEvent, state: RunState) -> None:
         if parts is None:
             return
         if self.plain:
@@ -124,6 +128,15 @@ class StepLog:
             stream.flush()
         else:
             self.console.print(_text(parts))
+        if (
+            event.type.startswith("run_")
+            and state.is_terminal
+            and self.console.file is sys.stdout
+            and reader_gone()
+        ):
+            # stdout's reader went away (``| head -1``): the run went on; its end still reaches someone.
+            sys.stderr.write("".join(text for text, _ in parts) + "\n")
+            sys.stderr.flush()
 
     def line(self, event: TraceEvent, state: RunState) -> Text | None:
         """The styled line for an event (``None`` for events that print nothing)."""
@@ -139,8 +152,8 @@ class StepLog:
         kind = event.type
         payload = event.payload
         if kind == "node_started":
-            return [("▶ ", "cyan"), (_node_label(event.node_id or ""), ""),
-                    (f"  {single_line(str(payload.get('nodeType', '')))}", "dim")]  # fmt: skip
+            shown = self.kinds.get(event.node_id or "") or single_line(str(payload.get("nodeType", "")))
+            return [("▶ ", "cyan"), (_node_label(event.node_id or ""), ""), (f"  {shown}", "dim")]
         if kind in ("node_finished", "node_failed"):
             outcome = str(payload.get("outcome", "ok"))
             mark, style = _MARKS.get(outcome, ("?", ""))
@@ -251,9 +264,11 @@ class LiveDisplay:
         try:
             bundle = open_bundle(self.home or piw_home(), event.run_id)
             self._session = session_tail(bundle)
+            snapshot = bundle.read_snapshot()
+            self._steps.kinds = node_kinds(snapshot)
             if not self.interactive:
                 return
-            model = FrameModel(bundle.read_snapshot(), state)
+            model = FrameModel(snapshot, state)
             model.tracks.feed(trace_stream(bundle.trace_path, limit=event.seq - 1))
         except PiwError:
             return  # the step lines still work without the bundle

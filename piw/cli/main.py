@@ -11,6 +11,7 @@ import typer
 from piw.cli import quick_exit
 from piw.cli.args import protect_run_refs
 from piw.cli.commands import command_group
+from piw.cli.stdout_guard import StdoutGuard, guard_stdout
 from piw.errors import PiwError
 from piw.terminal import sanitize_terminal_text
 
@@ -32,6 +33,17 @@ def main(argv: list[str] | None = None) -> None:
     without freeing it (``piw.cli.quick_exit``)."""
     signal.signal(signal.SIGTERM, _sigterm)
     args = list(sys.argv[1:] if argv is None else argv)
+    unguarded = sys.stdout
+    if not isinstance(unguarded, StdoutGuard):
+        guard_stdout()  # a reader that closes the pipe early never ends the command (issue 26.3)
+    try:
+        _command(args, argv is None)
+    finally:
+        sys.stdout = unguarded
+
+
+def _command(args: list[str], whole_process: bool) -> None:
+    """Run one command line and exit with its code; every error becomes one ``Error: …`` line."""
     try:
         group = command_group(args)
         args = protect_run_refs(group, args)
@@ -65,6 +77,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"Error: {_one_line(str(storage))}", file=sys.stderr)
         sys.exit(storage.exit_code)
     code = result if isinstance(result, int) else 0
-    if argv is None and quick_exit.requested():
+    if whole_process and quick_exit.requested():
         quick_exit.end_process(code)
     sys.exit(code)

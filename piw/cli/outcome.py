@@ -15,12 +15,14 @@ node for the traceback).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
+from piw.cli.stdout_guard import reader_gone
 from piw.errors import PiwError
 from piw.store.bundle import open_bundle
 from piw.store.fold import RunState
@@ -91,6 +93,10 @@ def print_outcome(console: Console, home: Path, state: RunState, *, verbose: boo
     """
     if not state.run_id:
         return
+    if reader_gone() and console.file is sys.stdout:  # ``| head -1``: the outcome follows the status line
+        from piw.cli.console import make_console
+
+        console = make_console(sys.stderr)
     whole = f"piw inspect {state.run_id} --view output"
     final_output, error = _resolved(home, state)
     if state.status == "completed" and _is_reply_shown(state):

@@ -159,17 +159,22 @@ def resume(
 
 @app.command()
 def runs(
-    status: Annotated[str | None, typer.Option("--status", help="Only runs with this status.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            help="Only runs with this status (waiting: still needs an answer; answered: a gate that was answered).",
+        ),
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many runs.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List runs, newest first."""
     from piw.cli.runs_table import print_runs
-    from piw.store.history import run_summaries
+    from piw.store.history import RUN_FILTERS, run_summaries
 
-    statuses = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
-    if status is not None and status not in statuses:
-        raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(statuses)}.")
+    if status is not None and status not in RUN_FILTERS:
+        raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(RUN_FILTERS)}.")
     if limit is not None and limit < 1:
         raise UsageError("--limit must be at least 1.")
     rows = list(run_summaries(piw_home(), status, limit))

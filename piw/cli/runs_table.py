@@ -137,3 +137,9 @@ def print_runs(console: Console, summaries: Sequence[RunSummary]) -> None:
     ) in summaries:  # a damage notice is never clipped with the title: it says what the row is built from
         if row.notice:
             console.print(safe_text(f"⚠ {row.run_id}: {single_line(row.notice)}"), soft_wrap=True)
+    if any(row.wait is not None and row.wait.overdue for row in summaries):
+        console.print(
+            "An overdue decision takes its timeout choice the next time 'piw host' runs; "
+            "decide it first with 'piw decide RUN_ID CHOICE'.",
+            soft_wrap=True,
+        )

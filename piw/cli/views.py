@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
@@ -16,7 +17,7 @@ import typer
 from piw.cli import quick_exit
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.errors import UsageError
+from piw.errors import RunNotFound, UsageError
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_json_bytes
@@ -96,9 +97,51 @@ def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
     (binary or out).flush()
 
 
+def _newest(home: Path) -> str:
+    """The newest run (what ``latest`` names), or one line saying there is none yet."""
+    from piw.store.runref import run_ids
+
+    ids = run_ids(home)
+    if not ids:
+        raise RunNotFound(f"No runs in {home / 'runs'} yet; start one with 'piw run WORKFLOW'.")
+    return ids[0]
+
+
+def _closest(name: str, names: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``names`` (empty when none is close)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _check_node(run_id: str, snapshot: dict[str, object], node: str) -> None:
+    """``--node`` must name a node of the run's definition, or a mount (which filters every node under it);
+    a definition snapshot that cannot be read checks nothing."""
+    nodes = snapshot.get("nodes")
+    if not isinstance(nodes, dict) or not nodes:
+        return
+    known = {str(node_id) for node_id in nodes}
+    mounts = {prefix for node_id in known for prefix in _mount_prefixes(node_id)}
+    if node in known or node in mounts:
+        return
+    names = sorted(known | mounts)
+    listed = ", ".join(names[:20]) + (f", … ({len(names) - 20} more)" if len(names) > 20 else "")
+    raise UsageError(f"Run {run_id} has no node {node!r}.{_closest(node, names)} Its nodes: {listed}.")
+
+
+def _mount_prefixes(node_id: str) -> Iterator[str]:
+    parts = node_id.split("/")
+    for end in range(1, len(parts)):
+        yield "/".join(parts[:end])
+
+
 @app.command()
 def inspect(
-    run_id: Annotated[str, typer.Argument(help="The run to show (an id, a unique prefix, latest or -N).")],
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="The run to show (an id, a unique prefix, latest or -N; default: the newest)."),
+    ] = None,
     view: Annotated[str, typer.Option("--view", help=f"One of: {', '.join(VIEW_NAMES)}.")] = "state",
     node: Annotated[
         str | None,
@@ -118,7 +161,9 @@ def inspect(
 ) -> int:
     """Replay a run's trace and show one view (default: state)."""
     if view not in VIEW_NAMES:
-        raise UsageError(f"Unknown view {view!r}; use one of: {', '.join(VIEW_NAMES)}.")
+        raise UsageError(
+            f"Unknown view {view!r}.{_closest(view, VIEW_NAMES)} Use one of: {', '.join(VIEW_NAMES)}."
+        )
     if at is not None and at < 1:
         raise UsageError("--at takes a trace sequence number, 1 or more; see 'piw inspect RUN --view trace'.")
     if node is not None and view not in ("trace", "steps"):
@@ -129,8 +174,10 @@ def inspect(
     from piw.views.source import with_artifact_check
 
     home = piw_home()
-    run = load_run(home, resolve_run_id(home, run_id), at)
+    run = load_run(home, resolve_run_id(home, run_id) if run_id else _newest(home), at)
     quick_exit.keep_until_exit(run)  # a long run's state: the process ends without freeing it
+    if node is not None:
+        _check_node(run.state.run_id, run.snapshot, node)
     decision = None
     if at is None and run.state.status == "waiting":  # (the decision views, and rich, only for a waiting run)
         from piw.cli.waiting import decision_summary
@@ -165,16 +212,19 @@ def inspect(
 def watch(
     run_id: Annotated[
         str | None,
-        typer.Argument(help="The run to follow (an id, a prefix, latest or -N; default: the newest)."),
+        typer.Argument(
+            help="The run to follow (an id, a prefix, latest or -N; default: the newest running run, else the "
+            "newest)."
+        ),
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
 ) -> int:
     """Follow a run live until it ends or nobody is running it (q stops watching; Ctrl-C exits 130)."""
-    from piw.cli.watch import Watcher, WatchInterrupted, newest_run
+    from piw.cli.watch import Watcher, WatchInterrupted, run_to_watch
     from piw.store.bundle import open_bundle
 
     home = piw_home()
-    bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else newest_run(home))
+    bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else run_to_watch(home))
     stop, interrupted = threading.Event(), threading.Event()
 
     def on_interrupt(_signum: int, _frame: object) -> None:

@@ -23,15 +23,26 @@ from rich.console import Console
 from rich.live import Live
 
 from piw.cli.live import StepLog
-from piw.errors import RunNotFound
+from piw.cli.stdout_guard import reader_gone
+from piw.errors import PiwError, RunNotFound
 from piw.progress import parse_instant
 from piw.store.bundle import Bundle, list_bundles
 from piw.store.db.liveness import Liveness, liveness
 from piw.store.fold import RunState
+from piw.views.base import node_kinds
 from piw.views.follow import Follower, file_changes
 from piw.views.frame import FrameView
 
-__all__ = ["Follower", "KeyReader", "WatchInterrupted", "Watcher", "file_changes", "newest_run", "watch_run"]
+__all__ = [
+    "Follower",
+    "KeyReader",
+    "WatchInterrupted",
+    "Watcher",
+    "file_changes",
+    "newest_run",
+    "run_to_watch",
+    "watch_run",
+]
 
 LIVENESS_S = 1.0
 """How often a watcher asks the queue row whether anyone still writes the run."""
@@ -46,6 +57,21 @@ def newest_run(home: Path) -> str:
     for bundle in list_bundles(home):
         return bundle.run_id
     raise RunNotFound(f"No runs in {home / 'runs'}; start one with 'piw run WORKFLOW'.")
+
+
+def run_to_watch(home: Path) -> str:
+    """What ``piw watch`` follows without a run id: the newest run some process is running (or a host is about to
+    start), else the newest run. A newer run that already ended is not what someone typing ``piw watch`` wants
+    to see while another one runs."""
+    from piw.store.history import run_summaries
+
+    try:
+        for summary in run_summaries(home, "running"):
+            if summary.detail in (None, "pausing", "cancelling", "queued"):  # live, or a host starts it
+                return summary.run_id
+    except PiwError:
+        pass  # an unreadable index: the newest bundle is still a fine answer
+    return newest_run(home)
 
 
 class KeyReader:
@@ -187,6 +213,7 @@ class Watcher:
     def _plain(self, stop: threading.Event) -> None:
         self.console.print(self.frame())
         steps = StepLog(self.console, self.follower.model.notification_text)
+        steps.kinds = node_kinds(self.follower.model.snapshot)
         for changed in file_changes(self.follower.bundle, stop, force_polling=self.force_polling):
             if changed:
                 restarts = self.follower.restarts
@@ -195,7 +222,7 @@ class Watcher:
                     self.console.print("The trace was repaired; reading it again from the start.")
             if self.on_frame is not None:
                 self.frame()
-            if self.follower.state.is_terminal or self._nobody_writes():
+            if self.follower.state.is_terminal or reader_gone() or self._nobody_writes():
                 break
 
 

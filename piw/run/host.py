@@ -194,9 +194,13 @@ class Host:
             return state.status
         row = self.queue.get(run_id)
         if row is not None and row.status == "parked":
-            reason = row.park_reason or ("paused" if row.pause_requested else "parked")
+            reason = row.park_reason or ("paused" if row.pause_requested else None)
             if reason == "needs-origin-session":
                 return f"parked (needs-origin-session): continue it in a terminal with 'piw resume {run_id}'"
+            if reason is None:  # this host is stopping: the row is claimable again at once
+                return (
+                    f"parked (host stopped): the next 'piw host' continues it, or 'piw resume {run_id}' here"
+                )
             return f"parked ({reason})"
         return state.status
 

@@ -8,6 +8,7 @@ attempt, reruns an interrupted node under a fresh attempt, only writes the termi
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,11 +71,32 @@ def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
     )
     if not same:
         where = _source_label(state.workflow_source, loaded.source, state.workflow_name)
+        workflow = _rerun_reference(state.workflow_source, state.workflow_name)
         raise SourceChanged(
             f"Workflow source changed since run {state.run_id} started ({where}). Completed steps cannot be "
-            f"replayed against a different definition. Cancel it with 'piw cancel {state.run_id}' and start "
-            f"again with 'piw run {state.workflow_name}'."
+            "replayed against a different definition. To keep them, fork the run onto the changed workflow: "
+            f"'piw fork {state.run_id} {_fork_point(state)} --workflow {workflow}'. Or cancel it with "
+            f"'piw cancel {state.run_id}' and start again with 'piw run {workflow}'."
         )
+
+
+def _rerun_reference(recorded: dict[str, Any], name: str) -> str:
+    """What ``piw run``/``piw fork --workflow`` take to find the workflow again: a built-in's id, else the file's
+    path as the run recorded it (its definition name need not be a name discovery finds), shell-quoted."""
+    if recorded.get("kind") == "builtin" and recorded.get("id"):
+        return shlex.quote(str(recorded["id"]))
+    return shlex.quote(str(recorded.get("path") or name))
+
+
+def _fork_point(state: RunState) -> str:
+    """``--from NODE`` for the node the run stopped in, when that was its first visit (the fork then adopts every
+    step before it); else ``--at SEQ`` of the trace's end, which adopts every finished step (docs/cli.md
+    ``piw fork``)."""
+    node = state.current.node_id if state.current is not None else state.waiting_on
+    visits = state.node_stats.get(node, (0, 0.0))[0] if node else 0
+    if node and visits <= (0 if state.current is not None else 1):
+        return f"--from {shlex.quote(node)}"
+    return f"--at {state.trace_seq}"
 
 
 def _source_label(recorded: dict[str, Any], installed: dict[str, Any], name: str) -> str:

@@ -3,23 +3,97 @@
 The index (``piw.store.db.index``) caches each bundle's fold, so listing does not fold every bundle. Whether a
 ``running`` run is live comes from its queue row (``docs/detached.md``, "What the database holds"): held by a process
 with an unexpired lease is live; queued, paused or parked says so; anything else has no process writing it and
-is shown as interrupted. :func:`folded_summaries` is the old way (fold every bundle) kept for the benchmark.
+is shown as interrupted. A ``waiting`` run is final, but what became of its gate is not: the decision record and
+the continuation's queue row say whether it still needs an answer, was answered (by a person or by its timeout)
+or was cancelled (:class:`WaitSummary`, docs/cli.md ``piw runs``). :func:`folded_summaries` is the old way (fold
+every bundle) kept for the benchmark.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
 from piw.store.db.database import now_ms
-from piw.store.db.index import IndexRow, indexed_rows, usage_cost
+from piw.store.db.index import IndexRow, from_ms, indexed_rows, usage_cost
 from piw.store.db.rows import QueueRow
-from piw.store.db.run_database import open_run_database
+from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.storage import storage_error
+
+RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled")
+"""What ``piw runs --status`` takes: the run statuses, with ``waiting`` narrowed to gates that still need an answer
+and ``answered`` for the waiting runs that were answered (and ``cancelled`` taking the cancelled waiting runs)."""
+
+WaitState = Literal["open", "answered", "cancelled"]
+
+
+@dataclass(frozen=True)
+class WaitSummary:
+    """What became of a waiting run's gate: still ``open``, ``answered`` (a continuation exists) or ``cancelled``."""
+
+    state: WaitState
+    provenance: str | None = None
+    """Who answered: ``human`` (``piw answer``/``decide``, a prompt, a top-up), ``timeout`` (the declared policy),
+    ``cancel``."""
+    continuation_run_id: str | None = None
+    due_at: int | None = None
+    """An open decision's deadline (epoch ms): its ``on_timeout`` applies once a ``piw host`` sweeps after it."""
+    overdue: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "provenance": self.provenance,
+            "continuationRunId": self.continuation_run_id,
+            "dueAt": from_ms(self.due_at),
+            "overdue": self.overdue,
+        }
+
+    @property
+    def status_text(self) -> str:
+        """The status column: ``answered → RUN``, ``timed out → RUN``, ``waiting (due since …)``, …"""
+        if self.state == "answered":
+            how = "timed out" if self.provenance == "timeout" else "answered"
+            return f"{how} → {self.continuation_run_id}"
+        if self.state == "cancelled":
+            return "waiting (cancelled)"
+        if self.overdue and self.due_at is not None:
+            return (
+                f"waiting (due since {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.due_at // 1000))})"
+            )
+        return "waiting"
+
+
+def wait_summary(database: RunDatabase, run_id: str, now: int) -> WaitSummary:
+    """The gate of the waiting run ``run_id``, from ``piw.sqlite`` (read only; nothing here sweeps)."""
+    decisions = database.decisions.decisions_of(run_id)
+    decision = next((row for row in decisions if row.status == "open"), decisions[-1] if decisions else None)
+    continuation = database.decisions.continuation_of(run_id)
+    if continuation is not None:
+        by = decision.provenance if decision is not None and decision.status == "resolved" else None
+        return WaitSummary("answered", by or "human", continuation.run_id)
+    own = database.queue.get(run_id)
+    if (own is not None and own.status == "cancelled") or (
+        decision is not None and decision.status == "cancelled"
+    ):
+        return WaitSummary("cancelled", "cancel")
+    due = decision.expires_at if decision is not None and decision.status == "open" else None
+    return WaitSummary("open", due_at=due, overdue=due is not None and due <= now)
+
+
+def _listed(status: str | None, run_status: str, wait: WaitSummary | None) -> bool:
+    """Whether a run is listed under ``--status status`` (``None``: every run)."""
+    if status is None:
+        return True
+    state = wait.state if wait is not None else "open"
+    if run_status == "waiting":
+        return {"open": "waiting", "answered": "answered", "cancelled": "cancelled"}[state] == status
+    return run_status == status
 
 
 @dataclass(frozen=True)
@@ -43,6 +117,8 @@ class RunSummary:
     usage: dict[str, Any] | None = None
     """The run's ``usage`` (``{requests, input, output, cacheRead, cacheWrite, cost?}``), or its ``spent`` when it
     has a budget."""
+    wait: WaitSummary | None = None
+    """A waiting run's gate (``None`` for any other run, or when ``piw.sqlite`` cannot be read)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,10 +131,13 @@ class RunSummary:
             "currentNode": self.current_node,
             "damage": self.damage.to_json() if self.damage else None,
             "usage": self.usage,
+            "wait": self.wait.to_json() if self.wait else None,
         }
 
     @property
     def display_status(self) -> str:
+        if self.wait is not None:
+            return self.wait.status_text
         return f"{self.status} ({self.detail})" if self.detail else self.status
 
 
@@ -74,7 +153,7 @@ def queue_detail(row: QueueRow | None, paused: bool, now: int) -> tuple[str | No
         return "queued", False
     if row.status == "parked" and row.park_reason and row.park_reason != "interrupted":
         return f"parked: {row.park_reason.replace('_', ' ')}", False
-    if row.status == "parked" and row.park_reason is None and row.available_at > now:
+    if row.status == "parked" and row.park_reason is None:  # a stopped host's run: the next claimer takes it
         return "queued", False
     return "interrupted", True
 
@@ -85,27 +164,35 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
     A home whose index cannot be opened or created (a read-only ``PIW_HOME``) is listed by folding its bundles,
     so ``piw runs`` works wherever the bundles can be read.
     """
+    now = now_ms()
     try:
-        rows = [row for row in indexed_rows(home) if status is None or row.status == status]
-        if limit is not None:
-            rows = rows[:limit]
-        running = [row.run_id for row in rows if row.status == "running" and row.damage_line is None]
-        queue_rows = open_run_database(home).queue.rows(running) if running else {}
+        database: RunDatabase | None = None
+        rows: list[tuple[IndexRow, WaitSummary | None]] = []
+        for row in indexed_rows(home):
+            if limit is not None and len(rows) >= limit:
+                break
+            wait = None
+            if row.status == "waiting":
+                database = database or open_run_database(home)
+                wait = wait_summary(database, row.run_id, now)
+            if _listed(status, row.status, wait):
+                rows.append((row, wait))
+        running = [row.run_id for row, _ in rows if row.status == "running" and row.damage_line is None]
+        queue_rows = (database or open_run_database(home)).queue.rows(running) if running else {}
     except Exception as exc:
         if storage_error(exc, home) is None:
             raise
-        folded = [row for row in folded_summaries(home) if status is None or row.status == status]
+        folded = [row for row in folded_summaries(home) if _listed(status, row.status, None)]
         yield from folded[:limit] if limit is not None else folded
         return
-    now = now_ms()
-    for row in rows:
+    for row, wait in rows:
         detail, interrupted = (None, False)
         if row.run_id in running:
             detail, interrupted = queue_detail(queue_rows.get(row.run_id), row.paused, now)
-        yield _summary(row, detail, interrupted)
+        yield _summary(row, detail, interrupted, wait)
 
 
-def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary:
+def _summary(row: IndexRow, detail: str | None, interrupted: bool, wait: WaitSummary | None) -> RunSummary:
     return RunSummary(
         run_id=row.run_id,
         workflow_name=row.workflow_name,
@@ -120,6 +207,7 @@ def _summary(row: IndexRow, detail: str | None, interrupted: bool) -> RunSummary
         detail=detail,
         cost=row.cost,
         usage=row.usage,
+        wait=wait,
     )
 
 

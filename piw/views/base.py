@@ -49,6 +49,23 @@ STATUS_STYLES = {
 }
 
 
+def node_kind(spec: Any) -> str:
+    """What a definition-snapshot node is called on screen: its ``nodeType``, except that a checkpoint with a
+    ``humanDecision`` is a ``human_decision`` (the word ``piw show`` and the DSL use; the trace keeps
+    ``checkpoint``, which is how the engine runs both)."""
+    if not isinstance(spec, dict):
+        return "?"
+    if spec.get("humanDecision"):
+        return "human_decision"
+    return single_line(str(spec.get("nodeType", "?")))
+
+
+def node_kinds(snapshot: Any) -> dict[str, str]:
+    """:func:`node_kind` of every node of a definition snapshot, by node id (mount paths for included nodes)."""
+    nodes = snapshot.get("nodes") if isinstance(snapshot, dict) else None
+    return {str(node_id): node_kind(spec) for node_id, spec in (nodes or {}).items()}
+
+
 class View:
     """A renderable made of single lines; subclasses implement :meth:`lines` for a width."""
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from piw.progress import format_remaining, parse_instant
@@ -79,6 +79,11 @@ class WaitView(View):
     ) -> None:
         self.run_id, self.node_id, self.output = run_id, node_id, output
         self.answer_schema, self.now, self.resolved = answer_schema, now, resolved
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """Whole lines, never cut to the width like other views: they hold run ids and commands to copy (a
+        terminal wraps them; off a terminal they stay one line each)."""
+        yield from self.lines(console, max(1, options.max_width))
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         if self.node_id == BUDGET_WAIT:
@@ -153,18 +158,30 @@ class WaitView(View):
             yield line
         timeout = output.get("onTimeout")
         if isinstance(timeout, dict) and timeout.get("expiresAt"):
-            line = Text(f"Without an answer it continues with {single_line(str(timeout.get('choice')))} at ")
-            line.append(single_line(str(timeout["expiresAt"])))
-            expires = parse_instant(str(timeout["expiresAt"]))
-            if self.now is not None and expires is not None:
-                left = (expires - self.now).total_seconds() * 1000
-                line.append(f" (in {format_remaining(left)})" if left > 0 else " (due now)")
-            yield line
+            yield from self._timeout_lines(timeout)
         commands = decide_commands(self.run_id, output)
         for index, command in enumerate(commands):
             label = "Decide with: " if index == 0 else "         or: "
             yield Text(label) + Text(command, style="bold")
         yield Text(f"The whole request: piw inspect {shlex.quote(self.run_id)}", style="dim")
+
+    def _timeout_lines(self, timeout: dict[str, Any]) -> Iterator[Text]:
+        """When the declared timeout applies, and what applies it: a sweep, which only ``piw host`` (or this run's
+        terminal prompt, or a ``piw decide`` of it) makes, so a deadline passes unnoticed when none runs."""
+        choice, at = single_line(str(timeout.get("choice"))), single_line(str(timeout["expiresAt"]))
+        expires = parse_instant(str(timeout["expiresAt"]))
+        left = (expires - self.now).total_seconds() * 1000 if self.now is not None and expires else None
+        if left is not None and left <= 0:
+            yield Text(
+                f"Without an answer it continues with {choice}: due since {at} ({format_remaining(-left)} ago)."
+            )
+        else:
+            when = f" (in {format_remaining(left)})" if left is not None else ""
+            yield Text(f"Without an answer it continues with {choice} at {at}{when}.")
+        yield Text(
+            "  The timeout fires only while 'piw host' runs (or this run's terminal prompt waits).",
+            style="dim",
+        )
 
     def _resolved_lines(self) -> Iterator[Text]:
         resolved: dict[str, Any] = self.resolved or {}

@@ -22,7 +22,16 @@ from rich.text import Text
 
 from piw.store.fold import RunState
 from piw.terminal import single_line
-from piw.views.base import OUTCOME_MARKS, STATUS_STYLES, View, clip, fmt_duration, ms_between, node_label
+from piw.views.base import (
+    OUTCOME_MARKS,
+    STATUS_STYLES,
+    View,
+    clip,
+    fmt_duration,
+    ms_between,
+    node_kind,
+    node_label,
+)
 from piw.views.canvas import Canvas
 from piw.views.graph_layout import (
     END,
@@ -89,7 +98,7 @@ def cards(
         spec = spec if isinstance(spec, Mapping) else {}
         expected = spec.get("expectedOutput")
         assistant = isinstance(expected, Mapping) and expected.get("kind") == "assistant-message"
-        card = Card(str(node_id), single_line(str(spec.get("nodeType", "?"))), assistant=assistant)
+        card = Card(str(node_id), node_kind(dict(spec)), assistant=assistant)
         if state is not None:
             card = _with_status(card, state, stats.get(card.id), now)
         out.append(card)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from piw.errors import PiwError
-from piw.workflow.definition import ActionNode, AgentNode, CheckpointNode, Edge, Switch, WorkflowDefinition
+from piw.workflow.definition import AgentNode, CheckpointNode, Edge, Switch, WorkflowDefinition
 from piw.workflow.loader import SUFFIX, LoadedWorkflow, prepare_input
 
 
@@ -118,7 +118,9 @@ def describe(reference: str, loaded: LoadedWorkflow) -> Description:
         example_file = None
     if example_file is None:
         example_input = _accepted(definition, sample_value(schema, schema) if schema else {})
-    needs_model = any(isinstance(gnode.node, AgentNode | ActionNode) for gnode in loaded.graph.nodes.values())
+    # Agent nodes (mounted ones included) ask a model; an action or a shell command does not (an action that calls
+    # ``ctx.run_agent`` is the exception it cannot see: the run then says which provider is missing).
+    needs_model = any(isinstance(gnode.node, AgentNode) for gnode in loaded.graph.nodes.values())
     return Description(
         reference=reference,
         loaded=loaded,

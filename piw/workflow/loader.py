@@ -1,8 +1,9 @@
 """Loading and discovery: resolve a workflow reference, import its file, validate it and fix its identity.
 
 Order (spec README §3): an explicit path; ``./.piw/workflows/NAME.workflow.py``; ``$PIW_HOME/workflows/``; the
-built-in ``NAME``; then the shipped examples. A file's SHA-256 is its source identity; a built-in's is
-``{id, revision}``.
+built-in ``NAME``; then the shipped examples. The current folder itself is not searched; a name found only there
+is answered with the path to type (docs/authoring.md, "Discovery order"). A file's SHA-256 is its source
+identity; a built-in's is ``{id, revision}``.
 
 ``include("plain-summary", ...)`` in a workflow file names a built-in by id; the loader mounts it when it loads
 the file, only from ``workflows/builtins/``, never from a same-named file in the project or user folders, so a
@@ -96,6 +97,10 @@ def resolve_reference(reference: str, home: Path) -> Path:
     names = [path.name.removesuffix(SUFFIX) for _, path in discover(home)]
     close = difflib.get_close_matches(reference, names, n=1, cutoff=0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    if (Path.cwd() / f"{reference}{SUFFIX}").is_file():
+        # Not imported by name: a name never runs code from whatever folder the shell is in, and a file here
+        # would silently lose to (or shadow) a built-in or example of the same name. The path is two keys more.
+        hint = f" Did you mean './{reference}{SUFFIX}'?"
     raise LoadError(
         f"No workflow named {reference!r}.{hint} See 'piw list' for what is available, or pass a file path."
     )
@@ -291,8 +296,11 @@ def parse_input_option(text: str | None, stdin: TextIO | None = None) -> Any:
     try:
         value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
+        hint = ""
+        if raw is text and text.isprintable() and (text.endswith(".json") or Path(text).is_file()):
+            hint = f"; to read the file, write --input @{text}"  # a file name typed without its @
         raise InputInvalid(
-            f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})."
+            f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}){hint}."
         ) from None
     except RecursionError:
         raise InputInvalid(f"--input is nested too deeply (at most {MAX_INPUT_DEPTH} levels).") from None

@@ -241,7 +241,8 @@ def test_resuming_a_run_of_an_older_revision_is_refused_with_restart_guidance(
     assert done.returncode == 2
     assert done.stderr.strip() == (
         f"Error: Workflow source changed since run {run_id} started (builtin plain-summary revision 0, installed "
-        f"revision 1). Completed steps cannot be replayed against a different definition. Cancel it with "
-        f"'piw cancel {run_id}' and start again with 'piw run plain-summary'."
+        f"revision 1). Completed steps cannot be replayed against a different definition. To keep them, fork the "
+        f"run onto the changed workflow: 'piw fork {run_id} --from summarize --workflow plain-summary'. Or cancel "
+        f"it with 'piw cancel {run_id}' and start again with 'piw run plain-summary'."
     )
     assert started.bundle.trace_path.read_bytes() == trace  # nothing written

@@ -24,11 +24,20 @@ def _no_runs(home: Path) -> None:
     ("raw", "kind"),
     [("[1, 2]", "an array"), ('"text"', "a string"), ("3", "a number"), ("true", "a boolean")],
 )
-def test_without_an_input_model_the_input_must_be_an_object(cli: Cli, raw: str, kind: str) -> None:
-    done = cli("run", "hello", "--input", raw)
+def test_without_an_input_model_the_input_must_be_an_object(
+    cli: Cli, make_workflow: WorkflowMaker, raw: str, kind: str
+) -> None:
+    plain = make_workflow(  # (the shipped hello has an input model since issue 26.10)
+        "plain",
+        """
+        from piw import compute, define_workflow
+        workflow = define_workflow(name="plain", start_at="a", nodes={"a": compute(lambda ctx: ctx.input)})
+        """,
+    )
+    done = cli("run", str(plain), "--input", raw)
     assert done.returncode == 2
     assert done.stderr.startswith(
-        f"Error: Invalid input for hello: without an input model the input must be a JSON object ({{...}}), "
+        f"Error: Invalid input for plain: without an input model the input must be a JSON object ({{...}}), "
         f"not {kind}"
     )
     assert "input= in define_workflow" in done.stderr and done.stderr.count("\n") == 1

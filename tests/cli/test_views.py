@@ -78,8 +78,8 @@ def test_trace_filters(runs: Runs) -> None:
         home, "inspect", run_id, "--view", "trace", "--attempt", attempt[:8], columns=120
     ).stdout
     assert all(" crunch " in row for row in by_attempt.splitlines()[1:])
-    nothing = run_cli(home, "inspect", run_id, "--view", "trace", "--node", "nope").stdout
-    assert nothing.strip() == "No trace events for node 'nope'."
+    unknown = run_cli(home, "inspect", run_id, "--view", "trace", "--node", "nope")  # an error since issue 26
+    assert unknown.returncode == 2 and f"Run {run_id} has no node 'nope'." in unknown.stderr
 
 
 @pytest.mark.parametrize(

@@ -217,9 +217,9 @@ def test_changed_source_is_refused_with_guidance_and_nothing_written(
     assert done.returncode == 2
     assert done.stderr == (
         f"Error: Workflow source changed since run {run_id} started ({path}). "
-        "Completed steps cannot be replayed "
-        f"against a different definition. Cancel it with 'piw cancel {run_id}' and start again with "
-        "'piw run linear'.\n"
+        "Completed steps cannot be replayed against a different definition. To keep them, fork the run onto the "
+        f"changed workflow: 'piw fork {run_id} --from c --workflow {path}'. Or cancel it with "
+        f"'piw cancel {run_id}' and start again with 'piw run {path}'.\n"
     )
     assert snapshot_bundle(cli.home, run_id) == before
 

@@ -4,7 +4,14 @@ piw run compose                       # 42 leaves the child through its "large" 
 piw run compose --input '{"value": 3}'  # 3 leaves through "tiny"
 """
 
+from pydantic import BaseModel, Field
+
 from piw import compute, define_workflow, edge, include, switch
+
+
+class Input(BaseModel):
+    value: int = Field(default=42, description="The number the child workflow measures (over 10 is large).")
+
 
 # The child workflow. It is defined in this file: a workflow file's own folder is not on the import path.
 check = define_workflow(
@@ -22,9 +29,10 @@ check = define_workflow(
 workflow = define_workflow(
     name="compose",
     description="Mounts a child workflow with include() and routes on the exit it leaves through.",
+    input=Input,
     start_at="prepare",
     nodes={
-        "prepare": compute(lambda ctx: {"value": ctx.input.get("value", 42)}),
+        "prepare": compute(lambda ctx: {"value": ctx.input["value"]}),
         "celebrate": compute(lambda ctx: f"{ctx.outputs['checker']['value']} is large"),
         "shrug": compute(lambda ctx: f"{ctx.outputs['checker']['value']} is tiny"),
     },
