@@ -22,7 +22,7 @@ from piw.store import foldcache
 from piw.store.bundle import Bundle, list_bundles, run_is_live
 from piw.store.db.index import indexed_rows
 from piw.store.history import RunSummary
-from piw.store.state import RUN_STATUSES
+from piw.store.state import RUN_STATUSES, RunState
 from piw.terminal import single_line
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *RUN_STATUSES)
@@ -89,12 +89,18 @@ def load_rows(home: Path) -> list[RunRow]:
     rows = []
     for item in indexed:
         summary = RunSummary(
-            item.run_id, item.workflow_name, item.run_title, item.status, item.started_at, item.finished_at,
-            item.current_node, notice=item.notice or (f"trace damaged at line {item.damage_line}"
-                                                      if item.damage_line else None),
-            interrupted=item.status == "running" and not run_is_live(Bundle(item.run_id, home / "runs" / item.run_id)),
+            item.run_id,
+            item.workflow_name,
+            item.run_title,
+            item.status,
+            item.started_at,
+            item.finished_at,
+            item.current_node,
+            notice=item.notice or (f"trace damaged at line {item.damage_line}" if item.damage_line else None),
+            interrupted=item.status == "running"
+            and not run_is_live(Bundle(item.run_id, home / "runs" / item.run_id)),
             cost=item.cost if item.cost is not None else _cost(item.usage),
-        )  # fmt: skip
+        )
         rows.append(row_of(summary, forked=_is_fork(home, item.run_id)))
     return rows
 
@@ -122,14 +128,14 @@ def bundle_rows(home: Path) -> list[RunRow]:
             slow.add(bundle.run_id)
             rows.append(RunRow(bundle.run_id, "", "", "", None, "", None, None, False))
             continue
-        live = head.status != "running" or run_is_live(bundle)
-        rows.append(row_of(RunSummary(
-            head.run_id, head.workflow_name, head.run_title, head.status, head.started_at, head.finished_at,
-            head.current_node, interrupted=not live, cost=_cost(head.spent if head.budget else head.usage),
-        ), forked=bool(head.forked_from)))  # fmt: skip
+        rows.append(_settled_row(head, head.current_node, bundle))
     if slow:
-        rows = [_folded_row(Bundle(row.run_id, home / "runs" / row.run_id))
-                if row is not None and row.run_id in slow else row for row in rows]  # fmt: skip
+        rows = [
+            _folded_row(Bundle(row.run_id, home / "runs" / row.run_id))
+            if row is not None and row.run_id in slow
+            else row
+            for row in rows
+        ]
     return [row for row in rows if row is not None]
 
 
@@ -141,13 +147,29 @@ def _folded_row(bundle: Bundle) -> RunRow | None:
     state = found.state
     if not state.run_id:
         return None
-    live = state.status != "running" or run_is_live(bundle)
+    current = state.current.node_id if state.current else None
+    return _settled_row(state, current, bundle, notice=found.notice)
+
+
+def _settled_row(
+    run: _Head | RunState, current_node: str | None, bundle: Bundle, notice: str | None = None
+) -> RunRow:
+    """The row of a run's head (``state.json``'s fields or a fold's state); a running one is interrupted when no
+    process holds it."""
+    live = run.status != "running" or run_is_live(bundle)
     summary = RunSummary(
-        state.run_id, state.workflow_name, state.run_title, state.status, state.started_at, state.finished_at,
-        state.current.node_id if state.current else None, notice=found.notice, interrupted=not live,
-        cost=_cost(state.spent if state.budget else state.usage),
-    )  # fmt: skip
-    return row_of(summary, forked=bool(state.forked_from))
+        run.run_id,
+        run.workflow_name,
+        run.run_title,
+        run.status,
+        run.started_at,
+        run.finished_at,
+        current_node,
+        notice=notice,
+        interrupted=not live,
+        cost=_cost(run.spent if run.budget else run.usage),
+    )
+    return row_of(summary, forked=bool(run.forked_from))
 
 
 class _Head(msgspec.Struct, rename="camel"):

@@ -47,8 +47,13 @@ HISTORY = (
 
 def _current_rows(records: Iterable[UpdateRecord]) -> Iterator[list[Text | str]]:
     for record in records:
-        yield [safe(record.type), safe(record.key), Text(node_label(record.node_id)), str(record.seq),
-               safe(compact(record.data, DATA_LIMIT))]  # fmt: skip
+        yield [
+            safe(record.type),
+            safe(record.key),
+            Text(node_label(record.node_id)),
+            str(record.seq),
+            safe(compact(record.data, DATA_LIMIT)),
+        ]
 
 
 def _history_rows(events: Iterable[TraceEvent]) -> Iterator[list[Text | str]]:
