@@ -21,13 +21,15 @@
     │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
     │   └── DecisionResolved      the decision was already resolved with another answer (or timed out)
     ├── ContinuationNotStarted    an answer was recorded but its continuation could not start (it stays queued)
+    ├── RunInterrupted            a foreground run was interrupted (Ctrl-C, SIGTERM); it is parked (exit 130)
     ├── ResumeRefused             a run cannot be resumed
     │   ├── SourceChanged         the workflow source or definition changed since the run started
     │   └── RunFinished           the run already has a terminal event
     ├── NodeFailure               raised inside node execution; becomes a ``node_failed`` event
     │   ├── OutputInvalid         a node output cannot be stored as JSON
     │   ├── Cancelled             the attempt was cancelled, parked or hit its deadline
-    │   └── AttemptInactive       an update or submission arrived for an attempt that is not active
+    │   ├── AttemptInactive       an update or submission arrived for an attempt that is not active
+    │   └── ShellLineTooLong      a shell node's update line passed its byte limit; the action fails
     ├── UpdateRejected            an update failed validation or limits; nothing was written
     └── ProviderError             provider configuration or selection problems
         ├── NeedsKey              an ``$ENV`` key reference is unset
@@ -37,6 +39,11 @@ Exit codes live with the CLI; this module only classifies.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from piw.updates.shell_lines import ShellLine, Stream
 
 
 class PiwError(Exception):
@@ -157,6 +164,12 @@ class ContinuationNotStarted(PiwError):
         self.exit_code = exit_code
 
 
+class RunInterrupted(PiwError):
+    """The foreground run was interrupted (Ctrl-C or SIGTERM); it is parked and can be resumed."""
+
+    exit_code = 130
+
+
 class ResumeRefused(PiwError):
     """The run cannot be resumed."""
 
@@ -192,6 +205,20 @@ class AttemptInactive(NodeFailure):
         super().__init__(f"attempt {attempt_id} of step {node_id} is not active")
         self.node_id = node_id
         self.attempt_id = attempt_id
+
+
+class ShellLineTooLong(NodeFailure):
+    """A line (or a pending unterminated buffer) passed the byte limit; the action fails.
+
+    ``lines`` holds the complete lines framed before the offending one in the same chunk, so the executor can
+    hand them to the parser first, exactly as if they had arrived in an earlier read.
+    """
+
+    def __init__(self, stream: Stream, limit: int, lines: tuple[ShellLine, ...] = ()) -> None:
+        super().__init__(f"shell {stream} update line exceeded {limit} bytes")
+        self.stream = stream
+        self.limit = limit
+        self.lines = lines
 
 
 class UpdateRejected(PiwError):

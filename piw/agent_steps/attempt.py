@@ -1,6 +1,6 @@
-"""One agent attempt: its deliveries, model turns, submissions and outcome (``agent-steps.md`` §1–§4).
+"""One agent attempt: its deliveries, model turns, submissions and outcome (``docs/design/agent-steps.md`` §1–§4).
 
-Order for every attempt (``persistence.md`` §9): ``agent_prompt_sent`` is durable, then the step message
+Order for every attempt (``docs/design/persistence.md`` §9): ``agent_prompt_sent`` is durable, then the step message
 entry, then model turns whose settled messages are appended to the conversation before the next request.
 Submit mode ends on an accepted ``workflow`` submission (no further request); assistant mode takes the final
 visible reply. The executor, the ``pi-rpc`` backend, recovery on resume and ``ctx.run_agent`` children all

@@ -1,4 +1,4 @@
-"""The optional ``pi-rpc`` backend (``agent-steps.md`` §8.4): agent attempts run inside the Pi CLI.
+"""The optional ``pi-rpc`` backend (``docs/design/agent-steps.md`` §8.4): agent attempts run inside the Pi CLI.
 
 Pi owns the model loop, piw owns the step. An attempt is the same as with piw's own loop where it matters for
 the run record: the exact ``format_step_prompt`` string, ``agent_prompt_sent`` then the step message, settled

@@ -2,8 +2,9 @@
 live tail.
 
 Opening a run must be quick whatever its length, so :func:`open_run` never reads the whole trace: it takes
-``state.json`` when the trace's last line agrees with it (``persistence.md`` §3: the cache is trusted when its
-``traceSeq`` is the last valid seq, and the tail after it is folded), which needs only the end of the file.
+``state.json`` when the trace's last line agrees with it (``docs/design/persistence.md`` §3: the cache is
+trusted when its ``traceSeq`` is the last valid seq, and the tail after it is folded), which needs only the end
+of the file.
 :meth:`RunReader.index` then reads the trace once, in the background, and keeps:
 
 - the byte offset of every :data:`OFFSET_EVERY`-th event, so any page of the trace is one seek away;

@@ -69,7 +69,8 @@ def host(
         raise UsageError("--concurrency must be at least 1.")
     home = piw_home()
     console = make_console()
-    quiet = make_console(io.StringIO())  # a detached run's agent output is visible nowhere (agent-steps §7)
+    # A detached run's agent output is visible nowhere (docs/design/agent-steps.md §7).
+    quiet = make_console(io.StringIO())
 
     def executor_for(row: QueueRow):  # type: ignore[no-untyped-def]
         factory = agent_executor_factory(home, quiet, LaunchOptions.from_json(row.options))

@@ -1,7 +1,7 @@
 """``$PIW_HOME/config.toml``: providers, models, prices, compat knobs, agent settings and ``$NAME`` secrets.
 
 The file is read with ``tomllib`` into strict models (``extra="forbid"``): a typo is an error naming the key
-and the file, never a silently ignored setting (``agent-steps.md`` §8.1). Secrets stay as written (``$NAME``
+and the file, never a silently ignored setting (``docs/design/agent-steps.md`` §8.1). Secrets stay as written (``$NAME``
 references or literals) until a request needs them, so config objects can be shown and logged safely.
 """
 
@@ -60,7 +60,7 @@ class ModelConfig(_Strict):
 
 
 class CompatConfig(_Strict):
-    """Knobs for OpenAI-compatible servers that differ from OpenAI (``agent-steps.md`` §8.2)."""
+    """Knobs for OpenAI-compatible servers that differ from OpenAI (``docs/design/agent-steps.md`` §8.2)."""
 
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     supports_usage_in_streaming: bool = True
@@ -146,7 +146,8 @@ class AgentConfig(_Strict):
     max_rejections: int = Field(default=3, ge=1)
     tool_env: list[str] = Field(default_factory=list)
     """Environment variables agent tool processes (``bash``) may see besides the base allow-list."""
-    """Rejected submissions (and cut-off responses) that end a submit-mode attempt (``agent-steps.md`` §3.2)."""
+    """Rejected submissions (and cut-off responses) that end a submit-mode attempt
+    (``docs/design/agent-steps.md`` §3.2)."""
     backend: Literal["piw", "pi-rpc"] = "piw"
     system_prompt: str | None = None
 

@@ -1,4 +1,4 @@
-"""Delivering notifications from the outbox (``persistence.md`` §10.3): leases, redelivery, deduplication.
+"""Delivering notifications from the outbox (``docs/design/persistence.md`` §10.3): leases, redelivery, deduplication.
 
 - The origin session — the foreground ``piw run``/``resume``/``answer``/``decide`` process — delivers the
   notifications of the run it executes: a trace listener that, after each ``notification_queued``, takes the

@@ -1,4 +1,5 @@
-"""``piw host``: claim queued runs and execute them, detached (``persistence.md`` §10.2, ``agent-steps.md`` §7).
+"""``piw host``: claim queued runs and execute them, detached (``docs/design/persistence.md`` §10.2,
+``docs/design/agent-steps.md`` §7).
 
 A host is a ``claim_next`` loop with up to ``concurrency`` runs in flight, each in its own thread with its own
 claim, lease and writer. Runs execute with ``session_visible=False``: an assistant-completion node is never run

@@ -1,4 +1,4 @@
-"""Resume: continue a run from its trace alone (``persistence.md`` §8).
+"""Resume: continue a run from its trace alone (``docs/design/persistence.md`` §8).
 
 The trace is read and folded once (:func:`read_run_trace`); the refusals every resume makes before it claims or
 writes anything live here (:func:`refuse_unresumable`, :func:`check_source`), and so does what the claim holder
@@ -39,7 +39,7 @@ class RunTrace:
 
 def read_run_trace(store: RunStore) -> RunTrace:
     """Read and fold a run's trace: from the trace, never ``state.json`` (a cache that says "completed" must not
-    stop a resume, ``persistence.md`` §3). ``TraceCorrupt`` for a damaged line before the last."""
+    stop a resume, ``docs/design/persistence.md`` §3). ``TraceCorrupt`` for a damaged line before the last."""
     read = store.read_trace()
     return RunTrace(read.events, fold(read.events), read.valid_bytes, read.tail)
 
@@ -159,7 +159,7 @@ def continue_from_trace(steps: StepLoop, events: list[TraceEvent], truncated: in
     decision = _decision_after(steps, events, state)
     if decision.terminal is not None and not decision.exits:
         if truncated:
-            # Only the terminal event is owed, but the repair must still be reported (persistence.md §5),
+            # Only the terminal event is owed, but the repair must still be reported (docs/design/persistence.md §5),
             # e.g. when the cut was inside the terminal line itself.
             writer.append("run", "run_resumed", resumed, sync=True)
         writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)

@@ -1,8 +1,8 @@
 """Starting and resuming runs in the foreground: the one library call behind ``piw run`` and ``piw resume``.
 
-Foreground runs go through the run queue like detached ones (``persistence.md`` §10.2): a row claimed by this
-process before the bundle exists, a lease renewed while it runs, and the claim released (final) or parked when
-it stops, so ``piw runs``, ``piw pause`` and ``piw cancel`` in another terminal see and reach it.
+Foreground runs go through the run queue like detached ones (``docs/design/persistence.md`` §10.2): a row
+claimed by this process before the bundle exists, a lease renewed while it runs, and the claim released (final)
+or parked when it stops, so ``piw runs``, ``piw pause`` and ``piw cancel`` in another terminal see and reach it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Current values come from the replayed state (bounded: at most 1,024 pairs per run). The history streams the
 trace page by page, so a run with a million updates is shown without holding them; each row is the generic one
-of ``updates-progress.md`` §8 (seq, time, node, attempt, type, key, data clipped to 60 characters).
+of ``docs/design/updates-progress.md`` §8 (seq, time, node, attempt, type, key, data clipped to 60 characters).
 """
 
 from __future__ import annotations

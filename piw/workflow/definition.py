@@ -104,7 +104,7 @@ class ShellCommand:
 
 @dataclass(frozen=True)
 class ShellUpdates:
-    """Turn a running command's output lines into durable updates (``updates-progress.md`` §3.3)."""
+    """Turn a running command's output lines into durable updates (``docs/design/updates-progress.md`` §3.3)."""
 
     parse_line: Callable[[ShellLine, NodeContext], Any]
     streams: tuple[Literal["stdout", "stderr"], ...] = ("stdout",)
@@ -185,7 +185,7 @@ class Include:
 
     child: WorkflowDefinition | str
     """The child definition, or the id of a built-in: the loader mounts the catalog's definition in its place
-    when it loads the file (``builtins.md`` B14), so a loaded workflow only ever holds definitions here."""
+    when it loads the file (``docs/design/builtins.md`` B14), so a loaded workflow only ever holds definitions here."""
     input: Callable[[NodeContext], Any] | Any = None
     line: int | None = field(default=None, compare=False, repr=False)
     """The line of the workflow file that called ``include``, for the loader's errors about a built-in id."""
@@ -327,7 +327,7 @@ def decision(question: PromptArg, choices: Sequence[str], field: str = "route") 
         return value
 
     # A model rather than a description, so the step's workflow tool carries the choices as an enum that a
-    # grammar-constrained server can enforce (agent-steps.md §3.1); the old hint also held a "<why>" a small
+    # grammar-constrained server can enforce (docs/design/agent-steps.md §3.1); the old hint also held a "<why>" a small
     # model would copy.
     fields: dict[str, Any] = {field: (Literal[options], ...), "reason": (str, "")}
     shape = create_model("Decision", **fields)
@@ -416,7 +416,7 @@ def include(child: WorkflowDefinition | str, input: Callable[[NodeContext], Any]
     """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``.
 
     ``child`` is a definition, or the id of a built-in (``include("plain-summary", ...)``), which the loader
-    resolves only within the built-in catalog, never to a same-named workflow file (``builtins.md`` B14).
+    resolves only within the built-in catalog, never to a same-named workflow file (``docs/design/builtins.md`` B14).
     """
     if isinstance(child, str):
         if not BUILTIN_ID.fullmatch(child):

@@ -1,13 +1,13 @@
 """Loading and discovery: resolve a workflow reference, import its file, validate it and fix its identity.
 
-Order (spec README §3): an explicit path; ``./.piw/workflows/NAME.workflow.py``; ``$PIW_HOME/workflows/``; the
+Order (docs/design/README.md §3): an explicit path; ``./.piw/workflows/NAME.workflow.py``; ``$PIW_HOME/workflows/``; the
 built-in ``NAME``; then the shipped examples. The current folder itself is not searched; a name found only there
 is answered with the path to type (docs/authoring.md, "Discovery order"). A file's SHA-256 is its source
 identity; a built-in's is ``{id, revision}``.
 
 ``include("plain-summary", ...)`` in a workflow file names a built-in by id; the loader mounts it when it loads
 the file, only from ``workflows/builtins/``, never from a same-named file in the project or user folders, so a
-built-in always mounts the catalog's own child whatever the current directory holds (``builtins.md`` B14).
+built-in always mounts the catalog's own child whatever the current directory holds (``docs/design/builtins.md`` B14).
 Built-ins are cached by file content: every include of one id in a process is the same object, which keeps
 include-cycle detection (by identity) meaningful and avoids importing a file once per mount.
 """

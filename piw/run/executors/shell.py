@@ -152,7 +152,7 @@ class ShellActionExecutor:
         assert process.stdin is not None
         try:
             # The group is durable in the trace before the command starts: a resume can then find and stop it
-            # if piw dies while it runs (persistence.md §8, piw.run.process_groups). The fsync also covers
+            # if piw dies while it runs (docs/design/persistence.md §8, piw.run.process_groups). The fsync also covers
             # node_started and every line before it.
             attempt.writer.append(
                 "action",
