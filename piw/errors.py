@@ -7,6 +7,7 @@
     │                             is not waiting for one; nothing was recorded
     ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
     ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
+    │   └── ImportTimeout         importing a workflow file ran past its deadline (an endless loop at import)
     ├── RunNotFound               no run bundle with that id
     ├── TraceCorrupt              a trace line other than the torn tail fails to parse
     ├── StoreError                a bundle cannot be created or read (layout, paths, locks)
@@ -70,6 +71,10 @@ class DefinitionError(PiwError):
 
 class LoadError(PiwError):
     """A workflow cannot be found or imported."""
+
+
+class ImportTimeout(LoadError):
+    """Importing a workflow file took longer than its deadline (``PIW_IMPORT_TIMEOUT``, ``import_timeout_s``)."""
 
 
 class RunNotFound(PiwError):

@@ -26,7 +26,7 @@ from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
-from piw.run.runner import configured_durability, tools_known, workflow_path_of
+from piw.run.runner import configured_durability, load_park_reason, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import runs_dir
 from piw.store.db.database import now_ms
@@ -221,7 +221,7 @@ class Host:
         try:
             workflow = load_workflow(reference, self.home, tools_known())
         except PiwError as exc:
-            lease.park("source_changed", error=str(exc))
+            lease.park(load_park_reason(exc), error=str(exc))
             raise
         engine = self._engine(workflow, row)
         with self._lock:

@@ -28,10 +28,11 @@ from typing import Any, TextIO, cast
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import DefinitionError, InputInvalid, LoadError
+from piw.errors import DefinitionError, ImportTimeout, InputInvalid, LoadError
 from piw.wire import sha256_hex
 from piw.workflow.definition import Include, WorkflowDefinition
 from piw.workflow.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
+from piw.workflow.import_deadline import DeadlinePassed, DeadlineSetting, ImportDeadline, import_setting
 from piw.workflow.user_code import (
     WorkflowCodeExit,
     call_user,
@@ -106,8 +107,11 @@ def resolve_reference(reference: str, home: Path) -> Path:
     )
 
 
-def import_definition(path: Path) -> WorkflowDefinition:
-    """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file."""
+def import_definition(path: Path, deadline: DeadlineSetting | None = None) -> WorkflowDefinition:
+    """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file.
+
+    The import runs under ``deadline`` (``PIW_IMPORT_TIMEOUT`` or 10 s when omitted): an endless loop at import
+    time is an :class:`ImportTimeout`, not a hang (``piw.workflow.import_deadline``)."""
     source = _read(path)
     try:
         code = compile(source, str(path), "exec")
@@ -118,22 +122,10 @@ def import_definition(path: Path) -> WorkflowDefinition:
     if spec is None or spec.loader is None:
         raise LoadError(f"{path}: cannot be imported as a Python module.")
     module = importlib.util.module_from_spec(spec)
+    setting = deadline or import_setting(None)
     sys.modules[module_name] = module
     try:
-        # The bytes read above, never a cached .pyc: the import system trusts a pyc whose source has the same
-        # size and modification second, so a file edited twice within a second would run its older version
-        # under the new source's hash.
-        exec(code, module.__dict__)
-    except DefinitionError as exc:
-        line = _user_line(exc, path)
-        raise DefinitionError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit or a BaseException subclass at import time is a load error too
-        line = _user_line(exc, path)
-        where = f"{path}:{line}" if line else str(path)
-        what = describe_base_exception(exc) if is_escape(exc) else f"{type(exc).__name__}: {exc}".rstrip(": ")
-        raise LoadError(f"{where}: {what}{sibling_import_hint(exc, path)}") from None
+        _execute(code, module.__dict__, path, setting)
     finally:
         sys.modules.pop(module_name, None)
     workflow = getattr(module, "workflow", None)
@@ -145,6 +137,33 @@ def import_definition(path: Path) -> WorkflowDefinition:
         )
     _mount_builtins(workflow, path)
     return workflow
+
+
+def _execute(code: Any, namespace: dict[str, Any], path: Path, setting: DeadlineSetting) -> None:
+    """Run the module's code under its deadline; whatever it raises becomes one error naming the file and line."""
+    try:
+        # The bytes read above, never a cached .pyc: the import system trusts a pyc whose source has the same
+        # size and modification second, so a file edited twice within a second would run its older version
+        # under the new source's hash.
+        with ImportDeadline(setting.seconds):
+            exec(code, namespace)
+    except DeadlinePassed as exc:
+        line = _user_line(exc, path)
+        where = f"{path}:{line}" if line else str(path)
+        raise ImportTimeout(
+            f"{where}: importing the workflow file took longer than {setting.seconds:g} s ({setting.advice()}); "
+            "look for an endless loop or a blocking call that runs when the file is imported."
+        ) from None
+    except DefinitionError as exc:
+        line = _user_line(exc, path)
+        raise DefinitionError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit or a BaseException subclass at import time is a load error too
+        line = _user_line(exc, path)
+        where = f"{path}:{line}" if line else str(path)
+        what = describe_base_exception(exc) if is_escape(exc) else f"{type(exc).__name__}: {exc}".rstrip(": ")
+        raise LoadError(f"{where}: {what}{sibling_import_hint(exc, path)}") from None
 
 
 _builtins: dict[tuple[str, str], WorkflowDefinition] = {}
@@ -229,7 +248,7 @@ def load_workflow(
 ) -> LoadedWorkflow:
     """Load, validate (both passes) and identify a workflow."""
     path = Path(reference) if isinstance(reference, Path) else resolve_reference(reference, home)
-    definition = import_definition(path)
+    definition = import_definition(path, import_setting(home))
     try:
         graph = flatten(definition, tools_known)
     except DefinitionError as exc:
