@@ -244,14 +244,18 @@ def _workflow_row(label: str, path: Path, setting: DeadlineSetting) -> dict[str,
     """One ``piw list`` row; a file that cannot be imported (or whose import ran past its deadline) says why."""
     from piw.errors import ImportTimeout
     from piw.wire import sha256_hex
-    from piw.workflow.loader import import_definition, source_identity
+    from piw.workflow.loader import import_definition, shown_path, source_identity
 
-    row: dict[str, Any] = {"id": path.name.removesuffix(".workflow.py"), "_origin": label, "_timeout": None}
+    row: dict[str, Any] = {
+        "id": shown_path(path.name).removesuffix(".workflow.py"),
+        "_origin": label,
+        "_timeout": None,
+    }
     try:
         definition = import_definition(path, setting)
         source = source_identity(definition, path)
     except PiwError as exc:
-        source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(path.read_bytes())}
+        source = {"kind": "file", "path": shown_path(path.resolve()), "hash": sha256_hex(path.read_bytes())}
         row.update(revision=None, contractId=None, description=f"(cannot load: {exc})", source=source)
         if isinstance(exc, ImportTimeout):
             row["_timeout"] = str(exc)

@@ -18,6 +18,7 @@ import difflib
 import importlib.util
 import json
 import math
+import os
 import sys
 import threading
 import traceback
@@ -82,14 +83,35 @@ def search_paths(home: Path) -> list[tuple[str, Path]]:
     ]
 
 
+def shown_path(path: Path | str) -> str:
+    """A path as one printable line: bytes that are not UTF-8 (``os.fsencode``) are shown as ``\\xff``."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+def utf8_path(path: Path) -> Path:
+    """``path`` itself when it is valid UTF-8, else a :class:`LoadError` saying so.
+
+    A workflow's path goes into the run's trace and every ``--json`` shape, which hold UTF-8 text only; a name
+    with other bytes (``b"\\xff"``, which Python keeps as a lone surrogate) would fail half-way through a command
+    with a traceback (``docs/guarantees.md``, "Hostile workflow files")."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise LoadError(
+            f"Workflow path {shown_path(path)} is not valid UTF-8; piw records a workflow's path as text, so "
+            "rename the file (or its folder) to a UTF-8 name."
+        ) from None
+    return path
+
+
 def resolve_reference(reference: str, home: Path) -> Path:
     """Turn a CLI workflow reference (path or name) into a file path."""
-    candidate = Path(reference).expanduser()
+    candidate = utf8_path(Path(reference)).expanduser()
     looks_like_path = reference.endswith(".py") or "/" in reference or reference.startswith((".", "~"))
     if looks_like_path:
         # A bare name is never read as a path, so a stray file called "hello" in the cwd is not imported.
         if candidate.is_file():
-            return candidate.resolve()
+            return utf8_path(candidate.resolve())  # the current folder's own name may not be UTF-8
         raise LoadError(f"Workflow file {reference} does not exist.")
     for _, folder in search_paths(home):
         path = folder / f"{reference}{SUFFIX}"
@@ -112,7 +134,7 @@ def import_definition(path: Path, deadline: DeadlineSetting | None = None) -> Wo
 
     The import runs under ``deadline`` (``PIW_IMPORT_TIMEOUT`` or 10 s when omitted): an endless loop at import
     time is an :class:`ImportTimeout`, not a hang (``piw.workflow.import_deadline``)."""
-    source = _read(path)
+    source = _read(utf8_path(path))
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as exc:
