@@ -12,6 +12,7 @@
     ├── TraceCorrupt              a trace line other than the torn tail fails to parse
     ├── StoreError                a bundle cannot be created or read (layout, paths, locks)
     │   ├── RunLocked             another process holds the run's writer lock
+    │   ├── BundleLinked          a run bundle is, or holds, a symbolic link; nothing is written through it
     │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
     │   ├── HomeUnavailable       ``PIW_HOME`` cannot be created, or cannot be written (read-only)
     │   ├── StorageFull           the disk filled while a run was written; the run is parked
@@ -95,6 +96,11 @@ class StoreError(PiwError):
 
 class RunLocked(StoreError):
     """Another process is writing this run."""
+
+
+class BundleLinked(StoreError):
+    """A run bundle is a symbolic link or holds one (``trace.ndjson``, ``state.json``, …): piw writes nothing
+    through it, inside or outside ``PIW_HOME`` (``docs/guarantees.md``, "Hostile workflow files")."""
 
 
 class HomeUnavailable(StoreError):

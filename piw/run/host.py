@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import PiwError
+from piw.errors import BundleLinked, PiwError
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
@@ -214,7 +214,13 @@ class Host:
         if started:
             from piw.store.bundle import load_state, open_bundle
 
-            state = load_state(open_bundle(self.home, run_id))
+            try:
+                state = load_state(open_bundle(self.home, run_id))
+            except (
+                BundleLinked
+            ) as exc:  # nothing is written through a link: the row says why (docs/guarantees.md)
+                lease.park("bundle_linked", error=str(exc))
+                raise
             reference = str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
         else:
             reference = row.workflow_ref or ""

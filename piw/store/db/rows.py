@@ -31,6 +31,7 @@ HELD_STATUSES = frozenset({"starting", "running"})
 PARK_REASONS: tuple[str, ...] = (
     "source_changed",
     "import_timeout",
+    "bundle_linked",
     "trace_corrupt",
     "needs-origin-session",
     "interrupted",
