@@ -7,10 +7,12 @@
     │                             is not waiting for one; nothing was recorded
     ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
     ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
+    │   └── ImportTimeout         importing a workflow file ran past its deadline (an endless loop at import)
     ├── RunNotFound               no run bundle with that id
     ├── TraceCorrupt              a trace line other than the torn tail fails to parse
     ├── StoreError                a bundle cannot be created or read (layout, paths, locks)
     │   ├── RunLocked             another process holds the run's writer lock
+    │   ├── BundleLinked          a run bundle is, or holds, a symbolic link; nothing is written through it
     │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
     │   ├── HomeUnavailable       ``PIW_HOME`` cannot be created, or cannot be written (read-only)
     │   ├── StorageFull           the disk filled while a run was written; the run is parked
@@ -79,6 +81,10 @@ class LoadError(PiwError):
     """A workflow cannot be found or imported."""
 
 
+class ImportTimeout(LoadError):
+    """Importing a workflow file took longer than its deadline (``PIW_IMPORT_TIMEOUT``, ``import_timeout_s``)."""
+
+
 class RunNotFound(PiwError):
     """No run bundle exists for the requested run id."""
 
@@ -97,6 +103,11 @@ class StoreError(PiwError):
 
 class RunLocked(StoreError):
     """Another process is writing this run."""
+
+
+class BundleLinked(StoreError):
+    """A run bundle is a symbolic link or holds one (``trace.ndjson``, ``state.json``, …): piw writes nothing
+    through it, inside or outside ``PIW_HOME`` (``docs/guarantees.md``, "Hostile workflow files")."""
 
 
 class HomeUnavailable(StoreError):

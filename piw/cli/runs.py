@@ -27,7 +27,10 @@ from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from piw.workflow.budget import Budget
+    from piw.workflow.import_deadline import DeadlineSetting
 
 # Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
 
@@ -204,38 +207,12 @@ def list_workflows(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List built-in workflows and discovered workflow files."""
-    from piw.workflow.loader import discover, import_definition, source_identity
+    from piw.workflow.import_deadline import import_setting
+    from piw.workflow.loader import discover
 
     home = piw_home()
-    rows: list[dict[str, Any]] = []
-    for label, path in discover(home):
-        try:
-            definition = import_definition(path)
-            source = source_identity(definition, path)
-            rows.append(
-                {
-                    "id": path.name.removesuffix(".workflow.py"),
-                    "revision": definition.revision,
-                    "contractId": definition.contract_id,
-                    "description": definition.description,
-                    "source": source,
-                    "_origin": label,
-                }
-            )
-        except PiwError as exc:
-            from piw.wire import sha256_hex
-
-            source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(path.read_bytes())}
-            rows.append(
-                {
-                    "id": path.name.removesuffix(".workflow.py"),
-                    "revision": None,
-                    "contractId": None,
-                    "description": f"(cannot load: {exc})",
-                    "source": source,
-                    "_origin": label,
-                }
-            )
+    setting = import_setting(home)
+    rows = [_workflow_row(label, path, setting) for label, path in discover(home)]
     if as_json:
         public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
         sys.stdout.write(json_text(public) + "\n")
@@ -256,8 +233,40 @@ def list_workflows(
             safe_text(single_line(row["description"] or "")),
         )
     console.print(table)
+    for row in rows:
+        if row["_timeout"] is not None:  # in full, with the path: the table folds its description column
+            console.print(f"⚠ {safe_text(row['_timeout'])}", soft_wrap=True)
     console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0
+
+
+def _workflow_row(label: str, path: Path, setting: DeadlineSetting) -> dict[str, Any]:
+    """One ``piw list`` row; a file that cannot be imported (or whose import ran past its deadline) says why."""
+    from piw.errors import ImportTimeout
+    from piw.wire import sha256_hex
+    from piw.workflow.loader import import_definition, shown_path, source_identity
+
+    row: dict[str, Any] = {
+        "id": shown_path(path.name).removesuffix(".workflow.py"),
+        "_origin": label,
+        "_timeout": None,
+    }
+    try:
+        definition = import_definition(path, setting)
+        source = source_identity(definition, path)
+    except PiwError as exc:
+        source = {"kind": "file", "path": shown_path(path.resolve()), "hash": sha256_hex(path.read_bytes())}
+        row.update(revision=None, contractId=None, description=f"(cannot load: {exc})", source=source)
+        if isinstance(exc, ImportTimeout):
+            row["_timeout"] = str(exc)
+        return row
+    row.update(
+        revision=definition.revision,
+        contractId=definition.contract_id,
+        description=definition.description,
+        source=source,
+    )
+    return row
 
 
 @app.command()

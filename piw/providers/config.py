@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 
-TOP_LEVEL_KEYS = ("default", "durability", "providers", "agent")
+TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -165,6 +165,8 @@ class PiwConfig(_Strict):
 
     default: str | None = None
     durability: Literal["effects", "always", "flush"] | None = None
+    import_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Seconds a workflow file's import may take (``PIW_IMPORT_TIMEOUT`` wins; default 10)."""
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     source: str | None = Field(default=None, exclude=True)

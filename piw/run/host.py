@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import PiwError
+from piw.errors import BundleLinked, PiwError
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
-from piw.run.runner import configured_durability, tools_known, workflow_path_of
+from piw.run.runner import configured_durability, load_park_reason, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import runs_dir
 from piw.store.db.database import now_ms
@@ -215,14 +215,20 @@ class Host:
         if started:
             from piw.store.bundle import load_state, open_bundle
 
-            state = load_state(open_bundle(self.home, run_id))
+            try:
+                state = load_state(open_bundle(self.home, run_id))
+            except (
+                BundleLinked
+            ) as exc:  # nothing is written through a link: the row says why (docs/guarantees.md)
+                lease.park("bundle_linked", error=str(exc))
+                raise
             reference = str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
         else:
             reference = row.workflow_ref or ""
         try:
             workflow = load_workflow(reference, self.home, tools_known())
         except PiwError as exc:
-            lease.park("source_changed", error=str(exc))
+            lease.park(load_park_reason(exc), error=str(exc))
             raise
         engine = self._engine(workflow, row)
         with self._lock:

@@ -22,11 +22,20 @@ LEASE_MS = 30_000
 
 QueueStatus = Literal["queued", "starting", "running", "parked", "done", "failed", "cancelled"]
 FinalStatus = Literal["done", "failed", "cancelled"]
-ParkReason = Literal["source_changed", "trace_corrupt", "needs-origin-session", "interrupted"]
+ParkReason = Literal[
+    "source_changed", "import_timeout", "trace_corrupt", "needs-origin-session", "interrupted"
+]
 QUEUE_STATUSES: tuple[str, ...] = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 HELD_STATUSES = frozenset({"starting", "running"})
-PARK_REASONS: tuple[str, ...] = ("source_changed", "trace_corrupt", "needs-origin-session", "interrupted")
+PARK_REASONS: tuple[str, ...] = (
+    "source_changed",
+    "import_timeout",
+    "bundle_linked",
+    "trace_corrupt",
+    "needs-origin-session",
+    "interrupted",
+)
 
 
 def claim_is_live(status: object, expires: object, holder: object, now: int) -> bool:
