@@ -16,7 +16,9 @@ agree on *about* runs (who may write one, what is queued, what a person answered
 
 sqlite-utils costs ~130 ms to import, so it is imported only when a database is created; an existing database
 with a matching ``schema_info`` is used through plain ``sqlite3`` (the queries are hand-written SQL anyway).
-The file and its ``-wal``/``-shm`` companions are private (0600), like everything under ``PIW_HOME``.
+The file and its ``-wal``/``-shm`` companions are private (0600), like everything under ``PIW_HOME``. A file
+this process cannot write (a read-only home) is opened ``mode=ro`` and never reported as foreign: every write
+then says the home cannot be written (``piw.store.db.access``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import StateSchemaMismatch, StoreError
+from piw.store.db.access import connect_read_only, is_unwritable, may_write, unwritable
 
 DATABASE_NAME = "piw.sqlite"
 SCHEMA_ID = "piw.sqlite.v1"
@@ -244,6 +247,8 @@ def _check_existing(path: Path) -> bool:
             raise _mismatch(path, "no schema_info table")
         row = probe.execute("SELECT schema_id, ddl_sha256 FROM schema_info WHERE id = 1").fetchone()
     except sqlite3.DatabaseError as exc:
+        if is_unwritable(exc):
+            raise unwritable(path, f"piw.sqlite: {exc}") from None
         raise _mismatch(path, str(exc)) from None
     finally:
         probe.close()
@@ -299,6 +304,9 @@ class Database:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self.read_only = not may_write(path)
+        """This process cannot write the file (a read-only home): it is read through ``mode=ro`` connections and
+        every transaction raises ``HomeUnavailable`` (``piw.store.db.access``)."""
         self._initialise()
         self.identity = _identity(path)
         """The file's (device, inode) when opened: a file moved aside or replaced is opened afresh."""
@@ -315,9 +323,14 @@ class Database:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
-            _configure(conn, self.path)
+            if self.read_only:
+                conn = connect_read_only(self.path, 5.0)
+            else:
+                conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
+                _configure(conn, self.path)
         except sqlite3.DatabaseError as exc:
+            if is_unwritable(exc):
+                raise unwritable(self.path, f"piw.sqlite: {exc}") from None
             raise _mismatch(self.path, str(exc)) from None
         with self._lock:
             self._all.append(conn)
@@ -331,7 +344,11 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection; rolled back on any exception."""
+        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection; rolled back on any exception.
+
+        A read-only database refuses before anything starts (``HomeUnavailable``: the home cannot be written)."""
+        if self.read_only:
+            raise unwritable(self.path)
         conn = self.connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -362,6 +379,12 @@ class Database:
 
     def _initialise(self) -> None:
         path = self.path
+        if self.read_only:
+            if not _check_existing(path):
+                raise unwritable(path, "there is no piw.sqlite and none can be created")
+            self.created = False
+            self.connection()
+            return
         if _check_existing(path):
             self.created = False
             self.connection()

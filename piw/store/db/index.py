@@ -267,15 +267,37 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
 
 
 def indexed_rows(home: Path) -> list[IndexRow]:
-    """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module)."""
+    """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module).
+
+    A read-only database (``Database.read_only``) is reconciled in memory: its rows are listed as the bundles say,
+    and nothing is written."""
     db = open_database(home)
     conn = db.connection()
-    if getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:
+    if not db.read_only and (
+        getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None
+    ):
         rebuild_run_index(home)
         db.created = False
     stamps = _scan(home)
     rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
-    root = home / "runs"
+    fresh, gone = _reconcile(home, conn, rows, stamps)
+    if (fresh or gone) and not db.read_only:
+        try:
+            with db.transaction() as write:
+                write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
+                write.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", fresh)
+        except Exception as exc:  # a cache: list what we know even if it cannot be written
+            log.warning("runs index not reconciled: %s", exc)
+    for run_id in gone:
+        rows.pop(run_id, None)
+    rows.update((row[0], row) for row in fresh)
+    return [_decode(rows[run_id]) for run_id in sorted(rows, reverse=True)]
+
+
+def _reconcile(
+    home: Path, conn: Any, rows: dict[str, tuple[Any, ...]], stamps: dict[str, str | None]
+) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """The rows to write (bundles without a row, rows whose trace changed) and the rows whose bundle is gone."""
     missing_ids = stamps.keys() - rows.keys()
     gone = [run_id for run_id in rows.keys() - stamps.keys()]
     # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
@@ -292,18 +314,8 @@ def indexed_rows(home: Path) -> list[IndexRow]:
     if refold:
         from piw.store.bundle import Bundle  # the fold comes with it: imported only when a row is refolded
 
+        root = home / "runs"
         fresh = [
             row for row in (_fold_row(Bundle(run_id, root / run_id)) for run_id in refold) if row is not None
         ]
-    fresh = [row for row in fresh if rows.get(row[0]) != row]
-    if fresh or gone:
-        try:
-            with db.transaction() as write:
-                write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
-                write.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", fresh)
-        except Exception as exc:  # a cache: list what we know even if it cannot be written
-            log.warning("runs index not reconciled: %s", exc)
-        for run_id in gone:
-            rows.pop(run_id, None)
-        rows.update((row[0], row) for row in fresh)
-    return [_decode(rows[run_id]) for run_id in sorted(rows, reverse=True)]
+    return [row for row in fresh if rows.get(row[0]) != row], gone
