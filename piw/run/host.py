@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import PiwError
+from piw.errors import DatabaseBusy, PiwError
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
@@ -133,6 +133,8 @@ class Host:
                 lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"),
                 self._delivered,
             )
+        except DatabaseBusy:
+            raise  # busy past the wait limit: the host stops with exit 75 (docs/detached.md)
         except PiwError as exc:  # housekeeping never stops the host
             log.warning("host housekeeping: %s", exc)
 

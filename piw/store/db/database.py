@@ -6,7 +6,8 @@ agree on *about* runs (who may write one, what is queued, what a person answered
 
 - ``sqlite3.connect(path, isolation_level=None, timeout=5.0)``, one connection per thread, each setting
   ``journal_mode=WAL`` (which must answer ``wal``), ``synchronous=FULL``, ``foreign_keys=ON``, ``busy_timeout=5000``;
-- every mutation is one explicit ``BEGIN IMMEDIATE … COMMIT`` (:meth:`Database.transaction`);
+- every mutation is one explicit ``BEGIN IMMEDIATE … COMMIT`` (:meth:`Database.transaction`), waiting with a
+  visible line while another process holds the lock (``piw.store.db.busy``);
 - times are integer wall-clock epoch milliseconds (:func:`now_ms`);
 - the tables are created through sqlite-utils ``create(..., if_not_exists=True)``, partial indexes with raw DDL;
 - ``schema_info`` holds ``(1, "piw.sqlite.v1", ddl_sha256)``. Any other database raises ``StateSchemaMismatch``
@@ -38,6 +39,7 @@ from typing import Any
 
 from piw.errors import StateSchemaMismatch, StoreError
 from piw.store.db.access import connect_read_only, is_unwritable, may_write, unwritable
+from piw.store.db.busy import BUSY_TIMEOUT_MS, begin
 
 DATABASE_NAME = "piw.sqlite"
 SCHEMA_ID = "piw.sqlite.v1"
@@ -267,7 +269,7 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"{path}: SQLite refused WAL journal mode ({mode!r}); piw needs a local filesystem.")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -350,7 +352,7 @@ class Database:
         if self.read_only:
             raise unwritable(self.path)
         conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE")
+        begin(conn, self.path)
         try:
             yield conn
         except BaseException:
