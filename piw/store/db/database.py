@@ -28,6 +28,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -305,6 +306,11 @@ class Database:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._gate = threading.RLock()
+        """Held while the file is reopened after it was replaced: no thread connects to it half-restored."""
+        self.on_replaced: list[Callable[[Database], None]] = []
+        """Called (inside the gate) once a deleted or replaced file was opened afresh: a host puts back what it
+        holds (``piw.run.host_recovery``)."""
         self._pid = os.getpid()
         self.read_only = not may_write(path)
         """This process cannot write the file (a read-only home): it is read through ``mode=ro`` connections and
@@ -324,6 +330,10 @@ class Database:
         return conn
 
     def _connect(self) -> sqlite3.Connection:
+        with self._gate:
+            return self._connect_now()
+
+    def _connect_now(self) -> sqlite3.Connection:
         try:
             if self.read_only:
                 conn = connect_read_only(self.path, 5.0)
@@ -376,6 +386,30 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
         self._local = threading.local()
+
+    # ---- a file deleted or replaced under this process --------------------------------------------------
+
+    def replaced(self) -> bool:
+        """Whether the file at :attr:`path` is no longer the one opened (deleted, moved aside, replaced)."""
+        return _identity(self.path) != self.identity
+
+    def recover(self) -> bool:
+        """Open the file afresh if it was deleted or replaced (creating it), then call :attr:`on_replaced`;
+        whether it had been. Connections to the old file are closed; until the hooks ran, no thread of this
+        process connects to the new one."""
+        with self._gate:
+            if not self.replaced():
+                return False
+            self.close()
+            self.read_only = not may_write(self.path)
+            self._initialise()
+            self.identity = _identity(self.path)
+            for hook in list(self.on_replaced):
+                try:
+                    hook(self)
+                except Exception:  # one hook failing must not leave the others undone
+                    logging.getLogger(__name__).exception("restoring %s after it was replaced", self.path)
+            return True
 
     # ---- creation and the schema check ----------------------------------------------------------------
 
@@ -445,7 +479,8 @@ def open_database(home: Path) -> Database:
     path = database_path(home)
     with _OPEN_LOCK:
         db = _OPEN.get(path)
-        if db is not None and db._pid == os.getpid() and db.identity == _identity(path):
+        if db is not None and db._pid == os.getpid():
+            db.recover()  # a file deleted or replaced meanwhile is opened afresh, in place
             return db
         if db is not None:
             db.close()
