@@ -18,6 +18,7 @@
     │   ├── StorageFull           the disk filled while a run was written; the run is parked
     │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
     │   └── StoreBusy             the run database could not be read or written just now (busy, locked)
+    │       └── DatabaseBusy      another process held ``piw.sqlite`` locked past the wait limit (exit 75)
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
     │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
@@ -138,6 +139,13 @@ class StoreBusy(StoreError):
 
     Raised from the database's own error (its ``__cause__``), so a full disk or a read-only home is still told
     apart from it (``piw.store.storage``)."""
+
+
+class DatabaseBusy(StoreBusy):
+    """Another process held ``piw.sqlite`` locked for longer than piw waits (``PIW_DB_BUSY_WAIT_S``); nothing was
+    changed by the command that gave up."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
 
 
 class ClaimLost(PiwError):

@@ -3,7 +3,8 @@
 A run executes under a claim on its ``run_queue`` row (``docs/design/persistence.md`` §10.2), held through a
 :class:`~piw.store.db.lease.Lease`. This module is what the engine does with it:
 
-- take the per-bundle writer lock fenced by the lease (a busy lock parks the row for ``RENEW_MS``);
+- take the per-bundle writer lock fenced by the lease (a busy lock parks the row for ``RENEW_MS``), after stopping
+  for good a holder on this machine that was stopped past its lease and still holds it (``piw.run.takeover``);
 - expose the ``pause_requested``/``cancel_requested`` flags the lease polls, and abort the active node when a
   cancel arrives or the claim is lost;
 - settle the row when the run stops: final status after a terminal event, ``parked`` for a pause, a park
@@ -26,6 +27,7 @@ from piw.errors import (
     StorageFull,
     TraceCorrupt,
 )
+from piw.run.takeover import acquire_from_stale_holder
 from piw.store.db.lease import BOUNDARY_FLAGS_MS, Lease
 from piw.store.db.queue import RENEW_MS
 from piw.store.db.rows import FinalStatus, ParkReason
@@ -78,13 +80,24 @@ class ClaimControl:
 
     def acquire(self, store: RunStore) -> RunStore:
         """The run's store taken for writing, fenced by the lease; a busy run parks the row for ``RENEW_MS`` and
-        re-raises."""
+        re-raises, unless the lock is held by the stale holder this claim was taken from (then it is stopped)."""
         try:
             return store.acquire(self.lease)
         except RunLocked:
-            if self.lease is not None:
-                self.lease.park(delay_ms=RENEW_MS)
+            if self.lease is None:
+                raise
+            taken = self._take_over(store)
+            if taken is not None:
+                return taken
+            self.lease.park(delay_ms=RENEW_MS)
             raise
+
+    def _take_over(self, store: RunStore) -> RunStore | None:
+        lease = self.lease
+        if lease is None or lease.claim.taken_from is None:
+            return None
+        lease.confirm()  # still ours: the previous holder's lease had expired on the database clock
+        return acquire_from_stale_holder(lambda: store.acquire(lease), lease.claim.taken_from)
 
     def running(self) -> None:
         if self.lease is not None:

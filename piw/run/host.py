@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import BundleLinked, PiwError
+from piw.errors import BundleLinked, DatabaseBusy, PiwError
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
+from piw.run.host_recovery import watch_database
 from piw.run.runner import configured_durability, load_park_reason, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import runs_dir
@@ -86,6 +87,12 @@ class Host:
         self._engines: dict[str, Engine] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._delivered: set[str] = set()
+        self._leases: dict[str, Lease] = {}
+        self._check_database = watch_database(self.queue, home, self._held, options.report)
+
+    def _held(self) -> dict[str, Lease]:
+        with self._lock:
+            return {run_id: lease for run_id, lease in self._leases.items() if lease.lost is None}
 
     def stop(self) -> None:
         """Stop claiming and park every run in flight (their nodes rerun on the next claim)."""
@@ -126,6 +133,7 @@ class Host:
         claimed like any run), and deliver notifications that have no origin session (part B, ``decisions``)."""
         report = self.options.report
         try:
+            self._check_database()  # deleted or replaced under this host: recreated, what it held put back
             for receipt in sweep_timeouts(self.home, self.database):
                 spec = receipt.spec
                 report(f"{spec.parent_run_id}  {spec.node_id} timed out: continuing as run {spec.run_id}")
@@ -134,6 +142,8 @@ class Host:
                 lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"),
                 self._delivered,
             )
+        except DatabaseBusy:
+            raise  # busy past the wait limit: the host stops with exit 75 (docs/detached.md)
         except PiwError as exc:  # housekeeping never stops the host
             log.warning("host housekeeping: %s", exc)
 
@@ -156,6 +166,7 @@ class Host:
                 if not thread.is_alive():
                     del self._threads[run_id]
                     self._engines.pop(run_id, None)
+                    self._leases.pop(run_id, None)
 
     def _launch(self, claim: Claim) -> None:
         self.result.claimed += 1
@@ -165,6 +176,7 @@ class Host:
         )
         with self._lock:
             self._threads[claim.run_id] = thread
+            self._leases[claim.run_id] = lease
         thread.start()
 
     # ---- one run --------------------------------------------------------------------------------------

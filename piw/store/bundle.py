@@ -39,10 +39,14 @@ if TYPE_CHECKING:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) with mode 0700, and tighten it if it already exists."""
+    """Create ``path`` (and parents) with mode 0700, and tighten it if it already exists.
+
+    Tightening only removes group and other bits: a folder its owner made read-only stays read-only."""
     if not path.exists():
         path.mkdir(mode=0o700, parents=True)
-    os.chmod(path, 0o700)
+        os.chmod(path, 0o700)
+    else:
+        tighten(path)
     return path
 
 

@@ -20,6 +20,8 @@ _DENIED = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 def storage_error(exc: BaseException, home: Path | None, run_id: str | None = None) -> StoreError | None:
     """The storage problem ``exc`` is, as a one-line error; ``None`` when it is some other error."""
+    if isinstance(exc, HomeUnavailable | StorageFull):
+        return exc  # already said (e.g. a database opened read-only refusing a write)
     if isinstance(exc, StoreBusy) and exc.__cause__ is not None:
         return storage_error(exc.__cause__, home, run_id)  # what the database itself said
     where = f"run {run_id}" if run_id else (f"PIW_HOME {home}" if home else "PIW_HOME")
@@ -28,14 +30,14 @@ def storage_error(exc: BaseException, home: Path | None, run_id: str | None = No
         if exc.errno in _FULL:
             return StorageFull(_full_message(where, reason, run_id))
         if exc.errno in _DENIED and _inside(exc.filename, home):
-            return HomeUnavailable(_denied_message(home, reason))
+            return HomeUnavailable(denied_message(home, reason))
         return None
     if type(exc).__module__ == "sqlite3":  # imported lazily everywhere; never import it just to look
         text = str(exc).lower()
         if "full" in text:
             return StorageFull(_full_message(where, "the database or disk is full", run_id))
         if "readonly" in text or "read-only" in text or "unable to open database" in text:
-            return HomeUnavailable(_denied_message(home, f"piw.sqlite: {exc}"))
+            return HomeUnavailable(denied_message(home, f"piw.sqlite: {exc}"))
     return None
 
 
@@ -59,7 +61,9 @@ def _full_message(where: str, reason: str, run_id: str | None) -> str:
     return f"No space left while writing {where} ({reason}); free some space and try again."
 
 
-def _denied_message(home: Path | None, reason: str) -> str:
+def denied_message(home: Path | None, reason: str) -> str:
+    """``PIW_HOME … cannot be written (reason)``: what a write command says on a read-only home (never "move it
+    aside": a read-only database is intact)."""
     return (
         f"PIW_HOME {home or ''} cannot be written ({reason}). Runs cannot be started or changed here; 'piw runs', "
         "'piw inspect', 'piw watch' and 'piw view' still read it. Set PIW_HOME to a writable folder to run."

@@ -6,7 +6,8 @@ agree on *about* runs (who may write one, what is queued, what a person answered
 
 - ``sqlite3.connect(path, isolation_level=None, timeout=5.0)``, one connection per thread, each setting
   ``journal_mode=WAL`` (which must answer ``wal``), ``synchronous=FULL``, ``foreign_keys=ON``, ``busy_timeout=5000``;
-- every mutation is one explicit ``BEGIN IMMEDIATE … COMMIT`` (:meth:`Database.transaction`);
+- every mutation is one explicit ``BEGIN IMMEDIATE … COMMIT`` (:meth:`Database.transaction`), waiting with a
+  visible line while another process holds the lock (``piw.store.db.busy``);
 - times are integer wall-clock epoch milliseconds (:func:`now_ms`);
 - the tables are created through sqlite-utils ``create(..., if_not_exists=True)``, partial indexes with raw DDL;
 - ``schema_info`` holds ``(1, "piw.sqlite.v1", ddl_sha256)``. Any other database raises ``StateSchemaMismatch``
@@ -16,7 +17,9 @@ agree on *about* runs (who may write one, what is queued, what a person answered
 
 sqlite-utils costs ~130 ms to import, so it is imported only when a database is created; an existing database
 with a matching ``schema_info`` is used through plain ``sqlite3`` (the queries are hand-written SQL anyway).
-The file and its ``-wal``/``-shm`` companions are private (0600), like everything under ``PIW_HOME``.
+The file and its ``-wal``/``-shm`` companions are private (0600), like everything under ``PIW_HOME``. A file
+this process cannot write (a read-only home) is opened ``mode=ro`` and never reported as foreign: every write
+then says the home cannot be written (``piw.store.db.access``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -35,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import StateSchemaMismatch, StoreError
+from piw.store.db.access import connect_read_only, is_unwritable, may_write, unwritable
+from piw.store.db.busy import BUSY_TIMEOUT_MS, begin
 
 DATABASE_NAME = "piw.sqlite"
 SCHEMA_ID = "piw.sqlite.v1"
@@ -244,6 +250,8 @@ def _check_existing(path: Path) -> bool:
             raise _mismatch(path, "no schema_info table")
         row = probe.execute("SELECT schema_id, ddl_sha256 FROM schema_info WHERE id = 1").fetchone()
     except sqlite3.DatabaseError as exc:
+        if is_unwritable(exc):
+            raise unwritable(path, f"piw.sqlite: {exc}") from None
         raise _mismatch(path, str(exc)) from None
     finally:
         probe.close()
@@ -262,7 +270,7 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"{path}: SQLite refused WAL journal mode ({mode!r}); piw needs a local filesystem.")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -298,7 +306,15 @@ class Database:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._gate = threading.RLock()
+        """Held while the file is reopened after it was replaced: no thread connects to it half-restored."""
+        self.on_replaced: list[Callable[[Database], None]] = []
+        """Called (inside the gate) once a deleted or replaced file was opened afresh: a host puts back what it
+        holds (``piw.run.host_recovery``)."""
         self._pid = os.getpid()
+        self.read_only = not may_write(path)
+        """This process cannot write the file (a read-only home): it is read through ``mode=ro`` connections and
+        every transaction raises ``HomeUnavailable`` (``piw.store.db.access``)."""
         self._initialise()
         self.identity = _identity(path)
         """The file's (device, inode) when opened: a file moved aside or replaced is opened afresh."""
@@ -314,10 +330,19 @@ class Database:
         return conn
 
     def _connect(self) -> sqlite3.Connection:
+        with self._gate:
+            return self._connect_now()
+
+    def _connect_now(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
-            _configure(conn, self.path)
+            if self.read_only:
+                conn = connect_read_only(self.path, 5.0)
+            else:
+                conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
+                _configure(conn, self.path)
         except sqlite3.DatabaseError as exc:
+            if is_unwritable(exc):
+                raise unwritable(self.path, f"piw.sqlite: {exc}") from None
             raise _mismatch(self.path, str(exc)) from None
         with self._lock:
             self._all.append(conn)
@@ -331,9 +356,13 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection; rolled back on any exception."""
+        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection; rolled back on any exception.
+
+        A read-only database refuses before anything starts (``HomeUnavailable``: the home cannot be written)."""
+        if self.read_only:
+            raise unwritable(self.path)
         conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE")
+        begin(conn, self.path)
         try:
             yield conn
         except BaseException:
@@ -358,10 +387,40 @@ class Database:
                 conn.close()
         self._local = threading.local()
 
+    # ---- a file deleted or replaced under this process --------------------------------------------------
+
+    def replaced(self) -> bool:
+        """Whether the file at :attr:`path` is no longer the one opened (deleted, moved aside, replaced)."""
+        return _identity(self.path) != self.identity
+
+    def recover(self) -> bool:
+        """Open the file afresh if it was deleted or replaced (creating it), then call :attr:`on_replaced`;
+        whether it had been. Connections to the old file are closed; until the hooks ran, no thread of this
+        process connects to the new one."""
+        with self._gate:
+            if not self.replaced():
+                return False
+            self.close()
+            self.read_only = not may_write(self.path)
+            self._initialise()
+            self.identity = _identity(self.path)
+            for hook in list(self.on_replaced):
+                try:
+                    hook(self)
+                except Exception:  # one hook failing must not leave the others undone
+                    logging.getLogger(__name__).exception("restoring %s after it was replaced", self.path)
+            return True
+
     # ---- creation and the schema check ----------------------------------------------------------------
 
     def _initialise(self) -> None:
         path = self.path
+        if self.read_only:
+            if not _check_existing(path):
+                raise unwritable(path, "there is no piw.sqlite and none can be created")
+            self.created = False
+            self.connection()
+            return
         if _check_existing(path):
             self.created = False
             self.connection()
@@ -420,7 +479,8 @@ def open_database(home: Path) -> Database:
     path = database_path(home)
     with _OPEN_LOCK:
         db = _OPEN.get(path)
-        if db is not None and db._pid == os.getpid() and db.identity == _identity(path):
+        if db is not None and db._pid == os.getpid():
+            db.recover()  # a file deleted or replaced meanwhile is opened afresh, in place
             return db
         if db is not None:
             db.close()

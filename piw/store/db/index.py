@@ -9,6 +9,10 @@ gone is dropped, a row whose trace changed since (its size and mtime, one ``stat
 the index never hides, invents or misreports a run. The one exception is a running run whose writer holds a live
 claim: that writer upserts its own row every second, so its row is listed as it stands (refolding a long running
 run on every listing cost seconds and hundreds of MB). It is never used for recovery decisions.
+
+A table that cannot be read (dropped, a malformed page, a row that does not decode) is rebuilt from the bundles and
+the listing says so in one line (:mod:`piw.store.db.notices`); when it cannot even be rebuilt in place, the runs are
+listed from their bundles all the same (``docs/guarantees.md``, "Database faults").
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from piw.errors import PiwError
-from piw.store.db.database import Database, now_ms, open_database
+from piw.store.db.database import INDEXES, TABLES, Database, now_ms, open_database
+from piw.store.db.notices import notice
 from piw.store.home import RUN_ID_PATTERN
 from piw.wire import parse_time
 
@@ -267,15 +273,85 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
 
 
 def indexed_rows(home: Path) -> list[IndexRow]:
-    """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module)."""
+    """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module).
+
+    A read-only database (``Database.read_only``) is reconciled in memory: its rows are listed as the bundles say,
+    and nothing is written. A damaged table is rebuilt from the bundles (:func:`_rebuild_damaged`)."""
     db = open_database(home)
+    try:
+        return _reconciled_rows(db, home)
+    except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+            raise  # busy, not damaged
+        return _rebuild_damaged(db, home, exc)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _rebuild_damaged(db: Database, home: Path, exc: BaseException) -> list[IndexRow]:
+    """Fold every bundle and put the table back from them (say so); list them even if it cannot be put back."""
+    from piw.store.bundle import list_bundles
+
+    rows = [row for row in (_fold_row(bundle) for bundle in list_bundles(home)) if row is not None]
+    reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, ValueError | TypeError) else str(exc)
+    try:
+        _replace_table(db, rows)
+    except Exception as failed:
+        notice(
+            f"the runs index in {db.path} is damaged ({reason}) and could not be rebuilt ({failed}); listing the "
+            f"{len(rows)} runs from their bundles, which are intact."
+        )
+    else:
+        notice(
+            f"the runs index in {db.path} was damaged ({reason}); rebuilt it from the {len(rows)} run bundles."
+        )
+    return [_decode(row) for row in sorted(rows, key=lambda row: row[0], reverse=True)]
+
+
+def _replace_table(db: Database, rows: list[tuple[Any, ...]]) -> None:
+    """Drop the ``runs`` table and create it anew (same definition), filled with ``rows``."""
+    spec = TABLES["runs"]
+    with db.transaction() as conn:
+        conn.execute("DROP TABLE IF EXISTS runs")
+        db.utils()["runs"].create(
+            spec.columns, pk=spec.pk, not_null=spec.not_null or None, defaults=spec.defaults or None
+        )
+        for statement in INDEXES:
+            if " ON runs(" in statement:
+                conn.execute(statement)
+        conn.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", rows)
+
+
+def _reconciled_rows(db: Database, home: Path) -> list[IndexRow]:
     conn = db.connection()
-    if getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:
+    if not db.read_only and (
+        getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None
+    ):
         rebuild_run_index(home)
         db.created = False
     stamps = _scan(home)
     rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
-    root = home / "runs"
+    fresh, gone = _reconcile(home, conn, rows, stamps)
+    if (fresh or gone) and not db.read_only:
+        try:
+            with db.transaction() as write:
+                write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
+                write.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", fresh)
+        except Exception as exc:  # a cache: list what we know even if it cannot be written
+            log.warning("runs index not reconciled: %s", exc)
+    for run_id in gone:
+        rows.pop(run_id, None)
+    rows.update((row[0], row) for row in fresh)
+    return [_decode(rows[run_id]) for run_id in sorted(rows, reverse=True)]
+
+
+def _reconcile(
+    home: Path, conn: Any, rows: dict[str, tuple[Any, ...]], stamps: dict[str, str | None]
+) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """The rows to write (bundles without a row, rows whose trace changed) and the rows whose bundle is gone."""
     missing_ids = stamps.keys() - rows.keys()
     gone = [run_id for run_id in rows.keys() - stamps.keys()]
     # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
@@ -292,18 +368,8 @@ def indexed_rows(home: Path) -> list[IndexRow]:
     if refold:
         from piw.store.bundle import Bundle  # the fold comes with it: imported only when a row is refolded
 
+        root = home / "runs"
         fresh = [
             row for row in (_fold_row(Bundle(run_id, root / run_id)) for run_id in refold) if row is not None
         ]
-    fresh = [row for row in fresh if rows.get(row[0]) != row]
-    if fresh or gone:
-        try:
-            with db.transaction() as write:
-                write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
-                write.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", fresh)
-        except Exception as exc:  # a cache: list what we know even if it cannot be written
-            log.warning("runs index not reconciled: %s", exc)
-        for run_id in gone:
-            rows.pop(run_id, None)
-        rows.update((row[0], row) for row in fresh)
-    return [_decode(rows[run_id]) for run_id in sorted(rows, reverse=True)]
+    return [row for row in fresh if rows.get(row[0]) != row], gone

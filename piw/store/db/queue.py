@@ -53,8 +53,8 @@ from piw.store.db.rows import (
     take_claim,
 )
 
-RENEW_MS = 10_000
-"""How often a holder renews its lease (a third of :data:`~piw.store.db.rows.LEASE_MS`)."""
+RENEW_MS = LEASE_MS // 3
+"""How often a holder renews its lease (a third of :data:`~piw.store.db.rows.LEASE_MS`: 10 s)."""
 POLL_MS = 200
 """How often a holder reads its row's pause/cancel flags (at most every second, ``docs/detached.md``)."""
 
@@ -192,6 +192,18 @@ class SqliteQueue:
         now = self.clock()
         with self.db.transaction() as conn:
             insert_run(conn, run, status, now, ignore=True)
+
+    def restore_claim(self, run: NewRun, claim: Claim) -> None:
+        """Put back the row of a run this process holds, with its claim as it stands, into a database that lost it
+        (deleted under a running host): the holder's lease and fence go on as if nothing happened. SQLite only."""
+        now = self.clock()
+        with self.db.transaction() as conn:
+            insert_run(conn, run, "running", now, ignore=True)
+            conn.execute(
+                "UPDATE run_queue SET status = 'running', claim_token = ?, claim_generation = ?, "
+                "claim_expires_at = ?, runner_id = ?, park_reason = NULL, updated_at = ? WHERE run_id = ?",
+                (claim.token, claim.generation, claim.expires_at, claim.runner_id, now, claim.run_id),
+            )
 
     def set_options(self, run_id: str, options: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
