@@ -133,7 +133,7 @@ class Host:
                 lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"),
                 self._delivered,
             )
-        except PiwError as exc:  # housekeeping never stops the host
+        except Exception as exc:  # housekeeping never stops the host (a database locked or out of reach too)
             log.warning("host housekeeping: %s", exc)
 
     def _join_all(self) -> None:

@@ -53,8 +53,8 @@ from piw.store.db.rows import (
     take_claim,
 )
 
-RENEW_MS = 10_000
-"""How often a holder renews its lease (a third of :data:`~piw.store.db.rows.LEASE_MS`)."""
+RENEW_MS = LEASE_MS // 3
+"""How often a holder renews its lease (a third of :data:`~piw.store.db.rows.LEASE_MS`: 10 s)."""
 POLL_MS = 200
 """How often a holder reads its row's pause/cancel flags (at most every second, ``docs/detached.md``)."""
 

@@ -9,6 +9,7 @@ here, each over a connection inside the caller's transaction, so neither reaches
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,8 +18,9 @@ from piw.store.db.dialect import SQLITE, Connection, Dialect, dumps, loads
 from piw.store.db.holders import holder_is_dead
 from piw.store.db.idempotency import StartKey
 
-LEASE_MS = 30_000
-"""How long a claim lasts unless its holder renews it."""
+LEASE_MS = int(os.environ.get("PIW_TEST_LEASE_MS", "") or 30_000)
+"""How long a claim lasts unless its holder renews it (``PIW_TEST_LEASE_MS`` shortens it for the multi-host
+process tests only)."""
 
 QueueStatus = Literal["queued", "starting", "running", "parked", "done", "failed", "cancelled"]
 FinalStatus = Literal["done", "failed", "cancelled"]
