@@ -1,0 +1,1 @@
+"""Database mode: PostgreSQL shared by many hosts (``docs/many-machines.md``)."""
