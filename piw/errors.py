@@ -14,8 +14,11 @@
     │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
     │   ├── HomeUnavailable       ``PIW_HOME`` cannot be created, or cannot be written (read-only)
     │   ├── StorageFull           the disk filled while a run was written; the run is parked
-    │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
-    │   └── StoreBusy             the run database could not be read or written just now (busy, locked)
+    │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw, or a PostgreSQL schema is
+    │   │                         outside this piw's window (``piw db migrate``, or another piw version)
+    │   ├── StoreBusy             the run database could not be read or written just now (busy, locked)
+    │   └── DatabaseUnavailable   the configured PostgreSQL cannot be reached or used (URL shown redacted), or
+    │                             psycopg (``piw[postgres]``) is not installed
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
     │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
@@ -120,6 +123,10 @@ class StoreBusy(StoreError):
 
     Raised from the database's own error (its ``__cause__``), so a full disk or a read-only home is still told
     apart from it (``piw.store.storage``)."""
+
+
+class DatabaseUnavailable(StoreError):
+    """The configured PostgreSQL database cannot be reached or used; the message shows its URL redacted."""
 
 
 class ClaimLost(PiwError):
