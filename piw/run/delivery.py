@@ -23,6 +23,7 @@ from piw.errors import PiwError
 from piw.store.db.deadline import HolderDeadline, holder_clock
 from piw.store.db.outbox import DELIVERY_LEASE_MS, NotificationRow, Outbox
 from piw.store.fold import RunState
+from piw.store.place import runs_home
 from piw.store.trace import TraceEvent, iter_trace
 
 Show = Callable[[NotificationRow], None]
@@ -46,7 +47,7 @@ class OriginDelivery:
     def _queued(self, run_id: str) -> set[str]:
         """Notifications whose ``notification_queued`` is committed: a row without one is still being sent by a
         node that reruns now (it is shown when its event is written), so it is not delivered early."""
-        path = self.home / "runs" / run_id / "trace.ndjson"
+        path = runs_home(self.home) / "runs" / run_id / "trace.ndjson"
         with contextlib.suppress(PiwError, OSError):
             return {
                 str(e.payload.get("notificationId"))

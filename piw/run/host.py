@@ -28,7 +28,6 @@ from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.runner import configured_durability, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
-from piw.store.bundle import runs_dir
 from piw.store.db.database import now_ms
 from piw.store.db.holders import runner_id
 from piw.store.db.index import from_ms
@@ -36,6 +35,7 @@ from piw.store.db.lease import Lease
 from piw.store.db.rows import Claim, QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.fold import RunState
+from piw.store.place import runs_home
 from piw.store.run_store import open_run_stores
 from piw.store.trace import resolve_durability
 from piw.store.writer import Listener
@@ -209,7 +209,7 @@ class Host:
         row = self.queue.get(run_id)
         assert row is not None
         self.options.report(f"{run_id}  claimed (generation {lease.claim.generation}){pickup_note(row)}")
-        bundle_path = self.home / "runs" / run_id
+        bundle_path = runs_home(self.home) / "runs" / run_id
         started = _has_run_started(self.home, run_id)
         if started:
             from piw.store.bundle import load_state, open_bundle
@@ -238,7 +238,7 @@ class Host:
             )
         if bundle_path.exists():
             lease.fence()
-            bundle_path.rename(runs_dir(self.home) / f".incomplete-{run_id}-{now_ms()}")
+            bundle_path.rename(bundle_path.parent / f".incomplete-{run_id}-{now_ms()}")
         if row.origin_session_id:
             engine.options.origin_session = {
                 "id": row.origin_session_id,

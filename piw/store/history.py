@@ -23,6 +23,7 @@ from piw.store.db.database import now_ms
 from piw.store.db.index import IndexRow, from_ms, indexed_rows, usage_cost
 from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
+from piw.store.place import refresh_mirrors
 from piw.store.storage import storage_error
 
 RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled")
@@ -166,6 +167,7 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
     """
     now = now_ms()
     try:
+        refresh_mirrors(home, limit)
         database: RunDatabase | None = None
         rows: list[tuple[IndexRow, WaitSummary | None]] = []
         for row in indexed_rows(home):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from piw.errors import PiwError
 from piw.store.db.database import Database, now_ms, open_database
 from piw.store.home import RUN_ID_PATTERN
+from piw.store.place import runs_home
 from piw.wire import parse_time
 
 if TYPE_CHECKING:  # the bundle and the fold are imported only to refold a row: a current index needs neither
@@ -205,14 +206,16 @@ class RunIndex:
 
     def __call__(self, state: RunState) -> None:
         if state.run_id:
-            stamp = trace_stamp(self.home / "runs" / state.run_id / "trace.ndjson")
-            _upsert(open_database(self.home), [row_of_state(state, stamp=stamp)])
+            home = runs_home(self.home)  # (database mode: the mirrors' own index)
+            stamp = trace_stamp(home / "runs" / state.run_id / "trace.ndjson")
+            _upsert(open_database(home), [row_of_state(state, stamp=stamp)])
 
 
 def rebuild_run_index(home: Path) -> int:
     """Fold every bundle and replace the ``runs`` table with what they say; returns the rows written."""
     from piw.store.bundle import list_bundles
 
+    home = runs_home(home)
     db = open_database(home)
     rows = [row for row in (_fold_row(bundle) for bundle in list_bundles(home)) if row is not None]
     with db.transaction() as conn:
@@ -268,6 +271,7 @@ def _live_writers(conn: Any, run_ids: list[str]) -> set[str]:
 
 def indexed_rows(home: Path) -> list[IndexRow]:
     """Every run's row, newest first, with the table reconciled against the bundles on disk (see the module)."""
+    home = runs_home(home)
     db = open_database(home)
     conn = db.connection()
     if getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None:

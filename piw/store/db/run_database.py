@@ -31,7 +31,13 @@ class RunDatabase:
 
 
 def open_run_database(home: Path, clock: Clock = now_ms) -> RunDatabase:
-    """The run database of ``home`` (``piw.sqlite``, created on first use), its clock injectable for tests."""
+    """The run database of ``home`` (``piw.sqlite``, created on first use), its clock injectable for tests; in
+    database mode the PostgreSQL one the command resolved (``piw.store.place``)."""
+    from piw.store.place import database_place
+
+    place = database_place(home)
+    if place is not None:
+        return place.run_database()
     db = open_database(home)
     return RunDatabase(SqliteQueue(db, clock), SqliteDecisions(db, clock), SqliteOutbox(db, clock))
 
