@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 
 from piw.cli.app import app
+from piw.cli.database import DatabaseOption, command_home
 from piw.errors import PiwError, UsageError
-from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 
 DEFAULT_PORT = 8765
@@ -40,9 +40,10 @@ def view(
     max_sessions: Annotated[
         int, typer.Option("--max-sessions", help="Browser sessions --serve runs at once (each one a viewer).")
     ] = 4,
+    database: DatabaseOption = None,
 ) -> int:
     """Browse runs full-screen: the runs list, a run's graph and panes, time travel, live following."""
-    home = piw_home()
+    home = command_home(database)
     message = None
     resolved = None
     if run_id is not None:

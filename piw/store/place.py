@@ -95,7 +95,7 @@ class DatabasePlace:
         db = self.db
         with self._lock:
             if self._run_database is None:
-                from piw.store.db.run_database import open_pg_run_database
+                from piw.store.db.run_database import open_pg_run_database  # type: ignore[attr-defined]
 
                 self._run_database = open_pg_run_database(db)
             return self._run_database
@@ -206,7 +206,8 @@ def following(home: Path, run_id: str, *, active: bool = True) -> Iterator[None]
     from piw.store.pg.notify import TraceListener
 
     mirrors = place.mirrors
-    listener = TraceListener(place.setting.url, run_id, lambda: mirrors.sync(run_id)).start()
+    channel = place.db.channel("trace")
+    listener = TraceListener(place.setting.url, channel, run_id, lambda: mirrors.sync(run_id)).start()
     try:
         yield
     finally:

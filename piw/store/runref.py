@@ -23,7 +23,7 @@ def run_ids(home: Path) -> list[str]:
     mode every run of the database (``piw.store.place``)."""
     place = database_place(home)
     if place is not None:
-        return place.mirrors.run_ids()
+        return list(place.mirrors.run_ids())
     root = home / "runs"
     if not root.is_dir():
         return []

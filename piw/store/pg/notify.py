@@ -1,15 +1,16 @@
-"""Cross-host wake-ups for readers: coalesced ``NOTIFY piw_trace`` from writers, ``LISTEN`` plus a poll in readers.
+"""Cross-host wake-ups for readers: coalesced trace notices from writers, ``LISTEN`` plus a poll in readers.
 
 A writer commits rows; a reader on another machine must learn that soon without polling the database hard
 (``docs/many-machines.md``, "Watching from another machine"):
 
-- **Writers** (:class:`Notifier`, one thread per process and database) send ``pg_notify('piw_trace', runId)`` at
-  most once per :data:`COALESCE_S` per run, and at once after a run-scoped event; one statement carries every run
-  due (``SELECT pg_notify(…) FROM unnest(…)``), off the append path, so NOTIFY's commit lock never sits in a
-  fenced append.
-- **Readers** (:class:`TraceListener`) keep one direct connection in ``LISTEN piw_trace`` and wake on a notice for
-  their run, or after :data:`POLL_S` without one: a lost notice, a killed listener connection or a PgBouncer in
-  between only cost latency, never an event. A listener whose connection died polls and listens again later.
+- **Writers** (:class:`Notifier`, one thread per process and database) send ``wake('trace', runId)`` (a
+  ``pg_notify`` on the schema's ``<schema>_trace`` channel) at most once per :data:`COALESCE_S` per run, and at
+  once after a run-scoped event; one statement carries every run due (``… FROM unnest(…)``), off the append path,
+  so NOTIFY's commit lock never sits in a fenced append.
+- **Readers** (:class:`TraceListener`) keep one direct connection in ``LISTEN <schema>_trace`` and wake on a
+  notice for their run, or after :data:`POLL_S` without one: a lost notice, a killed listener connection or a
+  PgBouncer in between only cost latency, never an event. A listener whose connection died polls and listens
+  again later.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "piw_trace"
 COALESCE_S = 0.05
 """At most one notice per run per 50 ms (a busy run would otherwise notify on every event)."""
 POLL_S = 1.0
@@ -67,7 +67,7 @@ class Notifier:
 
         try:
             with autocommit(self.db) as conn:
-                conn.execute("SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id", (CHANNEL, run_ids))
+                conn.execute("SELECT wake('trace', id) FROM unnest(%s::text[]) AS id", (run_ids,))
         except Exception as exc:  # a notice is a hint: readers poll anyway
             log.debug("trace notices not sent: %s", exc)
 
@@ -95,8 +95,12 @@ def notifier(db: Any) -> Notifier:
 class TraceListener:
     """Calls ``wake()`` when run ``run_id`` may have new rows: on its notice, and at least every :data:`POLL_S`."""
 
-    def __init__(self, url: str, run_id: str, wake: Callable[[], None], *, poll_s: float = POLL_S) -> None:
+    def __init__(
+        self, url: str, channel: str, run_id: str, wake: Callable[[], None], *, poll_s: float = POLL_S
+    ) -> None:
         self.url = url
+        self.channel = channel
+        """``<schema>_trace`` (``PgDatabase.channel``): channels are database-wide, one set per schema."""
         self.run_id = run_id
         self.wake = wake
         self.poll_s = poll_s
@@ -118,9 +122,10 @@ class TraceListener:
 
     def _connect(self) -> Any:
         import psycopg
+        from psycopg import sql
 
         conn = psycopg.connect(self.url, autocommit=True, application_name="piw-listen", connect_timeout=5)
-        conn.execute(f"LISTEN {CHANNEL}")
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         return conn
 
     def _run(self) -> None:

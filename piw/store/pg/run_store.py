@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from piw.errors import ArtifactDamaged, ClaimLost, PiwError, RunLocked
+from piw.errors import ArtifactDamaged, ClaimLost, DatabaseUnavailable, PiwError, RunLocked
 from piw.store.artifacts import ArtifactStore
 from piw.store.bundle import Bundle, create_bundle, json_bytes
 from piw.store.pg.mirror import SESSION, TRACE, Mirrors, MirrorWriter, autocommit
@@ -48,9 +48,9 @@ RETRIES = 5
 """How often an append whose outcome is unknown (a dropped connection) is resolved and retried before it fails."""
 
 _FENCE = """
-    UPDATE run_queue SET {head} = %(seq)s, claim_expires_at = piw.now_ms() + %(lease)s, updated_at = piw.now_ms()
+    UPDATE run_queue SET {head} = %(seq)s, claim_expires_at = now_ms() + %(lease)s, updated_at = now_ms()
      WHERE run_id = %(run)s AND claim_token = %(token)s AND claim_generation = %(gen)s
-       AND status IN ('starting', 'running') AND claim_expires_at > piw.now_ms() AND {head} = %(seq)s - 1
+       AND status IN ('starting', 'running') AND claim_expires_at > now_ms() AND {head} = %(seq)s - 1
        AND set_config('synchronous_commit', %(commit)s, true) IS NOT NULL
     RETURNING run_id"""
 APPEND_TRACE = (
@@ -84,9 +84,12 @@ def _event_type(line: bytes) -> str:
 
 
 def _is_connection_error(exc: BaseException) -> bool:
+    """A lost connection or an unreachable server: the outcome of what was being committed is unknown."""
     import psycopg
 
-    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
+        return False
+    return isinstance(exc, DatabaseUnavailable | psycopg.OperationalError | psycopg.InterfaceError)
 
 
 class _Appender:
@@ -238,7 +241,7 @@ class PgRunStore:
         column = "trace_seq" if name == TRACE else "session_seq"
         with autocommit(self.db) as conn:
             row = conn.execute(
-                f"SELECT claim_token, claim_generation, status, claim_expires_at > piw.now_ms(), {column} "
+                f"SELECT claim_token, claim_generation, status, claim_expires_at > now_ms(), {column} "
                 "FROM run_queue WHERE run_id = %s",
                 (self.run_id,),
             ).fetchone()
@@ -265,6 +268,7 @@ class PgRunStore:
         if self._trace is None:
             raise RunLocked(f"Run {self.run_id}: not taken for writing.")
         commit = self._commit_mode(sync, ride_along)
+        line = line.removesuffix(b"\n")  # (a row holds the line without its newline)
         artifacts, self._pending = self._pending, []
         try:
             seq = self._trace.append(line, commit, artifacts)
