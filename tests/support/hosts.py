@@ -103,3 +103,33 @@ def pid_alive(pid: int) -> bool:
 def marks(path: Path) -> list[str]:
     """The lines an effect-counting shell step appended (one per execution)."""
     return path.read_text().split() if path.exists() else []
+
+
+def database_url(server: object, schema: str) -> str:
+    """The ``--database`` URL of a test schema on the throwaway server (``tests/support/pg.py``)."""
+    return f"{server.url()}?schema={schema}"  # type: ignore[attr-defined]
+
+
+def db_trace(server: object, schema: str, run_id: str) -> list[tuple[int, int, dict[str, object]]]:
+    """A run's trace as the database holds it: ``(seq, generation, parsed line)`` in ``seq`` order."""
+    import json
+
+    found = server.execute(  # type: ignore[attr-defined]
+        f'SELECT seq, generation, line FROM "{schema}".trace_events WHERE run_id = %s ORDER BY seq', (run_id,)
+    )
+    return [(int(seq), int(gen), json.loads(bytes(line))) for seq, gen, line in found]
+
+
+def queue_in(home: Path, url: str, flow: Path, inputs: list[dict[str, object]]) -> list[str]:
+    """Queue one run of ``flow`` per input in the database at ``url`` (what ``piw run --detach --database`` does)."""
+    from piw.run.runner import ForegroundOptions, queue_run
+    from piw.store.place import forget, use
+
+    use(home, url)
+    try:
+        return [
+            queue_run(str(flow), home, value, None, ForegroundOptions(record_origin=False)).run_id
+            for value in inputs
+        ]
+    finally:
+        forget(home)
