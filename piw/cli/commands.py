@@ -31,6 +31,7 @@ COMMAND_MODULES: dict[str, str] = {
     "pause": "piw.cli.lifecycle",
     "cancel": "piw.cli.lifecycle",
     "host": "piw.cli.lifecycle",
+    "hosts": "piw.cli.hosts",
     "show": "piw.cli.show",
     "view": "piw.cli.viewer",
     "inspect": "piw.cli.views",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -55,6 +56,15 @@ def host(
     ] = False,
     max_runs: Annotated[int | None, typer.Option("--max-runs", help="Exit after claiming N runs.")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Runs executed at the same time.")] = 1,
+    workflows: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--workflows",
+            metavar="DIR",
+            help="With --database: also serve the workflows in DIR (a host claims only runs of workflow versions "
+            "it can load).",
+        ),
+    ] = None,
     database: DatabaseOption = None,
 ) -> int:
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
@@ -89,6 +99,7 @@ def host(
             once=once,
             max_runs=max_runs,
             concurrency=concurrency,
+            workflows=list(workflows or []),
             executor_factory=executor_for,
             report=report,
         ),

@@ -20,15 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import PiwError
+from piw.errors import PiwError, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
+from piw.run.host_presence import open_presence
 from piw.run.runner import configured_durability, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
 from piw.store.db.database import now_ms
+from piw.store.db.deadline import holder_clock
 from piw.store.db.holders import runner_id
 from piw.store.db.index import from_ms
 from piw.store.db.lease import Lease
@@ -60,6 +62,8 @@ class HostOptions:
     """Builds the agent executor of one run from its queue row (provider, model and script it was queued with)."""
     listeners: list[Listener] = field(default_factory=list)
     report: Report = lambda line: None
+    workflows: list[Path] = field(default_factory=list)
+    """``--workflows`` folders: in database mode the host serves these workflows too (``piw.run.host_presence``)."""
 
 
 @dataclass
@@ -85,6 +89,7 @@ class Host:
         self._engines: dict[str, Engine] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._delivered: set[str] = set()
+        self.presence = open_presence(home, self.queue, self.runner, options.concurrency, options.workflows)
 
     def stop(self) -> None:
         """Stop claiming and park every run in flight (their nodes rerun on the next claim)."""
@@ -97,6 +102,11 @@ class Host:
 
     def serve(self) -> HostResult:
         options = self.options
+        if self.presence is not None:
+            self.presence.start()
+            options.report(
+                f"piw host: serving {len(self.presence.serve_keys)} workflow versions as {self.runner}"
+            )
         try:
             while not self._stop.is_set():
                 self._reap()
@@ -104,9 +114,10 @@ class Host:
                 limit_reached = options.max_runs is not None and self.result.claimed >= options.max_runs
                 claimed = False
                 if not limit_reached and len(self._threads) < max(1, options.concurrency):
-                    claim = self.queue.claim_next(self.runner)
+                    sent = holder_clock()  # the claimed lease's local deadline starts before the request
+                    claim = self._claim_next()
                     if claim is not None:
-                        self._launch(claim)
+                        self._launch(claim, sent)
                         claimed = True
                 if claimed:
                     continue
@@ -118,13 +129,24 @@ class Host:
             self.stop()
         finally:
             self._join_all()
+            if self.presence is not None:
+                self.presence.stop()
         return self.result
+
+    def _claim_next(self) -> Claim | None:
+        try:
+            return self.queue.claim_next(self.runner)
+        except StoreBusy as exc:  # a database locked or out of reach just now: the next pass tries again
+            log.warning("host: claiming failed: %s", exc)
+            return None
 
     def _housekeeping(self) -> None:
         """Each pass: resolve due human decisions with their timeout choice (their continuations are queued and
         claimed like any run), and deliver notifications that have no origin session (part B, ``decisions``)."""
         report = self.options.report
         try:
+            if self.presence is not None:
+                self.presence.tick()
             for receipt in sweep_timeouts(self.home, self.database):
                 spec = receipt.spec
                 report(f"{spec.parent_run_id}  {spec.node_id} timed out: continuing as run {spec.run_id}")
@@ -156,9 +178,9 @@ class Host:
                     del self._threads[run_id]
                     self._engines.pop(run_id, None)
 
-    def _launch(self, claim: Claim) -> None:
+    def _launch(self, claim: Claim, sent_at: float | None = None) -> None:
         self.result.claimed += 1
-        lease = Lease(self.queue, claim).start()
+        lease = Lease(self.queue, claim, sent_at=sent_at).start()
         thread = threading.Thread(
             target=self._execute, args=(lease,), name=f"run-{claim.run_id}", daemon=True
         )
@@ -215,9 +237,12 @@ class Host:
             from piw.store.bundle import load_state, open_bundle
 
             state = load_state(open_bundle(self.home, run_id))
-            reference = str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
+            served = self.presence.reference_for(row) if self.presence is not None else None
+            reference = served or str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
         else:
             reference = row.workflow_ref or ""
+            if self.presence is not None:
+                reference = self.presence.reference_for(row) or reference
         try:
             workflow = load_workflow(reference, self.home, tools_known())
         except PiwError as exc:
