@@ -1,7 +1,7 @@
 """Another host takes over a dead or frozen host's run (``multi-host.md`` §5 tests 4 and 5).
 
 Hosts are separate ``piw host --database URL`` processes with their own ``PIW_HOME`` and ``PIW_HOST_ID`` (two
-machines, as far as piw can tell) on one throwaway PostgreSQL, with a 3 s test lease. Effects are counted by the
+machines, as far as piw can tell) on one throwaway PostgreSQL, with a 2 s test lease. Effects are counted by the
 shell steps themselves (one line per execution in a file).
 """
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tests.support.cli import PIW_COMMAND
 
-TEST_LEASE_MS = 3_000
-"""The multi-host tests' lease: takeover within 3 s plus a poll, so no scenario waits out 30 s."""
+TEST_LEASE_MS = 2_000
+"""The multi-host tests' lease: takeover within 2 s plus a poll, so no scenario waits out 30 s."""
 
 
 def wait_for(check: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
