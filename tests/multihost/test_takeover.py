@@ -8,38 +8,24 @@ shell steps themselves (one line per execution in a file).
 from __future__ import annotations
 
 import signal
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.support.hosts import HostProcess, database_url, db_trace, marks, pid_alive, queue_in, wait_for
+from tests.support.hosts import (
+    HostProcess,
+    database_url,
+    db_trace,
+    gated_flow,
+    marks,
+    pid_alive,
+    queue_in,
+    wait_for,
+)
 from tests.support.pg import PgServer
 from tests.support.runs import WorkflowMaker
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def gated_flow(make_workflow: WorkflowMaker, folder: Path) -> Path:
-    """``work`` (a shell step that records itself, then waits for the gate file) then ``after`` (records itself)."""
-    work, after, gate = folder / "work.marks", folder / "after.marks", folder / "gate"
-    return make_workflow(
-        "gated",
-        textwrap.dedent(
-            f"""
-            from piw import define_workflow, edge, shell
-
-            def wait(ctx):
-                loop = "echo $$ >> {work}; while [ ! -e {gate} ]; do sleep 0.02; done"
-                return {{"command": "sh", "args": ["-c", loop]}}
-
-            workflow = define_workflow(name="gated", start_at="work", nodes={{
-                "work": shell(wait),
-                "after": shell({{"command": "sh", "args": ["-c", "echo x >> {after}"]}}),
-            }}, edges=[edge("work", "after")])
-            """
-        ),
-    )
 
 
 def test_04_sigkill_a_host_mid_shell_step_and_another_host_resumes_it(

@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.support.cli import PIW_COMMAND
+from tests.support.runs import WorkflowMaker
 
 TEST_LEASE_MS = 2_000
 """The multi-host tests' lease: takeover within 2 s plus a poll, so no scenario waits out 30 s."""
@@ -110,7 +113,7 @@ def database_url(server: object, schema: str) -> str:
     return f"{server.url()}?schema={schema}"  # type: ignore[attr-defined]
 
 
-def db_trace(server: object, schema: str, run_id: str) -> list[tuple[int, int, dict[str, object]]]:
+def db_trace(server: object, schema: str, run_id: str) -> list[tuple[int, int, dict[str, Any]]]:
     """A run's trace as the database holds it: ``(seq, generation, parsed line)`` in ``seq`` order."""
     import json
 
@@ -133,3 +136,25 @@ def queue_in(home: Path, url: str, flow: Path, inputs: list[dict[str, object]]) 
         ]
     finally:
         forget(home)
+
+
+def gated_flow(make_workflow: WorkflowMaker, folder: Path) -> Path:
+    """``work`` (a shell step that records itself, then waits for the gate file) then ``after`` (records itself)."""
+    work, after, gate = folder / "work.marks", folder / "after.marks", folder / "gate"
+    return make_workflow(
+        "gated",
+        textwrap.dedent(
+            f"""
+            from piw import define_workflow, edge, shell
+
+            def wait(ctx):
+                loop = "echo $$ >> {work}; while [ ! -e {gate} ]; do sleep 0.02; done"
+                return {{"command": "sh", "args": ["-c", loop]}}
+
+            workflow = define_workflow(name="gated", start_at="work", nodes={{
+                "work": shell(wait),
+                "after": shell({{"command": "sh", "args": ["-c", "echo x >> {after}"]}}),
+            }}, edges=[edge("work", "after")])
+            """
+        ),
+    )

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from piw.errors import ArtifactDamaged, ClaimLost, DatabaseUnavailable, PiwError, RunLocked
 from piw.store.artifacts import ArtifactStore
 from piw.store.bundle import Bundle, create_bundle, json_bytes
+from piw.store.db.deadline import holder_clock
 from piw.store.pg.mirror import SESSION, TRACE, Mirrors, MirrorWriter, autocommit
 from piw.store.session import SessionLog
 from piw.store.trace import Durability, TraceEvent, TraceRead, decode_event
@@ -117,6 +118,7 @@ class _Appender:
             "type": _event_type(line) if self.table == "trace_events" else None,
             "line": line,
         }
+        sent = holder_clock()  # the append renews the lease: the holder's own deadline moves from here
         for attempt in range(RETRIES):
             try:
                 inserted = self._send(params, artifacts)
@@ -134,6 +136,9 @@ class _Appender:
             if not inserted:
                 raise ClaimLost(self.store.refusal(seq, self.name))
             self.seq = seq
+            renewed = getattr(store._claim, "renewed", None)  # a Lease (piw.store.db.deadline)
+            if renewed is not None:
+                renewed(sent)
             return seq
         raise AssertionError("unreachable")
 
