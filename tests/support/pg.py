@@ -13,54 +13,29 @@ by name. ``pg_server.secret_url()`` connects as a role that must give its passwo
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
+from piw.store.pg.dev import find_bindir, free_port
 from piw.store.pg.setting import DatabaseSetting
 
 REQUIRE_ENV = "PIW_REQUIRE_POSTGRES"
 SECRET_USER = "piw_secret"
 
 
-def find_bindir() -> Path | None:
-    """The folder of ``initdb``, ``pg_ctl`` and ``postgres``: ``PATH``, ``pg_config --bindir``, or Debian's."""
-    on_path = shutil.which("initdb")
-    if on_path and shutil.which("pg_ctl"):
-        return Path(os.path.realpath(on_path)).parent
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            found = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=True).stdout
-            if (Path(found.strip()) / "initdb").exists():
-                return Path(found.strip())
-    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
-        if (Path(candidate) / "initdb").exists():
-            return Path(candidate)
-    return None
-
-
-def _unavailable(why: str) -> None:
+def unavailable(why: str) -> NoReturn:
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"PostgreSQL is required ({REQUIRE_ENV}=1) but {why}")
     pytest.skip(f"PostgreSQL tests need a server: {why}")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -141,12 +116,12 @@ def start_server() -> PgServer:
     """initdb + pg_ctl start on a free port (retried on a port taken meanwhile); the caller stops it."""
     bindir = find_bindir()
     if bindir is None:
-        _unavailable("initdb and pg_ctl were not found (install Debian's postgresql)")
+        unavailable("initdb and pg_ctl were not found (install Debian's postgresql)")
     assert bindir is not None
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        _unavailable("psycopg is not installed (pip install -e '.[dev]')")
+        unavailable("psycopg is not installed (pip install -e '.[dev]')")
     root = Path(tempfile.mkdtemp(prefix="piw-pg-"))
     run_as: list[str] = []
     if os.geteuid() == 0:
@@ -160,7 +135,7 @@ def start_server() -> PgServer:
                 "--no-instructions")  # fmt: skip
     _mkdir_owned(server.socket_dir, root)
     for attempt in range(5):
-        server.port = _free_port()
+        server.port = free_port()
         _configure(server)
         try:
             server.start()
