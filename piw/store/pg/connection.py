@@ -132,6 +132,17 @@ class PgDatabase:
                 raise
             raise unavailable(self._setting, exc, "use") from exc
 
+    @contextlib.contextmanager
+    def autocommit(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in autocommit mode, for one statement that is its own transaction (no ``COMMIT``
+        round trip); it goes back to the pool with autocommit off."""
+        with self.connection() as conn:
+            conn.autocommit = True
+            try:
+                yield conn
+            finally:
+                conn.autocommit = False
+
     def server_now_ms(self) -> int:
         """The database clock, epoch milliseconds (``now_ms()``): the only clock leases are compared with."""
         with self.connection() as conn:
