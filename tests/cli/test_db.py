@@ -100,7 +100,7 @@ def test_the_password_never_appears_in_errors_json_or_rows(
 def test_db_dev_starts_a_loopback_server_and_stops_it(cli: Cli, piw_home: Path) -> None:
     if find_bindir() is None:
         unavailable("initdb was not found")  # (skips, or fails under PIW_REQUIRE_POSTGRES=1)
-    started = cli.process("db", "dev", "--json", timeout=120)
+    started = cli("db", "dev", "--json")
     assert started.returncode == 0, started.stderr
     server = json.loads(started.stdout)
     assert server["url"].startswith("postgresql://piw@127.0.0.1:") and server["started"] is True
@@ -110,11 +110,11 @@ def test_db_dev_starts_a_loopback_server_and_stops_it(cli: Cli, piw_home: Path) 
         status = cli("db", "status", env=env)
         assert status.returncode == 0, status.stderr
         assert "schema    empty" in status.stdout and "127.0.0.1" in status.stdout
-        again = cli.process("db", "dev", timeout=60)
+        again = cli("db", "dev")
         assert "Already running" in again.stdout and f"export PIW_DATABASE={server['url']}" in again.stdout
         assert (Path(server["passfile"]).stat().st_mode & 0o777) == 0o600
     finally:
-        stopped = cli.process("db", "dev", "--stop", timeout=60)
+        stopped = cli("db", "dev", "--stop")
     try:
         assert stopped.returncode == 0 and "Stopped the dev PostgreSQL." in stopped.stdout
         after = cli("db", "status", env=env)

@@ -42,7 +42,7 @@ def test_claimers_in_four_processes_take_each_row_once(
     pg_server: PgServer, pg_setting: DatabaseSetting
 ) -> None:
     queue = open_pg_run_database(PgDatabase.open(pg_setting)).queue
-    for index in range(120):
+    for index in range(60):
         queue.enqueue(new_run(f"r{index:03d}"))
     code = CLAIMER.format(repo=str(REPO), url=pg_setting.url, schema=pg_setting.schema)
     claimers = [
@@ -51,13 +51,13 @@ def test_claimers_in_four_processes_take_each_row_once(
     ]
     claimed = [json.loads(claimer.communicate(timeout=90)[0]) for claimer in claimers]
     ids = [run_id for each in claimed for run_id, _ in each]
-    assert sorted(ids) == [f"r{index:03d}" for index in range(120)]  # every row, none twice
+    assert sorted(ids) == [f"r{index:03d}" for index in range(60)]  # every row, none twice
     assert {generation for each in claimed for _, generation in each} == {1}
     rows = pg_server.execute(
         f'SELECT count(*), count(DISTINCT runner_id) FROM "{pg_setting.schema}".run_queue WHERE status = %s',
         ("starting",),
     )
-    assert rows[0][0] == 120
+    assert rows[0][0] == 60
 
 
 def test_leases_follow_the_database_clock_not_the_hosts(
