@@ -160,3 +160,27 @@ def test_options_in_the_url_are_kept_beside_piws_own(pg_setting: DatabaseSetting
         ]
     assert shown == ["7MB", pg_setting.schema, "5s"]
     db.close()
+
+
+def test_hosts_starting_at_once_on_an_empty_schema_create_it_once(
+    pg_server: PgServer, pg_setting: DatabaseSetting
+) -> None:
+    import threading
+
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            PgDatabase.open(pg_setting, pool_size=1)
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert pg_server.execute(f'SELECT version FROM "{pg_setting.schema}".schema_migrations') == [(1,)]
