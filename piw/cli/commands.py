@@ -38,6 +38,7 @@ COMMAND_MODULES: dict[str, str] = {
     "watch": "piw.cli.views",
     "graph": "piw.cli.views",
     "providers": "piw.cli.providers",
+    "db": "piw.cli.db",
 }
 
 
