@@ -95,7 +95,7 @@ class DatabasePlace:
         db = self.db
         with self._lock:
             if self._run_database is None:
-                from piw.store.db.run_database import open_pg_run_database  # type: ignore[attr-defined]
+                from piw.store.db.run_database import open_pg_run_database
 
                 self._run_database = open_pg_run_database(db)
             return self._run_database

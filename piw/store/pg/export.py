@@ -1,4 +1,4 @@
-"""``piw export`` and ``piw import``: a run as a standard bundle, in and out of the database (``docs/many-machines.md``).
+"""``piw export`` and ``piw import``: a run as a standard bundle, in and out of the database (docs/many-machines.md).
 
 - :func:`export_run` writes any run — a SQLite-mode bundle or a database-mode run's rows — as a standard bundle
   (``docs/bundle-format.md``): ``workflow.json``, ``manifest.json``, ``trace.ndjson``, ``session/entries.ndjson``,
