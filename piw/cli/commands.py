@@ -39,6 +39,7 @@ COMMAND_MODULES: dict[str, str] = {
     "providers": "piw.cli.providers",
     "export": "piw.cli.portable",
     "import": "piw.cli.portable",
+    "db": "piw.cli.db",
 }
 
 

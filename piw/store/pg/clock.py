@@ -81,7 +81,7 @@ class _OneShot:
         self._owner = owner
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> _Result:
-        with self._owner.transaction() as conn:
+        with self._owner.single() as conn:
             cursor = conn.execute(sql, parameters)
             rows = cursor.fetchall() if cursor.description else []
             return _Result(rows, cursor.rowcount)
@@ -102,6 +102,17 @@ class ClockedDatabase:
             if self.pinned:
                 conn.execute("SELECT set_config('piw.now_ms', %s, true)", (str(self.clock()),))
             yield conn
+
+    @contextlib.contextmanager
+    def single(self) -> Iterator[Any]:
+        """A connection for one statement: autocommit (one round trip), or with a pinned clock a transaction,
+        since the pin lives in a transaction."""
+        if self.pinned:
+            with self.transaction() as conn:
+                yield conn
+        else:
+            with self.pg.autocommit() as conn:
+                yield conn
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[tuple[Any, int]]:

@@ -122,15 +122,27 @@ class PgDatabase:
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in a transaction (autocommit off): committed at the end, rolled back on error.
 
-        A lost connection or an unreachable server becomes ``DatabaseUnavailable``; SQL errors pass unchanged."""
+        A lost connection or an unreachable server becomes ``DatabaseUnavailable``; errors the server reports
+        (SQL, lock timeouts, deadlocks) pass unchanged."""
         psycopg, psycopg_pool = _driver()
         try:
             with self._pool.connection() as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable):
-                raise
+            if getattr(exc, "sqlstate", None) is not None:
+                raise  # the server answered (a lock timeout, a deadlock, a cancel): not a lost connection
             raise unavailable(self._setting, exc, "use") from exc
+
+    @contextlib.contextmanager
+    def autocommit(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in autocommit mode, for one statement that is its own transaction (no ``COMMIT``
+        round trip); it goes back to the pool with autocommit off."""
+        with self.connection() as conn:
+            conn.autocommit = True
+            try:
+                yield conn
+            finally:
+                conn.autocommit = False
 
     def server_now_ms(self) -> int:
         """The database clock, epoch milliseconds (``now_ms()``): the only clock leases are compared with."""

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -33,6 +34,8 @@ SCHEMA_MIN = 1
 """The lowest schema version this piw's code works on."""
 SCHEMA_MAX = 1
 """The highest schema version this piw knows (its newest migration file)."""
+TEST_MIGRATIONS_ENV = "PIW_TEST_MIGRATIONS"
+"""Tests only: a folder of migration files that stands in for the shipped ones (a newer piw)."""
 LIVE_HOST_MS = 60_000
 """A ``hosts`` row seen this recently counts as a live host for ``migrate --contract``."""
 
@@ -123,6 +126,13 @@ class Window:
 
     @classmethod
     def of_this_piw(cls) -> Window:
+        """The shipped files and :data:`SCHEMA_MIN`; under :data:`TEST_MIGRATIONS_ENV` (tests only) the files of
+        that folder, as a newer piw would ship them, its minimum raised to its newest contract migration."""
+        folder = os.environ.get(TEST_MIGRATIONS_ENV)
+        if folder:
+            migrations = from_directory(Path(folder))
+            floor = max((m.version for m in migrations if m.kind == "contract"), default=0)
+            return cls(tuple(migrations), max(SCHEMA_MIN, floor))
         return cls(tuple(shipped()), SCHEMA_MIN)
 
 

@@ -62,12 +62,14 @@ from piw.store.db.rows import (
 from piw.store.pg.clock import ClockedDatabase
 from piw.store.pg.connection import PgDatabase
 
+# ``(SELECT now_ms())`` is evaluated once per statement, so the held rows' index can seek to the expired ones
+# (``now_ms()`` itself is volatile: a per-row filter over every held row). A held row always has an expiry.
 _READY = (
     "status IN ('queued', 'parked') AND park_reason IS NULL AND NOT pause_requested AND NOT cancel_requested "
-    "AND available_at <= now_ms()"
+    "AND available_at <= (SELECT now_ms())"
 )
 _EXPIRED = (
-    "status IN ('starting', 'running') AND (claim_expires_at IS NULL OR claim_expires_at <= now_ms()) "
+    "status IN ('starting', 'running') AND claim_expires_at <= (SELECT now_ms()) "
     "AND NOT pause_requested AND NOT cancel_requested"
 )
 
@@ -121,11 +123,11 @@ class PostgresQueue:
     # ---- rows ---------------------------------------------------------------------------------------
 
     def get(self, run_id: str) -> QueueRow | None:
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             return get_row(conn, run_id, POSTGRES)
 
     def rows(self, run_ids: Iterable[str] | None = None) -> dict[str, QueueRow]:
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             if run_ids is None:
                 found = conn.execute(f"SELECT {COLUMNS} FROM run_queue").fetchall()
             else:
@@ -160,7 +162,7 @@ class PostgresQueue:
             insert_run(conn, run, status, now, ignore=True, dialect=POSTGRES)
 
     def set_options(self, run_id: str, options: dict[str, Any]) -> None:
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             conn.execute(
                 "UPDATE run_queue SET options_json = %s, updated_at = now_ms() WHERE run_id = %s",
                 (dumps(options), run_id),
@@ -177,7 +179,7 @@ class PostgresQueue:
             "lease": LEASE_MS,
             "keys": self.serve_keys,
         }
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             found = conn.execute(_CLAIM_NEXT.format(keys=keys), params).fetchone()
         if found is not None:
             run_id, generation, expires, previous = found
@@ -190,7 +192,7 @@ class PostgresQueue:
         params: list[Any] = [socket.gethostname() + ":%"]
         if self.serve_keys is not None:
             params.append(self.serve_keys)
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             held = conn.execute(
                 "SELECT run_id, claim_token, runner_id FROM run_queue WHERE status IN ('starting', 'running') "
                 "AND claim_expires_at > now_ms() AND NOT pause_requested AND NOT cancel_requested "
@@ -201,7 +203,7 @@ class PostgresQueue:
             if not holder_is_dead(holder):
                 continue
             fresh = secrets.token_hex(16)
-            with self.db.transaction() as conn:
+            with self.db.single() as conn:
                 taken = conn.execute(
                     "UPDATE run_queue SET status = 'starting', claim_token = %s, "
                     "claim_generation = claim_generation + 1, claim_expires_at = now_ms() + %s, runner_id = %s, "
@@ -240,7 +242,7 @@ class PostgresQueue:
             raise RunLocked(f"Run {run_id} is being changed by another piw process; try again.") from None
 
     def renew(self, claim: Claim) -> Claim:
-        with self._busy(claim, "renew"), self.db.transaction() as conn:
+        with self._busy(claim, "renew"), self.db.single() as conn:
             found = conn.execute(
                 "UPDATE run_queue SET claim_expires_at = now_ms() + %s, updated_at = now_ms() WHERE run_id = %s "
                 "AND claim_token = %s AND claim_generation = %s AND status IN ('starting', 'running') "
@@ -254,7 +256,7 @@ class PostgresQueue:
         )
 
     def fence(self, claim: Claim) -> ClaimCheck:
-        with self._busy(claim, "check"), self.db.transaction() as conn:
+        with self._busy(claim, "check"), self.db.single() as conn:
             found = conn.execute(
                 "SELECT claim_token, claim_generation, status, claim_expires_at, pause_requested, "
                 "cancel_requested, now_ms() FROM run_queue WHERE run_id = %s",
@@ -289,7 +291,7 @@ class PostgresQueue:
 
     def _held(self, claim: Claim, sql: str, params: tuple[Any, ...]) -> None:
         """Update the holder's own row, guarded by its token and generation."""
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             cursor = conn.execute(
                 sql + " WHERE run_id = %s AND claim_token = %s AND claim_generation = %s",
                 (*params, claim.run_id, claim.token, claim.generation),
@@ -334,7 +336,7 @@ class PostgresQueue:
             return get_row(conn, run_id, POSTGRES)
 
     def reopen(self, run_id: str) -> None:
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             conn.execute(
                 "UPDATE run_queue SET status = 'parked', park_reason = 'interrupted', updated_at = now_ms() "
                 "WHERE run_id = %s AND status IN ('done', 'failed', 'cancelled')",
@@ -344,7 +346,7 @@ class PostgresQueue:
     # ---- flags (set by anyone, read by the holder) --------------------------------------------------
 
     def _flag(self, run_id: str, column: str, value: bool) -> QueueRow:
-        with self.db.transaction() as conn:
+        with self.db.single() as conn:
             found = conn.execute(
                 f"UPDATE run_queue SET {column} = %s, updated_at = now_ms() WHERE run_id = %s RETURNING {COLUMNS}",
                 (value, run_id),

@@ -58,6 +58,11 @@ CREATE TABLE run_queue (
 CREATE UNIQUE INDEX run_queue_one_continuation ON run_queue (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX run_queue_ready ON run_queue (serve_key, created_at, run_id)
   WHERE status IN ('queued', 'parked') AND park_reason IS NULL AND NOT pause_requested AND NOT cancel_requested;
+CREATE INDEX run_queue_ready_any ON run_queue (created_at, run_id)
+  WHERE status IN ('queued', 'parked') AND park_reason IS NULL AND NOT pause_requested AND NOT cancel_requested;
+CREATE INDEX run_queue_affinity ON run_queue (affinity_runner_id, created_at, run_id)
+  WHERE affinity_runner_id IS NOT NULL AND status IN ('queued', 'parked') AND park_reason IS NULL
+    AND NOT pause_requested AND NOT cancel_requested;
 CREATE INDEX run_queue_held ON run_queue (claim_expires_at) WHERE status IN ('starting', 'running');
 CREATE INDEX run_queue_runner ON run_queue (runner_id) WHERE runner_id IS NOT NULL;
 
