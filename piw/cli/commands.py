@@ -38,6 +38,8 @@ COMMAND_MODULES: dict[str, str] = {
     "watch": "piw.cli.views",
     "graph": "piw.cli.views",
     "providers": "piw.cli.providers",
+    "export": "piw.cli.portable",
+    "import": "piw.cli.portable",
     "db": "piw.cli.db",
 }
 

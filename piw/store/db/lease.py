@@ -123,6 +123,14 @@ class Lease:
         if self.lost is not None:
             raise ClaimLost(self.lost)
 
+    def appended(self, status: str, pause_requested: bool, cancel_requested: bool) -> None:
+        """A fenced append (database mode) just checked this claim on the database and read the flags with it:
+        the same as :meth:`confirm`, without a row read of its own (``piw.store.pg.run_store``)."""
+        if self.lost is not None:
+            return
+        self._confirmed_at = self.queue.clock()
+        self._take_flags(ClaimCheck(status, pause_requested, cancel_requested))
+
     def current_flags(self, max_age_ms: int = BOUNDARY_FLAGS_MS) -> None:
         """Read the pause/cancel flags now unless they were read less than ``max_age_ms`` ago (0: read them).
 

@@ -29,6 +29,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from piw.errors import ArtifactDamaged, ClaimLost, DatabaseUnavailable, PiwError, RunLocked
@@ -53,15 +54,19 @@ _FENCE = """
      WHERE run_id = %(run)s AND claim_token = %(token)s AND claim_generation = %(gen)s
        AND status IN ('starting', 'running') AND claim_expires_at > now_ms() AND {head} = %(seq)s - 1
        AND set_config('synchronous_commit', %(commit)s, true) IS NOT NULL
-    RETURNING run_id"""
+    RETURNING run_id, status, pause_requested, cancel_requested"""
+_FLAGS = (
+    " RETURNING (SELECT status FROM f), (SELECT pause_requested FROM f), (SELECT cancel_requested FROM f)"
+)
 APPEND_TRACE = (
     "WITH f AS (" + _FENCE.format(head="trace_seq") + ") "
     "INSERT INTO trace_events (run_id, seq, generation, type, line) "
-    "SELECT run_id, %(seq)s, %(gen)s, %(type)s, %(line)s FROM f"
+    "SELECT run_id, %(seq)s, %(gen)s, %(type)s, %(line)s FROM f" + _FLAGS
 )
 APPEND_SESSION = (
     "WITH f AS (" + _FENCE.format(head="session_seq") + ") "
     "INSERT INTO session_entries (run_id, seq, generation, line) SELECT run_id, %(seq)s, %(gen)s, %(line)s FROM f"
+    + _FLAGS
 )
 PUT_ARTIFACT = (
     "INSERT INTO artifacts (run_id, sha256, media_type, bytes) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
@@ -133,32 +138,35 @@ class _Appender:
                 if outcome is None:
                     continue  # it did not commit: the same fenced statement again
                 inserted = outcome
-            if not inserted:
+            if inserted is None:
                 raise ClaimLost(self.store.refusal(seq, self.name))
             self.seq = seq
             renewed = getattr(store._claim, "renewed", None)  # a Lease (piw.store.db.deadline)
             if renewed is not None:
                 renewed(sent)
+            store.confirmed(inserted)
             return seq
         raise AssertionError("unreachable")
 
-    def _send(self, params: dict[str, Any], artifacts: list[tuple[str, bytes]] | None) -> bool:
+    def _send(self, params: dict[str, Any], artifacts: list[tuple[str, bytes]] | None) -> Flags | None:
+        """The row's status and flags as the append left them (it rides on the append), or ``None``: refused."""
         with autocommit(self.store.db) as conn:
             if not artifacts:
-                return bool(conn.execute(self.statement, params).rowcount == 1)
+                return _flags(conn.execute(self.statement, params).fetchone())
             try:
                 with conn.transaction(), conn.cursor() as cursor:
                     cursor.executemany(
                         PUT_ARTIFACT, [(params["run"], sha, "text/plain", data) for sha, data in artifacts]
                     )
-                    if cursor.execute(self.statement, params).rowcount == 1:
-                        return True
+                    found = _flags(cursor.execute(self.statement, params).fetchone())
+                    if found is not None:
+                        return found
                     raise _Refused  # the artifacts go with the refused line
             except _Refused:
-                return False
+                return None
 
-    def _resolve(self, seq: int, line: bytes) -> bool | None:
-        """After a lost connection: ``True`` when the row at ``seq`` is ours (it committed), ``None`` when there
+    def _resolve(self, seq: int, line: bytes) -> Flags | None:
+        """After a lost connection: the flags when the row at ``seq`` is ours (it committed), ``None`` when there
         is none (send again); another line there means another holder wrote: ``ClaimLost``."""
         try:
             with autocommit(self.store.db) as conn:
@@ -172,8 +180,23 @@ class _Appender:
         if found is None:
             return None
         if bytes(found[0]) == line:
-            return True
+            return Flags("running", False, False)  # (the flags are read again at the next append)
         raise ClaimLost("seq_conflict")
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What an append read of the run's row while it held the row lock: its status and the request flags."""
+
+    status: str
+    pause_requested: bool
+    cancel_requested: bool
+
+
+def _flags(row: Any) -> Flags | None:
+    if row is None or row[0] is None:
+        return None
+    return Flags(str(row[0]), bool(row[1]), bool(row[2]))
 
 
 class _Refused(Exception):
@@ -228,6 +251,13 @@ class PgRunStore:
         if claim is None:
             raise RunLocked(f"Run {self.run_id}: not taken for writing.")
         return str(claim.token), int(claim.generation)
+
+    def confirmed(self, flags: Flags) -> None:
+        """An append just passed the fence on the database and read the flags: the holder need not read them
+        again at this step boundary (``Lease.appended``)."""
+        appended = getattr(self._claim, "appended", None)
+        if appended is not None:
+            appended(flags.status, flags.pause_requested, flags.cancel_requested)
 
     def fence(self) -> None:
         if self._claim is None or self._trace is None:
