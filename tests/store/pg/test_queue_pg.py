@@ -13,8 +13,9 @@ import pytest
 from piw.errors import ClaimLost, RunLocked
 from piw.store.db.rows import LEASE_MS, NewRun
 from piw.store.db.run_database import open_pg_run_database
+from piw.store.db.serve_keys import serve_key
 from piw.store.pg.connection import PgDatabase
-from piw.store.pg.queue import PostgresQueue, default_serve_key
+from piw.store.pg.queue import PostgresQueue
 from piw.store.pg.setting import DatabaseSetting
 from tests.support.paths import REPO
 from tests.support.pg import PgServer
@@ -94,10 +95,9 @@ def test_serve_keys_limit_what_a_host_claims(pg_setting: DatabaseSetting) -> Non
     db = PgDatabase.open(pg_setting)
     queue = open_pg_run_database(db).queue
     queue.enqueue(new_run("a", "/flows/a.workflow.py"))
-    queue.enqueue(new_run("b", "/flows/b.workflow.py"))
-    only_b = PostgresQueue(
-        db, serve_keys=[default_serve_key(new_run("b", "/flows/b.workflow.py").workflow_source)]
-    )
+    other = {"kind": "file", "path": "/flows/b.workflow.py", "hash": "1" * 64}  # another file (version)
+    queue.enqueue(NewRun("b", "/flows/b.workflow.py", other, "sha256:1", {"n": 1}))
+    only_b = PostgresQueue(db, serve_keys=[serve_key(other, "sha256:1")])  # (the path is no part of the key)
     claim = only_b.claim_next("host:1:1")
     assert claim is not None and claim.run_id == "b" and only_b.claim_next("host:1:1") is None
     assert PostgresQueue(db, serve_keys=[]).claim_next("host:1:1") is None
