@@ -141,6 +141,28 @@ class Mirrors:
             rows = conn.execute("SELECT run_id FROM run_bundles ORDER BY run_id DESC").fetchall()
         return [row[0] for row in rows]
 
+    def refresh(self, limit: int) -> int:
+        """Bring the mirrors of the newest ``limit`` runs up to date, syncing only those whose heads moved past
+        what their mirror holds (one query for all of them); how many were synced."""
+        with autocommit(self.db) as conn:
+            heads = conn.execute(
+                "SELECT q.run_id, q.trace_seq, q.session_seq FROM run_queue q JOIN run_bundles b USING (run_id) "
+                "ORDER BY q.run_id DESC LIMIT %s",
+                (limit,),
+            ).fetchall()
+        synced = 0
+        for run_id, trace_seq, session_seq in heads:
+            path = self.runs / run_id
+            marks = _read_marks(path)
+            current = all(
+                (mark := marks.get(name)) is not None and mark.seq == seq and mark.holds(path / name)
+                for name, seq in ((TRACE, trace_seq), (SESSION, session_seq))
+            )
+            if not current:
+                self.sync(run_id)
+                synced += 1
+        return synced
+
     def sync(self, run_id: str) -> Bundle:
         """The run's mirror, up to date with its committed rows (``RunNotFound`` when the database has none).
 
