@@ -150,7 +150,7 @@ def start_server() -> PgServer:
     return server
 
 
-INITDB_ARGS = ("-U", "piw", "--auth=trust", "--no-sync", "-E", "UTF8", "--no-instructions")
+INITDB_ARGS = ("-U", "piw", "--auth=trust", "--no-sync", "-E", "UTF8", "--no-instructions", "--wal-segsize=1")
 
 
 def _initdb(server: PgServer) -> None:

@@ -79,7 +79,12 @@ class PgDatabase:
         """Connect (``DatabaseUnavailable`` when the server cannot be reached); with ``migrate``, create an empty
         schema and check the schema window (``StateSchemaMismatch`` outside it, nothing changed)."""
         psycopg, psycopg_pool = _driver()
-        kwargs = {"options": _options(setting.schema), "connect_timeout": CONNECT_TIMEOUT_S}
+        try:
+            given = psycopg.conninfo.conninfo_to_dict(setting.url).get("options")
+        except psycopg.ProgrammingError as exc:
+            raise unavailable(setting, exc, "read the URL of") from None
+        options = _options(setting.schema) if not given else f"{given} {_options(setting.schema)}"
+        kwargs = {"options": options, "connect_timeout": CONNECT_TIMEOUT_S}
         try:  # one direct connection first: its error is the driver's own, not a pool timeout
             psycopg.connect(setting.url, **kwargs).close()
         except psycopg.Error as exc:

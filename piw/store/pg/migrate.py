@@ -142,8 +142,11 @@ def _lock(conn: Any, schema: str) -> None:
 
 def read_state(conn: Any, schema: str) -> SchemaState:
     """The schema's migrations (an empty state when the schema or its ``schema_migrations`` does not exist)."""
+    # (pg_tables through the statement's snapshot: to_regclass reads the catalog cache, which may not yet show a
+    # table another process committed while this one waited for the migration lock)
     exists = conn.execute(
-        "SELECT to_regclass(format('%%I.schema_migrations', %s::text)) IS NOT NULL", (schema,)
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'schema_migrations')",
+        (schema,),
     ).fetchone()
     if not exists or not exists[0]:
         return SchemaState({}, 0)

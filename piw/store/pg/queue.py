@@ -189,7 +189,8 @@ class PostgresQueue:
     def _take_dead_local(self, runner: str) -> Claim | None:
         """A live-leased row whose holder is a dead process on this host, taken by compare-and-swap."""
         keys = "" if self.serve_keys is None else " AND serve_key = ANY(%s)"
-        params: list[Any] = [socket.gethostname() + ":%"]
+        host = runner.split(":", 1)[0] if ":" in runner else socket.gethostname()  # (the holder's host id)
+        params: list[Any] = [host + ":%"]
         if self.serve_keys is not None:
             params.append(self.serve_keys)
         with self.db.single() as conn:

@@ -149,3 +149,38 @@ def test_contract_migrations_wait_for_older_live_hosts(
     pg_server.execute(f'UPDATE "{schema}".hosts SET seen_at = seen_at - %s', (LIVE_HOST_MS + 1,))
     done = cli("db", "migrate", "--contract", "--database", url_of(pg_setting), env=env, timeout=60)
     assert done.returncode == 0 and "Applied 0002" in done.stdout
+
+
+def test_options_in_the_url_are_kept_beside_piws_own(pg_setting: DatabaseSetting) -> None:
+    setting = DatabaseSetting(pg_setting.url + "?options=-c%20work_mem%3D7MB", pg_setting.schema)
+    db = PgDatabase.open(setting)
+    with db.connection() as conn:
+        shown = [
+            conn.execute(f"SHOW {name}").fetchone()[0] for name in ("work_mem", "search_path", "lock_timeout")
+        ]
+    assert shown == ["7MB", pg_setting.schema, "5s"]
+    db.close()
+
+
+def test_hosts_starting_at_once_on_an_empty_schema_create_it_once(
+    pg_server: PgServer, pg_setting: DatabaseSetting
+) -> None:
+    import threading
+
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            PgDatabase.open(pg_setting, pool_size=1)
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert pg_server.execute(f'SELECT version FROM "{pg_setting.schema}".schema_migrations') == [(1,)]

@@ -117,3 +117,19 @@ def test_pause_and_cancel_requests_notify_the_flags_channel(pg_setting: Database
         queue.request_cancel("r1")
         got = [(note.channel, note.payload) for note in listener.notifies(timeout=5, stop_after=2)]
     assert got == [(f"{pg_setting.schema}_flags", "r1")] * 2
+
+
+def test_claim_next_takes_a_dead_holder_on_this_host_at_once(pg_setting: DatabaseSetting) -> None:
+    from piw.store.db.holders import runner_id
+
+    queue = open_pg_run_database(PgDatabase.open(pg_setting)).queue
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        holder = runner_id(child.pid)
+        queue.enqueue(new_run("r1"), claim_for=holder)
+        assert queue.claim_next(runner_id()) is None  # alive, its lease live: nobody takes it
+    finally:
+        child.kill()
+        child.wait()
+    taken = queue.claim_next(runner_id())
+    assert taken is not None and taken.run_id == "r1" and taken.generation == 2 and taken.taken_from == holder
