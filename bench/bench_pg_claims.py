@@ -42,9 +42,10 @@ def seed(url: str, runs: int) -> DatabaseSetting:
     return setting
 
 
-def claimer(url: str, schema: str, name: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def claimer(url: str, schema: str, name: str, keys: list[str] | None, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     db = PgDatabase.open(DatabaseSetting(url, schema), migrate=False, pool_size=2)
     queue = open_pg_run_database(db).queue
+    queue.serve_keys = keys  # type: ignore[attr-defined]
     claimed: list[str] = []
     start = time.perf_counter()
     while (claim := queue.claim_next(name)) is not None:
@@ -53,12 +54,12 @@ def claimer(url: str, schema: str, name: str, out: multiprocessing.Queue) -> Non
     db.close()
 
 
-def run(url: str, runs: int, claimers: int) -> tuple[float, int, int]:
+def run(url: str, runs: int, claimers: int, keys: list[str] | None = None) -> tuple[float, int, int]:
     setting = seed(url, runs)
     context = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue = context.Queue()  # type: ignore[type-arg]
     processes = [
-        context.Process(target=claimer, args=(url, setting.schema, f"bench-host-{i}:1:1", out))
+        context.Process(target=claimer, args=(url, setting.schema, f"bench-host-{i}:1:1", keys, out))
         for i in range(claimers)
     ]
     started = time.perf_counter()
@@ -87,10 +88,11 @@ def main() -> None:
         url = server.url()
     try:
         print(f"claims with FOR UPDATE SKIP LOCKED, {args.runs:,} queued rows each")
-        for claimers in (1, 4):
-            rate, total, duplicates = run(url, args.runs, claimers)
+        for claimers, keys in ((1, None), (4, None), (4, ["k", "other"])):
+            rate, total, duplicates = run(url, args.runs, claimers, keys)
+            routed = " (serve_key = ANY of 2 keys)" if keys else ""
             print(f"  {claimers} claimer{'s' if claimers > 1 else ' '}: {rate:8,.0f} claims/s  "
-                  f"({total:,} claimed, {duplicates} duplicates)")  # fmt: skip
+                  f"({total:,} claimed, {duplicates} duplicates){routed}")  # fmt: skip
     finally:
         if server is not None:
             import shutil

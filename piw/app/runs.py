@@ -19,10 +19,11 @@ import orjson
 from piw.app.reader import last_seq
 from piw.progress import format_remaining, parse_instant
 from piw.store import foldcache
-from piw.store.bundle import Bundle, list_bundles, run_is_live
+from piw.store.bundle import Bundle, list_bundles
+from piw.store.bundle import run_is_live as _holds_lock
 from piw.store.db.index import indexed_rows
 from piw.store.history import RunSummary
-from piw.store.place import refresh_mirrors, runs_home
+from piw.store.place import mirrors_at, refresh_mirrors, runs_home
 from piw.store.state import RUN_STATUSES
 from piw.terminal import single_line
 
@@ -78,6 +79,15 @@ def row_of(summary: RunSummary, *, forked: bool = False) -> RunRow:
         notice=summary.notice,
         interrupted=summary.interrupted,
     )
+
+
+def run_is_live(bundle: Bundle) -> bool:
+    """Whether a process writes the run: its writer lock, or in database mode (a mirror) its queue row's claim."""
+    if mirrors_at(bundle.path.parent.parent) is None:
+        return _holds_lock(bundle)
+    from piw.store.db.liveness import writer_is_live
+
+    return writer_is_live(bundle)
 
 
 def load_rows(home: Path) -> list[RunRow]:

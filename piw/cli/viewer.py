@@ -71,6 +71,8 @@ def view(
                 f"and sees the address with its token can read every run in {home}.",
                 file=sys.stderr,
             )
+        if database:  # each browser session's 'piw view' (a reader, never a writer) uses the same database
+            os.environ["PIW_DATABASE"] = database
         serve_app(home, resolved, host, port, allowed_hosts=names, max_sessions=max_sessions)
         return 0
     web = "TEXTUAL_DRIVER" in os.environ  # started by textual-serve for one browser tab

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from piw.errors import PiwError
+
 if TYPE_CHECKING:
     from piw.store.db.rows import QueueRow
     from piw.store.db.run_database import RunDatabase
@@ -178,8 +180,9 @@ def sync_mirror(home: Path, run_id: str) -> None:
         place.mirrors.sync(run_id)
 
 
-REFRESH_LIMIT = 200
-"""``piw runs`` in database mode brings at most this many of the newest runs' mirrors up to date per listing."""
+REFRESH_LIMIT = 1000
+"""A listing in database mode brings the mirrors of at most this many of the newest runs up to date (one query for
+their heads, then a sync of each mirror that is behind)."""
 
 
 def refresh_mirrors(home: Path, limit: int | None = None) -> None:
@@ -187,18 +190,16 @@ def refresh_mirrors(home: Path, limit: int | None = None) -> None:
     place = database_place(home)
     if place is None:
         return
-    mirrors = place.mirrors
-    for run_id in mirrors.run_ids()[: min(limit or REFRESH_LIMIT, REFRESH_LIMIT)]:
-        try:
-            mirrors.sync(run_id)
-        except Exception as exc:  # a run being created, or a row that cannot be read: listed when it can
-            log.debug("run %s: mirror not refreshed: %s", run_id, exc)
+    try:
+        place.mirrors.refresh(min(limit or REFRESH_LIMIT, REFRESH_LIMIT))
+    except PiwError as exc:  # a run being created, or a row that cannot be read: listed when it can
+        log.warning("mirrors not refreshed: %s", exc)
 
 
 @contextlib.contextmanager
 def following(home: Path, run_id: str, *, active: bool = True) -> Iterator[None]:
     """While a viewer follows a run live: in database mode its mirror is kept current from the database (woken by
-    ``LISTEN piw_trace``, and at least every second); nothing to do in SQLite mode."""
+    ``LISTEN <schema>_trace``, and at least every second); nothing to do in SQLite mode."""
     place = database_place(home) if active else None
     if place is None:
         yield

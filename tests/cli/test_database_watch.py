@@ -62,6 +62,8 @@ def test_a_watcher_on_another_home_renders_each_committed_step_and_exits(
     assert out.rstrip().endswith("■ completed")
     assert not (elsewhere / "runs").exists()  # the watcher's bundle is a mirror, never a local run
     assert (elsewhere / "pg").is_dir()
+    listed = cli("runs", "--json", env={**database, "PIW_HOME": str(tmp_path / "a-third-machine")})
+    assert [(row["runId"], row["status"]) for row in json.loads(listed.stdout)] == [(run_id, "completed")]
 
 
 def test_a_watcher_with_nothing_to_follow_is_refused(

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from piw.errors import RunNotFound
 from piw.store.bundle import Bundle, check_run_id, ensure_private_dir, write_private_file
 
 SIDECAR = ".mirror.json"
+LOCK_WAIT_S = 2.0
+"""How long a new holder waits for a mirror another process on this host holds (a syncer holds it for a moment)."""
 TRACE = "trace.ndjson"
 SESSION = "session/entries.ndjson"
 
@@ -119,16 +122,20 @@ class Mirrors:
 
     # ---- locking -------------------------------------------------------------------------------------------
 
-    def lock(self, run_id: str, *, wait: bool) -> int | None:
+    def lock(self, run_id: str, *, wait: bool, timeout_s: float | None = None) -> int | None:
         """The mirror's ``flock`` (an fd to close to let go), or ``None`` when another process holds it and
-        ``wait`` is false."""
+        ``wait`` is false, or still holds it after ``timeout_s``."""
         fd = os.open(self.locks / f"{check_run_id(run_id)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return fd
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait and deadline is None else fcntl.LOCK_NB))
+                return fd
+            except BlockingIOError:
+                if not wait or (deadline is not None and time.monotonic() >= deadline):
+                    os.close(fd)
+                    return None
+                time.sleep(0.02)
 
     # ---- syncing ---------------------------------------------------------------------------------------------
 
@@ -140,6 +147,28 @@ class Mirrors:
         with autocommit(self.db) as conn:
             rows = conn.execute("SELECT run_id FROM run_bundles ORDER BY run_id DESC").fetchall()
         return [row[0] for row in rows]
+
+    def refresh(self, limit: int) -> int:
+        """Bring the mirrors of the newest ``limit`` runs up to date, syncing only those whose heads moved past
+        what their mirror holds (one query for all of them); how many were synced."""
+        with autocommit(self.db) as conn:
+            heads = conn.execute(
+                "SELECT q.run_id, q.trace_seq, q.session_seq FROM run_queue q JOIN run_bundles b USING (run_id) "
+                "ORDER BY q.run_id DESC LIMIT %s",
+                (limit,),
+            ).fetchall()
+        synced = 0
+        for run_id, trace_seq, session_seq in heads:
+            path = self.runs / run_id
+            marks = _read_marks(path)
+            current = all(
+                (mark := marks.get(name)) is not None and mark.seq == seq and mark.holds(path / name)
+                for name, seq in ((TRACE, trace_seq), (SESSION, session_seq))
+            )
+            if not current:
+                self.sync(run_id)
+                synced += 1
+        return synced
 
     def sync(self, run_id: str) -> Bundle:
         """The run's mirror, up to date with its committed rows (``RunNotFound`` when the database has none).
@@ -262,8 +291,12 @@ class MirrorWriter:
         self._seqs: dict[str, int] = {}
 
     def open(self, *, create: bool = False) -> MirrorWriter:
+        """Take the mirror. A mirror another process still holds (an earlier holder on this host, frozen or not
+        yet gone) is left to it: this writer then writes no mirror lines, and readers rebuild it from the rows."""
         if self._lock is None:
-            self._lock = self.mirrors.lock(self.run_id, wait=True)
+            self._lock = self.mirrors.lock(self.run_id, wait=True, timeout_s=LOCK_WAIT_S)
+            if self._lock is None:
+                return self
             try:
                 if not create:
                     self.mirrors.sync_locked(self.run_id)

@@ -15,6 +15,7 @@ A writer commits rows; a reader on another machine must learn that soon without 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -89,6 +90,7 @@ def notifier(db: Any) -> Notifier:
         found = _NOTIFIERS.get(id(db))
         if found is None or found.db is not db:
             found = _NOTIFIERS[id(db)] = Notifier(db)
+            atexit.register(found.flush)  # a run's last notice is not left to the readers' poll
         return found
 
 

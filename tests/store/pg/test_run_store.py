@@ -200,3 +200,26 @@ def test_a_damaged_mirror_is_rebuilt_from_the_rows(db: PgDatabase, piw_home: Pat
     else:
         shutil.rmtree(bundle.path)
     assert mirrors.sync(RUN).trace_path.read_bytes() == good
+
+
+def test_a_holder_never_waits_for_a_mirror_another_process_keeps(
+    db: PgDatabase, piw_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier holder on this host that froze still holds the mirror's lock: the new holder writes its rows
+    without the mirror, and the mirror is rebuilt once the lock is free."""
+    import piw.store.pg.mirror as mirror_module
+
+    monkeypatch.setattr(mirror_module, "LOCK_WAIT_S", 0.1)
+    _claimed_row(db)
+    store, mirrors = _store(db, piw_home)
+    frozen = mirrors.lock(RUN, wait=True)
+    assert frozen is not None
+    try:
+        store.acquire(Held())
+        for seq in range(1, 4):
+            store.append(_line(seq))
+        store.release()
+        assert [seq for seq, _ in _rows(db)] == [1, 2, 3]
+    finally:
+        os.close(frozen)
+    assert len(read_trace(mirrors.sync(RUN).trace_path).events) == 3
