@@ -16,9 +16,12 @@
     │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
     │   ├── HomeUnavailable       ``PIW_HOME`` cannot be created, or cannot be written (read-only)
     │   ├── StorageFull           the disk filled while a run was written; the run is parked
-    │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
-    │   └── StoreBusy             the run database could not be read or written just now (busy, locked)
-    │       └── DatabaseBusy      another process held ``piw.sqlite`` locked past the wait limit (exit 75)
+    │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw, or a PostgreSQL schema is
+    │   │                         outside this piw's window (``piw db migrate``, or another piw version)
+    │   ├── StoreBusy             the run database could not be read or written just now (busy, locked)
+    │   │   └── DatabaseBusy      another process held ``piw.sqlite`` locked past the wait limit (exit 75)
+    │   └── DatabaseUnavailable   the configured PostgreSQL cannot be reached or used (URL shown redacted), or
+    │                             psycopg (``piw[postgres]``) is not installed
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
     │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
@@ -146,6 +149,10 @@ class DatabaseBusy(StoreBusy):
     changed by the command that gave up."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+class DatabaseUnavailable(StoreError):
+    """The configured PostgreSQL database cannot be reached or used; the message shows its URL redacted."""
 
 
 class ClaimLost(PiwError):

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from piw.agent_steps.budgeted import BudgetedProvider
 from piw.agent_steps.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
 from piw.agent_steps.events import StepDelivered
+from piw.agent_steps.fenced import FencedProvider
 from piw.agent_steps.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
 from piw.agent_steps.workflow_tool import (
     DEFAULT_MAX_REJECTIONS,
@@ -334,11 +335,12 @@ class AttemptRun:
     def _provider(self) -> Provider:
         """The executor's provider, behind the run's budget gate when the run has one."""
         gate = self.attempt.budget
+        provider = FencedProvider(self.run_provider(), self.attempt.writer)  # a request is an effect: fenced
         if gate is None or not gate.active:
-            return self.run_provider()
+            return provider
         owner = self.update_owner or self.attempt
         child_key = self.attempt.gnode.local_id if self.child else None
-        return BudgetedProvider(self.run_provider(), gate, owner, self.attempt.attempt_id, child_key)
+        return BudgetedProvider(provider, gate, owner, self.attempt.attempt_id, child_key)
 
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""

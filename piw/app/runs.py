@@ -19,9 +19,11 @@ import orjson
 from piw.app.reader import last_seq
 from piw.progress import format_remaining, parse_instant
 from piw.store import foldcache
-from piw.store.bundle import Bundle, list_bundles, run_is_live
+from piw.store.bundle import Bundle, list_bundles
+from piw.store.bundle import run_is_live as _holds_lock
 from piw.store.db.index import indexed_rows
 from piw.store.history import RunSummary
+from piw.store.place import mirrors_at, refresh_mirrors, runs_home
 from piw.store.state import RUN_STATUSES, RunState
 from piw.terminal import single_line
 
@@ -79,14 +81,25 @@ def row_of(summary: RunSummary, *, forked: bool = False) -> RunRow:
     )
 
 
+def run_is_live(bundle: Bundle) -> bool:
+    """Whether a process writes the run: its writer lock, or in database mode (a mirror) its queue row's claim."""
+    if mirrors_at(bundle.path.parent.parent) is None:
+        return _holds_lock(bundle)
+    from piw.store.db.liveness import writer_is_live
+
+    return writer_is_live(bundle)
+
+
 def load_rows(home: Path) -> list[RunRow]:
     """Every run from the SQLite runs index (``piw.store.db.index``, reconciled against the bundles as
     ``piw runs`` does); when the index cannot be read, from the bundles themselves (:func:`bundle_rows`)."""
     try:
+        refresh_mirrors(home)
         indexed = indexed_rows(home)
     except Exception:  # a cache: the bundles still say everything
         return bundle_rows(home)
     rows = []
+    root = runs_home(home) / "runs"
     for item in indexed:
         summary = RunSummary(
             item.run_id,
@@ -97,8 +110,7 @@ def load_rows(home: Path) -> list[RunRow]:
             item.finished_at,
             item.current_node,
             notice=item.notice or (f"trace damaged at line {item.damage_line}" if item.damage_line else None),
-            interrupted=item.status == "running"
-            and not run_is_live(Bundle(item.run_id, home / "runs" / item.run_id)),
+            interrupted=item.status == "running" and not run_is_live(Bundle(item.run_id, root / item.run_id)),
             cost=item.cost if item.cost is not None else _cost(item.usage),
         )
         rows.append(row_of(summary, forked=_is_fork(home, item.run_id)))
@@ -108,7 +120,7 @@ def load_rows(home: Path) -> list[RunRow]:
 def _is_fork(home: Path, run_id: str) -> bool:
     """Whether the run's manifest names the run it was forked from (``piw fork``)."""
     try:
-        manifest = orjson.loads((home / "runs" / run_id / "manifest.json").read_bytes())
+        manifest = orjson.loads((runs_home(home) / "runs" / run_id / "manifest.json").read_bytes())
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and isinstance(manifest.get("forkedFrom"), dict)
@@ -131,7 +143,7 @@ def bundle_rows(home: Path) -> list[RunRow]:
         rows.append(_settled_row(head, head.current_node, bundle))
     if slow:
         rows = [
-            _folded_row(Bundle(row.run_id, home / "runs" / row.run_id))
+            _folded_row(Bundle(row.run_id, runs_home(home) / "runs" / row.run_id))
             if row is not None and row.run_id in slow
             else row
             for row in rows

@@ -11,6 +11,7 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.database import DatabaseOption, command_home
 from piw.cli.foreground import (
     BudgetOption,
     Following,
@@ -66,6 +67,7 @@ def run(
             "a different request under the key is refused.",
         ),
     ] = None,
+    database: DatabaseOption = None,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
@@ -75,7 +77,7 @@ def run(
     raw_input = parse_input_option(input)
     limits = parse_budget(budget) if budget is not None else None
     key = _checked_key(idempotency_key)
-    home = piw_home()
+    home = command_home(database)
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
     launch = LaunchOptions.given(provider, model, script)
@@ -147,6 +149,7 @@ def resume(
     script: ScriptOption = None,
     verbose: VerboseOption = False,
     as_json: RunJsonOption = False,
+    database: DatabaseOption = None,
 ) -> int:
     """Continue an interrupted, parked or paused run from its trace; completed steps are not run again.
 
@@ -154,7 +157,7 @@ def resume(
     """
     from piw.run.runner import recorded_launch, resume_run
 
-    home = piw_home()
+    home = command_home(database)
     run_id = resolve_run_id(home, run_id)
     launch = LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
     return Following(as_json, launch, verbose).follow(lambda options: resume_run(run_id, home, options))
@@ -171,6 +174,7 @@ def runs(
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many runs.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    database: DatabaseOption = None,
 ) -> int:
     """List runs, newest first."""
     from piw.cli.runs_table import print_runs
@@ -180,7 +184,7 @@ def runs(
         raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(RUN_FILTERS)}.")
     if limit is not None and limit < 1:
         raise UsageError("--limit must be at least 1.")
-    rows = list(run_summaries(piw_home(), status, limit))
+    rows = list(run_summaries(command_home(database), status, limit))
     if as_json:
         sys.stdout.write(json_text([row.to_json() for row in rows]) + "\n")
         return 0

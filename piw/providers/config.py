@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 
-TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent")
+TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -160,6 +160,16 @@ class AgentConfig(_Strict):
         return value
 
 
+class DatabaseTable(_Strict):
+    """The ``[database]`` table: the PostgreSQL database for many machines (read by ``piw.store.pg.setting``,
+    which resolves it without this module; here it is only validated with the rest of the file)."""
+
+    url: str = Field(min_length=1)
+    password: str | None = None
+    """A ``$NAME`` reference (read from the environment), like provider keys."""
+    schema_: str | None = Field(default=None, alias="schema")
+
+
 class PiwConfig(_Strict):
     """The whole file. A missing file is an empty config: the scripted provider needs none."""
 
@@ -169,6 +179,7 @@ class PiwConfig(_Strict):
     """Seconds a workflow file's import may take (``PIW_IMPORT_TIMEOUT`` wins; default 10)."""
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    database: DatabaseTable | None = None
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

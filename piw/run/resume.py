@@ -65,8 +65,9 @@ def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
     """``SourceChanged`` unless the loaded workflow is the one the run started from (file hash or built-in
     revision, every mounted child, the definition digest): completed steps replay only against that."""
     same = (
-        state.workflow_source == loaded.source
-        and list(state.workflow_sources or []) == list(loaded.sources or [])
+        _identity(state.workflow_source) == _identity(loaded.source)
+        and [_mounted(source) for source in state.workflow_sources or []]
+        == [_mounted(source) for source in loaded.sources or []]
         and state.definition_digest == loaded.digest
     )
     if not same:
@@ -78,6 +79,16 @@ def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
             f"'piw fork {state.run_id} {_fork_point(state)} --workflow {workflow}'. Or cancel it with "
             f"'piw cancel {state.run_id}' and start again with 'piw run {workflow}'."
         )
+
+
+def _identity(source: dict[str, Any] | None) -> dict[str, Any]:
+    """A workflow source without its path: a file is its content hash wherever it lives (the same file on another
+    machine, or moved, resumes; ``docs/many-machines.md``, "Routing by workflow version")."""
+    return {key: value for key, value in (source or {}).items() if key != "path"}
+
+
+def _mounted(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**entry, "source": _identity(entry.get("source"))}
 
 
 def _rerun_reference(recorded: dict[str, Any], name: str) -> str:

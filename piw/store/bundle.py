@@ -29,6 +29,7 @@ from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
 from piw.store.home import home_path as home_path  # re-exported: callers of piw.store.bundle keep working
 from piw.store.home import piw_home as piw_home
 from piw.store.home import tighten as tighten
+from piw.store.place import runs_home, sync_mirror
 from piw.store.state_json import decode_state, iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq
@@ -227,9 +228,13 @@ def copy_artifacts(source: Bundle, target: Bundle) -> int:
 
 
 def open_bundle(home: Path, run_id: str) -> Bundle:
-    """The bundle of an existing run, or ``RunNotFound``; one that is or holds a symbolic link is refused
-    (:func:`refuse_linked`), so no command changes a run through a link."""
+    """The bundle of an existing run, or ``RunNotFound``; in database mode its mirror, brought up to date first.
+
+    One that is or holds a symbolic link is refused (:func:`refuse_linked`), so no command changes a run through a
+    link."""
     check_run_id(run_id)
+    sync_mirror(home, run_id)
+    home = runs_home(home)
     path = home / "runs" / run_id
     if not is_bundle_dir(path):
         raise RunNotFound(f"No run {run_id!r} in {home / 'runs'}; list runs with 'piw runs'.")
@@ -403,7 +408,7 @@ def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunSta
 
 def list_bundles(home: Path) -> Iterator[Bundle]:
     """Bundles with a trace (a lost manifest is recovered from it), newest first."""
-    root = home / "runs"
+    root = runs_home(home) / "runs"
     if not root.is_dir():
         return
     for entry in sorted(root.iterdir(), reverse=True):

@@ -162,6 +162,7 @@ class ShellActionExecutor:
                 attempt_id=attempt.attempt_id,
                 sync=True,
             )
+            attempt.writer.fence()  # the command is an effect: a holder past its own deadline never starts it
             os.write(process.stdin.fileno(), b"\n")  # open the gate
         except BaseException:
             process.kill()  # still the gate (it reads its stdin first): the command never ran

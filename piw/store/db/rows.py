@@ -17,6 +17,7 @@ from typing import Any, Literal
 from piw.store.db.dialect import SQLITE, Connection, Dialect, dumps, loads
 from piw.store.db.holders import holder_is_dead
 from piw.store.db.idempotency import StartKey
+from piw.store.db.serve_keys import serve_key
 
 LEASE_MS = int(os.environ.get("PIW_TEST_LEASE_MS", "") or 30_000)
 """How long a claim lasts unless its holder renews it (``PIW_TEST_LEASE_MS`` shortens it for the tests that stop
@@ -236,8 +237,14 @@ def insert_run(
     conn: Connection, run: NewRun, status: str, now: int, *, ignore: bool, dialect: Dialect = SQLITE
 ) -> int:
     """Insert ``run``'s row with ``status`` (``ignore``: leave an existing row alone); rows inserted."""
+    columns: tuple[str, ...] = _INSERTED
+    routed: tuple[str, ...] = ()
+    if (
+        dialect.name == "postgres"
+    ):  # hosts claim by serve key (piw.store.db.serve_keys); SQLite has one machine
+        columns, routed = (*_INSERTED, "serve_key"), (serve_key(run.workflow_source, run.definition_digest),)
     cursor = conn.execute(
-        dialect.insert("run_queue", _INSERTED, ignore=ignore),
+        dialect.insert("run_queue", columns, ignore=ignore),
         (
             run.run_id,
             run.workflow_ref,
@@ -252,6 +259,7 @@ def insert_run(
             run.parent_run_id,
             now,
             now,
+            *routed,
         ),
     )
     return cursor.rowcount
