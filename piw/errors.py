@@ -46,10 +46,7 @@ Exit codes live with the CLI; this module only classifies.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from piw.updates.shell_lines import ShellLine, Stream
+from typing import Any
 
 
 class PiwError(Exception):
@@ -240,7 +237,8 @@ class ShellLineTooLong(NodeFailure):
     hand them to the parser first, exactly as if they had arrived in an earlier read.
     """
 
-    def __init__(self, stream: Stream, limit: int, lines: tuple[ShellLine, ...] = ()) -> None:
+    def __init__(self, stream: str, limit: int, lines: tuple[Any, ...] = ()) -> None:
+        # ``lines`` are ``piw.updates.shell_lines.ShellLine``s; not named here, so this module imports nothing of piw
         super().__init__(f"shell {stream} update line exceeded {limit} bytes")
         self.stream = stream
         self.limit = limit

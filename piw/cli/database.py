@@ -27,7 +27,7 @@ DatabaseOption = Annotated[
 
 def command_home(database: str | None) -> Path:
     """``PIW_HOME``, with where this command's runs live resolved (SQLite there, or the database)."""
-    from piw.store.place import use
+    from piw.store.pg.place import use
 
     home = piw_home()
     use(home, database)

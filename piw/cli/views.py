@@ -225,7 +225,7 @@ def watch(
     """Follow a run live until it ends or nobody is running it (q stops watching; Ctrl-C exits 130)."""
     from piw.cli.watch import Watcher, WatchInterrupted, run_to_watch
     from piw.store.bundle import open_bundle
-    from piw.store.place import following
+    from piw.store.pg.place import following
 
     home = command_home(database)
     bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else run_to_watch(home))

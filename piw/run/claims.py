@@ -30,17 +30,9 @@ from piw.errors import (
 from piw.run.takeover import acquire_from_stale_holder
 from piw.store.db.lease import BOUNDARY_FLAGS_MS, Lease
 from piw.store.db.queue import RENEW_MS
-from piw.store.db.rows import FinalStatus, ParkReason
+from piw.store.db.rows import FINAL_QUEUE_STATUS, ParkReason
 from piw.store.fold import TERMINAL_STATUSES, RunState
 from piw.store.run_store import RunStore
-
-FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
-    "completed": "done",
-    "waiting": "done",
-    "failed": "failed",
-    "timed_out": "failed",
-    "cancelled": "cancelled",
-}
 
 Stop = Literal["paused", "queued", "shutdown"] | ParkReason
 """Why a loop stopped short of a terminal event: a pause, a detached run handed to the queue, a holder

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from piw.run.served_workflows import key_of_file, served_workflows, workflow_files
 from piw.store.db.rows import QueueRow
-from piw.store.db.serve_keys import key_of_file, serve_key, served_workflows, workflow_files
+from piw.store.db.serve_keys import serve_key
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import ImportTimeout, LoadError, PiwError, ProviderError, RunFinished, RunLocked, RunNotFound
-from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec, continuation_executors
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import OriginDelivery
@@ -41,7 +40,7 @@ from piw.store.db.idempotency import Adopted, StartKey
 from piw.store.db.lease import Lease
 from piw.store.db.outbox import NotificationRow, Outbox
 from piw.store.db.queue import RunQueue
-from piw.store.db.rows import Claim, NewRun, ParkReason
+from piw.store.db.rows import FINAL_QUEUE_STATUS, Claim, NewRun, ParkReason
 from piw.store.db.run_database import open_run_database
 from piw.store.fold import RunState, fold
 from piw.store.run_store import open_run_stores

@@ -17,23 +17,15 @@ it was. This module imports neither psycopg nor the fold: ``piw --help`` stays f
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import threading
-from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from piw.errors import PiwError
 
-if TYPE_CHECKING:
-    from piw.store.db.rows import QueueRow
-    from piw.store.db.run_database import RunDatabase
-    from piw.store.pg.setting import DatabaseSetting
-    from piw.store.run_store import RunStores
-    from piw.store.trace import Durability, FileLayer
-
+# The protocols below name what they return only in words (``Any`` to the type checker): this module sits under
+# the bundle, the run database and the stores, which all look their place up here, so it imports none of them.
 
 log = logging.getLogger(__name__)
 
@@ -54,67 +46,39 @@ class Mirrors(Protocol):
         """Every run id in the database, newest first."""
         ...
 
-    def queue_row(self, run_id: str) -> QueueRow | None:
+    def queue_row(self, run_id: str) -> Any:
         """The run's queue row in the database (liveness for viewers)."""
         ...
 
 
-class DatabasePlace:
-    """A command's place in database mode: one PostgreSQL, opened on first use, and the mirrors of its runs."""
+class Place(Protocol):
+    """A command's place in database mode (``piw.store.pg.place.DatabasePlace``): what lower layers look up."""
 
-    def __init__(self, home: Path, setting: DatabaseSetting) -> None:
-        self.home = home
-        self.setting = setting
-        self._lock = threading.Lock()
-        self._db: Any = None
-        self._run_database: RunDatabase | None = None
-        self._mirrors: Any = None
+    @property
+    def setting(self) -> Any:
+        """The ``piw.store.pg.setting.DatabaseSetting`` (its URL never printed unredacted)."""
+        ...
 
     @property
     def db(self) -> Any:
-        """The :class:`~piw.store.pg.connection.PgDatabase` (its pool opened, an empty schema created)."""
-        with self._lock:
-            if self._db is None:
-                from piw.store.pg.connection import PgDatabase
-
-                self._db = PgDatabase.open(self.setting)
-            return self._db
+        """The ``piw.store.pg.connection.PgDatabase`` (its pool opened on first use)."""
+        ...
 
     @property
     def mirrors(self) -> Any:
-        """The :class:`~piw.store.pg.mirror.Mirrors` of this database under ``PIW_HOME``."""
-        db = self.db
-        with self._lock:
-            if self._mirrors is None:
-                from piw.store.pg.mirror import Mirrors as PgMirrors
+        """The :class:`Mirrors` of its runs under ``PIW_HOME``."""
+        ...
 
-                self._mirrors = PgMirrors.open(db, self.home)
-                self._mirrors.queue = lambda: self.run_database().queue
-                _ROOTS[str(self._mirrors.root)] = self._mirrors
-            return self._mirrors
+    def run_database(self) -> Any:
+        """The ``piw.store.db.run_database.RunDatabase`` on PostgreSQL."""
+        ...
 
-    def run_database(self) -> RunDatabase:
-        db = self.db
-        with self._lock:
-            if self._run_database is None:
-                from piw.store.db.run_database import open_pg_run_database
-
-                self._run_database = open_pg_run_database(db)
-            return self._run_database
-
-    def run_stores(self, durability: Durability, files: FileLayer | None) -> RunStores:
-        from piw.store.pg.run_store import PgRunStores
-
-        return PgRunStores(self.db, self.mirrors, durability)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+    def run_stores(self, durability: Any, files: Any) -> Any:
+        """The ``piw.store.run_store.RunStores`` that keep traces in PostgreSQL."""
+        ...
 
 
-_PLACES: dict[str, DatabasePlace] = {}
+_PLACES: dict[str, Place] = {}
 """``PIW_HOME`` → its database place, for the homes a command resolved into database mode."""
 _ROOTS: dict[str, Any] = {}
 """Mirror root → its mirrors (a bundle path tells its root: ``root/runs/<runId>``)."""
@@ -124,37 +88,28 @@ def _key(home: Path) -> str:
     return os.fspath(home)
 
 
-def use(
-    home: Path, database: str | None = None, *, env: Mapping[str, str] | None = None
-) -> DatabasePlace | None:
-    """Resolve where ``home``'s runs live for this command (``--database`` > ``PIW_DATABASE`` > config > SQLite)
-    and remember it; the database place, or ``None`` for SQLite. Called once per command, before any run is
-    touched (``piw.cli.place``)."""
-    from piw.store.pg.setting import resolve_database
-
-    setting = resolve_database(database, home=home, env=os.environ if env is None else env)
-    key = _key(home)
-    current = _PLACES.get(key)
-    if setting is None:
-        if current is not None:
-            del _PLACES[key]
-        return None
-    if current is not None and current.setting == setting:
-        return current
-    place = DatabasePlace(home, setting)
-    _PLACES[key] = place
-    return place
+def register(home: Path, place: Place | None) -> None:
+    """Remember ``home``'s place for this command (``None``: back to SQLite); ``piw.store.pg.place.use`` calls it."""
+    if place is None:
+        _PLACES.pop(_key(home), None)
+    else:
+        _PLACES[_key(home)] = place
 
 
-def forget(home: Path) -> None:
-    """Back to SQLite mode for ``home`` (tests that switch modes in one process), closing its pool."""
-    place = _PLACES.pop(_key(home), None)
-    if place is not None:
-        _ROOTS.pop(str(place._mirrors.root) if place._mirrors is not None else "", None)
-        place.close()
+def register_mirrors(mirrors: Mirrors) -> None:
+    """Remember a mirror set by its root, so a bundle's path finds it (:func:`mirrors_at`)."""
+    _ROOTS[str(mirrors.root)] = mirrors
 
 
-def database_place(home: Path) -> DatabasePlace | None:
+def unregister_mirrors(root: Path) -> None:
+    _ROOTS.pop(str(root), None)
+
+
+def registered(home: Path) -> Place | None:
+    return _PLACES.get(_key(home))
+
+
+def database_place(home: Path) -> Place | None:
     """The database place of ``home`` when this command runs in database mode."""
     return _PLACES.get(_key(home)) if _PLACES else None
 
@@ -194,22 +149,3 @@ def refresh_mirrors(home: Path, limit: int | None = None) -> None:
         place.mirrors.refresh(min(limit or REFRESH_LIMIT, REFRESH_LIMIT))
     except PiwError as exc:  # a run being created, or a row that cannot be read: listed when it can
         log.warning("mirrors not refreshed: %s", exc)
-
-
-@contextlib.contextmanager
-def following(home: Path, run_id: str, *, active: bool = True) -> Iterator[None]:
-    """While a viewer follows a run live: in database mode its mirror is kept current from the database (woken by
-    ``LISTEN <schema>_trace``, and at least every second); nothing to do in SQLite mode."""
-    place = database_place(home) if active else None
-    if place is None:
-        yield
-        return
-    from piw.store.pg.notify import TraceListener
-
-    mirrors = place.mirrors
-    channel = place.db.channel("trace")
-    listener = TraceListener(place.setting.url, channel, run_id, lambda: mirrors.sync(run_id)).start()
-    try:
-        yield
-    finally:
-        listener.close()

@@ -148,5 +148,6 @@ def open_run_stores(
 
     place = database_place(home)
     if place is not None:
-        return place.run_stores(durability, files)
+        stores: RunStores = place.run_stores(durability, files)
+        return stores
     return FileRunStores(home, durability, files)

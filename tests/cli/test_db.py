@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 from piw.store.db.rows import NewRun
-from piw.store.db.run_database import open_pg_run_database
 from piw.store.pg.connection import PgDatabase
+from piw.store.pg.run_database import open_pg_run_database
 from piw.store.pg.setting import DatabaseSetting
 from tests.support.cli import Cli
 from tests.support.pg import SECRET_USER, PgServer, find_bindir, unavailable

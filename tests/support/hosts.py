@@ -126,7 +126,7 @@ def db_trace(server: object, schema: str, run_id: str) -> list[tuple[int, int, d
 def queue_in(home: Path, url: str, flow: Path, inputs: list[dict[str, object]]) -> list[str]:
     """Queue one run of ``flow`` per input in the database at ``url`` (what ``piw run --detach --database`` does)."""
     from piw.run.runner import ForegroundOptions, queue_run
-    from piw.store.place import forget, use
+    from piw.store.pg.place import forget, use
 
     use(home, url)
     try:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from piw.store.db.database import close_databases
-from piw.store.db.run_database import RunDatabase, open_pg_run_database, open_run_database
+from piw.store.db.run_database import RunDatabase, open_run_database
+from piw.store.pg.run_database import open_pg_run_database
 
 
 class FakeClock:

@@ -35,6 +35,15 @@ ParkReason = Literal[
 ]
 QUEUE_STATUSES: tuple[str, ...] = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
+FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
+    "completed": "done",
+    "waiting": "done",
+    "failed": "failed",
+    "timed_out": "failed",
+    "cancelled": "cancelled",
+}
+"""The queue row status a run ends with, by the status its fold ended in (a waiting run is done: its answer
+starts a continuation)."""
 HELD_STATUSES = frozenset({"starting", "running"})
 PARK_REASONS: tuple[str, ...] = (
     "source_changed",

@@ -3,22 +3,18 @@
 Each part has its own small protocol (:class:`~piw.store.db.queue.RunQueue`,
 :class:`~piw.store.db.decisions.Decisions`, :class:`~piw.store.db.outbox.Outbox`), so a caller takes the one it
 needs, and another database brings its own three implementations. SQLite's share one ``piw.sqlite`` and its
-per-thread connections; PostgreSQL's (:func:`open_pg_run_database`, ``docs/many-machines.md``) one pool.
+per-thread connections; PostgreSQL's (``piw.store.pg.run_database``, ``docs/many-machines.md``) one pool.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from piw.store.db.database import Clock, now_ms, open_database
 from piw.store.db.decisions import Decisions, SqliteDecisions
 from piw.store.db.outbox import Outbox, SqliteOutbox
 from piw.store.db.queue import RunQueue, SqliteQueue
-
-if TYPE_CHECKING:
-    from piw.store.pg.connection import PgDatabase
 
 
 @dataclass(frozen=True)
@@ -37,18 +33,7 @@ def open_run_database(home: Path, clock: Clock = now_ms) -> RunDatabase:
 
     place = database_place(home)
     if place is not None:
-        return place.run_database()
+        database: RunDatabase = place.run_database()
+        return database
     db = open_database(home)
     return RunDatabase(SqliteQueue(db, clock), SqliteDecisions(db, clock), SqliteOutbox(db, clock))
-
-
-def open_pg_run_database(db: PgDatabase, clock: Clock | None = None) -> RunDatabase:
-    """The run database in PostgreSQL (``piw.store.pg``): every lease on the database clock; ``clock`` pins that
-    clock for tests (``piw.store.pg.clock``). Imports the driver, so only for a configured database."""
-    from piw.store.pg.clock import ClockedDatabase
-    from piw.store.pg.decisions import PgDecisions
-    from piw.store.pg.outbox import PgOutbox
-    from piw.store.pg.queue import PostgresQueue
-
-    clocked = ClockedDatabase(db, clock)
-    return RunDatabase(PostgresQueue(clocked), PgDecisions(clocked), PgOutbox(clocked))

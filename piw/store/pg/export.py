@@ -165,7 +165,7 @@ class Imported:
 
 def import_bundle(home: Path, path: Path) -> Imported:
     """``piw import BUNDLE``: copy a local run into the database this command uses (see the module docstring)."""
-    from piw.run.claims import FINAL_QUEUE_STATUS
+    from piw.store.db.rows import FINAL_QUEUE_STATUS
     from piw.store.place import database_place
 
     place = database_place(home)

@@ -20,15 +20,27 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from piw.errors import StateSchemaMismatch, UsageError
 
 if TYPE_CHECKING:
-    from piw.store.pg.connection import PgDatabase
+    from piw.store.pg.setting import DatabaseSetting
+
+
+class Migratable(Protocol):
+    """What migrating needs of ``piw.store.pg.connection.PgDatabase`` (named here so the two modules do not import
+    each other: the connection migrates on open)."""
+
+    @property
+    def setting(self) -> DatabaseSetting: ...
+
+    def connection(self) -> AbstractContextManager[Any]: ...
+
 
 SCHEMA_MIN = 1
 """The lowest schema version this piw's code works on."""
@@ -194,7 +206,7 @@ def _piw_version() -> str:
         return "0"
 
 
-def create_if_empty(db: PgDatabase, window: Window | None = None) -> bool:
+def create_if_empty(db: Migratable, window: Window | None = None) -> bool:
     """Create an empty (or missing) schema with every migration of this piw; ``False`` when it already has
     migrations (then only ``piw db migrate`` changes it)."""
     window = window or Window.of_this_piw()
@@ -221,7 +233,7 @@ class MigrateResult:
     version: int
 
 
-def migrate(db: PgDatabase, *, contract: bool = False, window: Window | None = None) -> MigrateResult:
+def migrate(db: Migratable, *, contract: bool = False, window: Window | None = None) -> MigrateResult:
     """Apply every pending migration this piw knows, each once, each in its own locked transaction.
 
     A contract migration needs ``contract=True`` (``UsageError`` otherwise, before anything is applied past it) and

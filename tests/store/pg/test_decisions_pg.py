@@ -8,15 +8,15 @@ import subprocess
 import sys
 
 from piw.store.db.outbox import NewNotification
-from piw.store.db.run_database import open_pg_run_database
 from piw.store.pg.connection import PgDatabase
+from piw.store.pg.run_database import open_pg_run_database
 from piw.store.pg.setting import DatabaseSetting
 from tests.support.paths import REPO
 
 PRELUDE = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from piw.store.db.run_database import open_pg_run_database
+from piw.store.pg.run_database import open_pg_run_database
 from piw.store.pg.connection import PgDatabase
 from piw.store.pg.setting import DatabaseSetting
 database = open_pg_run_database(PgDatabase.open(DatabaseSetting({url!r}, {schema!r}), pool_size=2))

@@ -12,10 +12,10 @@ import pytest
 
 from piw.errors import ClaimLost, RunLocked
 from piw.store.db.rows import LEASE_MS, NewRun
-from piw.store.db.run_database import open_pg_run_database
 from piw.store.db.serve_keys import serve_key
 from piw.store.pg.connection import PgDatabase
 from piw.store.pg.queue import PostgresQueue
+from piw.store.pg.run_database import open_pg_run_database
 from piw.store.pg.setting import DatabaseSetting
 from tests.support.paths import REPO
 from tests.support.pg import PgServer
@@ -28,7 +28,7 @@ def new_run(run_id: str, path: str = "/work/flow.workflow.py") -> NewRun:
 CLAIMER = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from piw.store.db.run_database import open_pg_run_database
+from piw.store.pg.run_database import open_pg_run_database
 from piw.store.pg.connection import PgDatabase
 from piw.store.pg.setting import DatabaseSetting
 queue = open_pg_run_database(PgDatabase.open(DatabaseSetting({url!r}, {schema!r}), pool_size=2)).queue
