@@ -44,6 +44,8 @@ class Migratable(Protocol):
 
     def connection(self) -> AbstractContextManager[Any]: ...
 
+    def autocommit(self) -> AbstractContextManager[Any]: ...
+
 
 SCHEMA_MIN = 1
 """The lowest schema version this piw's code works on."""
@@ -298,7 +300,7 @@ def migrate(db: Migratable, *, contract: bool = False, window: Window | None = N
     return MigrateResult(applied, version)
 
 
-def _apply_concurrently(db: PgDatabase, migration: Migration, contract: bool) -> bool:
+def _apply_concurrently(db: Migratable, migration: Migration, contract: bool) -> bool:
     """A migration that builds indexes ``CONCURRENTLY``: statement by statement in autocommit, under the session
     form of the migration lock, after dropping any invalid index a failed run left in the schema; ``False`` when
     another process applied it meanwhile."""
