@@ -65,7 +65,9 @@ def writer(url: str, schema: str, index: int, events: int, sync: bool, out: Any,
     store = PgRunStores(db, Mirrors.open(db, home)).create(run_id, {}, manifest).acquire(_Held(run_id))
     payload = {"output": {"text": "x" * 120}}
     lines = [
-        TraceEvent(seq, "2026-01-01T00:00:00.000Z", "node", "node_finished", run_id, payload, "s", "a").encode()
+        TraceEvent(
+            seq, "2026-01-01T00:00:00.000Z", "node", "node_finished", run_id, payload, "s", "a"
+        ).encode()
         for seq in range(1, events + 1)
     ]
     go.wait()
@@ -89,7 +91,8 @@ def appends(url: str, writers: int, events: int, sync: bool) -> tuple[float, flo
     out = context.Queue()
     go = context.Event()
     processes = [
-        context.Process(target=writer, args=(url, schema, index, events, sync, out, go)) for index in range(writers)
+        context.Process(target=writer, args=(url, schema, index, events, sync, out, go))
+        for index in range(writers)
     ]
     for process in processes:
         process.start()
@@ -141,13 +144,17 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(scratch)
             floor = fsync_append_ms(folder)
-            print(f"local fdatasync'd line (the SQLite-mode commit point): p50 {floor:.3f} ms, {1000 / floor:,.0f} ev/s")
+            print(
+                f"local fdatasync'd line (SQLite mode's commit point): p50 {floor:.3f} ms, {1000 / floor:,.0f} ev/s"
+            )
             for writers in (1, 4, 16):
                 p50, p99, rate = appends(url, writers, args.events, sync=True)
                 print(f"fenced append, {writers:2d} writer{'s' if writers > 1 else ' '}, synchronous: "
                       f"p50 {p50:.3f} ms  p99 {p99:.3f} ms  {rate:8,.0f} ev/s")  # fmt: skip
             p50, p99, rate = appends(url, 1, args.events, sync=False)
-            print(f"fenced append,  1 writer , asynchronous: p50 {p50:.3f} ms  p99 {p99:.3f} ms  {rate:8,.0f} ev/s")
+            print(
+                f"fenced append,  1 writer , asynchronous: p50 {p50:.3f} ms  p99 {p99:.3f} ms  {rate:8,.0f} ev/s"
+            )
             print(f"per-step cost, {args.steps}-step loops under effects (median gap between node_finished):")
             for kind in ("compute", "action"):
                 local = per_step(url, kind, args.steps, folder, database=False)
