@@ -5,7 +5,10 @@
   ``schema_migrations`` with the piw version that applied them. Each file's first line says its kind:
   ``-- kind: expand`` (additive: older piws keep working) or ``-- kind: contract`` (older piws must stop).
 - Each migration runs in one transaction that first takes ``pg_advisory_xact_lock`` on the schema's migration key
-  and re-reads what is applied, so four ``piw db migrate`` at once apply each file exactly once.
+  and re-reads what is applied, so four ``piw db migrate`` at once apply each file exactly once. A file that builds
+  an index ``CONCURRENTLY`` (which no transaction may) runs statement by statement in autocommit under the session
+  form of the same lock, after dropping any invalid index a failed run left; on a schema being created it is
+  applied in the creating transaction with a plain ``CREATE INDEX`` (nobody reads the schema yet).
 - An empty schema is created on first use (:func:`create_if_empty`, under the same lock); anything else needs an
   explicit ``piw db migrate``, so no command migrates a schema that other hosts are using.
 - The window: this piw works on a schema whose version (the highest applied) is at least :data:`SCHEMA_MIN` and
@@ -41,6 +44,7 @@ LIVE_HOST_MS = 60_000
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _KIND = re.compile(r"^-- kind: (expand|contract)\s*$")
+_CONCURRENTLY = re.compile(r"(CREATE\s+(?:UNIQUE\s+)?INDEX)\s+CONCURRENTLY\b", re.IGNORECASE)
 _BOOTSTRAP = (
     "CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY, name text NOT NULL, "
     "sha256 text NOT NULL, kind text NOT NULL DEFAULT 'expand', applied_at bigint NOT NULL, "
@@ -60,6 +64,25 @@ class Migration:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
+
+    @property
+    def concurrent(self) -> bool:
+        """Builds an index ``CONCURRENTLY``: not possible inside a transaction, so run statement by statement."""
+        return _CONCURRENTLY.search(self.sql) is not None
+
+    def statements(self) -> list[str]:
+        """The file's statements (split at a ``;`` that ends a line), for a migration run outside a transaction."""
+        parts = re.split(r";[ \t]*(?:--[^\n]*)?\n", self.sql + "\n")
+        found = []
+        for part in parts:
+            code = "\n".join(line for line in part.splitlines() if not line.lstrip().startswith("--")).strip()
+            if code:
+                found.append(code)
+        return found
+
+    def in_transaction(self) -> str:
+        """The SQL for a schema nobody uses yet (its creation): ``CONCURRENTLY`` dropped, one transaction."""
+        return _CONCURRENTLY.sub(lambda match: match.group(1), self.sql)
 
 
 @dataclass(frozen=True)
@@ -177,7 +200,11 @@ def check_window(state: SchemaState, window: Window, where: str) -> None:
 
 
 def _apply(conn: Any, migration: Migration, piw_version: str) -> None:
-    conn.execute(migration.sql)
+    conn.execute(migration.in_transaction())
+    _record(conn, migration, piw_version)
+
+
+def _record(conn: Any, migration: Migration, piw_version: str) -> None:
     conn.execute(
         "INSERT INTO schema_migrations (version, name, sha256, kind, applied_at, piw_version) "
         "VALUES (%s, %s, %s, %s, now_ms(), %s)",
@@ -237,22 +264,55 @@ def migrate(db: PgDatabase, *, contract: bool = False, window: Window | None = N
     for migration in window.migrations:
         if migration.version in state.applied:
             continue
-        with db.connection() as conn:
-            _lock(conn, schema)
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-            conn.execute(_BOOTSTRAP)
-            current = read_state(conn, schema)
-            if migration.version in current.applied:
-                version = current.version
-                continue  # another process applied it while we waited for the lock
-            if migration.kind == "contract":
-                _check_contract(conn, migration, contract, db.setting.redacted())
-            _apply(conn, migration, _piw_version())
+        if migration.concurrent:
+            if not _apply_concurrently(db, migration, contract):
+                continue
+        else:
+            with db.connection() as conn:
+                _lock(conn, schema)
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+                conn.execute(_BOOTSTRAP)
+                current = read_state(conn, schema)
+                if migration.version in current.applied:
+                    version = current.version
+                    continue  # another process applied it while we waited for the lock
+                if migration.kind == "contract":
+                    _check_contract(conn, migration, contract, db.setting.redacted())
+                _apply(conn, migration, _piw_version())
         applied.append(migration.version)
         version = migration.version
     with db.connection() as conn:
         check_window(read_state(conn, schema), window, db.setting.redacted())
     return MigrateResult(applied, version)
+
+
+def _apply_concurrently(db: PgDatabase, migration: Migration, contract: bool) -> bool:
+    """A migration that builds indexes ``CONCURRENTLY``: statement by statement in autocommit, under the session
+    form of the migration lock, after dropping any invalid index a failed run left in the schema; ``False`` when
+    another process applied it meanwhile."""
+    schema = db.setting.schema
+    key = f"piw.migrate:{schema}"
+    with db.autocommit() as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        try:
+            if migration.version in read_state(conn, schema).applied:
+                return False
+            if migration.kind == "contract":
+                _check_contract(conn, migration, contract, db.setting.redacted())
+            invalid = conn.execute(
+                "SELECT format('%%I.%%I', n.nspname, c.relname) FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE NOT i.indisvalid AND n.nspname = %s",
+                (schema,),
+            ).fetchall()
+            for (name,) in invalid:
+                conn.execute(f"DROP INDEX IF EXISTS {name}")
+            for statement in migration.statements():
+                conn.execute(statement)
+            _record(conn, migration, _piw_version())
+            return True
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
 
 def _check_contract(conn: Any, migration: Migration, contract: bool, where: str) -> None:

@@ -184,3 +184,43 @@ def test_hosts_starting_at_once_on_an_empty_schema_create_it_once(
         thread.join()
     assert errors == []
     assert pg_server.execute(f'SELECT version FROM "{pg_setting.schema}".schema_migrations') == [(1,)]
+
+
+CONCURRENT = "-- kind: expand\nCREATE UNIQUE INDEX CONCURRENTLY run_queue_ref ON run_queue (workflow_ref);\n"
+
+
+def test_an_index_built_concurrently_replaces_the_invalid_one_a_failed_run_left(
+    cli: Cli,
+    pg_server: PgServer,
+    pg_setting: DatabaseSetting,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schema = pg_setting.schema
+    PgDatabase.open(pg_setting).close()
+    for run_id in ("a", "b"):  # two rows with one ref: the unique index cannot be built
+        pg_server.execute(
+            f'INSERT INTO "{schema}".run_queue (run_id, status, workflow_ref, serve_key, created_at, updated_at) '
+            "VALUES (%s, 'queued', '/same.workflow.py', 'k', 0, 0)",
+            (run_id,),
+        )
+    env = newer_piw(tmp_path / "newer", CONCURRENT)
+    failed = cli("db", "migrate", "--database", url_of(pg_setting), env=env)
+    assert failed.returncode != 0 and "could not create unique index" in failed.stderr
+    invalid = f"SELECT indisvalid FROM pg_index WHERE indexrelid = '\"{schema}\".run_queue_ref'::regclass"
+    assert pg_server.execute(invalid) == [(False,)]  # what a failed concurrent build leaves
+    assert pg_server.execute(f'SELECT max(version) FROM "{schema}".schema_migrations') == [(1,)]
+    pg_server.execute(f"DELETE FROM \"{schema}\".run_queue WHERE run_id = 'b'")
+    done = cli("db", "migrate", "--database", url_of(pg_setting), env=env)
+    assert done.returncode == 0 and "Applied 0002" in done.stdout, done.stderr
+    assert pg_server.execute(invalid) == [(True,)]
+    # a schema created by that piw gets the same index, built in its creating transaction
+    fresh = DatabaseSetting(pg_setting.url, schema + "_new")
+    monkeypatch.setenv(TEST_MIGRATIONS_ENV, env[TEST_MIGRATIONS_ENV])
+    try:
+        PgDatabase.open(fresh).close()
+        assert pg_server.execute(invalid.replace(schema, fresh.schema)) == [(True,)]
+        rows = pg_server.execute(f'SELECT version FROM "{fresh.schema}".schema_migrations ORDER BY 1')
+        assert rows == [(1,), (2,)]
+    finally:
+        pg_server.execute(f'DROP SCHEMA IF EXISTS "{fresh.schema}" CASCADE')

@@ -2,8 +2,9 @@
 -- The first schema of piw on PostgreSQL (docs/many-machines.md): the queue and its claims, the trace as rows, the
 -- run bundles' immutable parts, artifacts, session entries, the runs index, decisions, idempotency, the outbox and
 -- the hosts list. Applied by piw.store.pg.migrate inside one transaction under the migration advisory lock, with
--- search_path set to the configured schema (every name below is unqualified). schema_migrations is created by
--- the migrator itself, before this file, since it records this file.
+-- search_path set to the configured schema (every name below is unqualified; functions that name others keep that
+-- search_path, SET ... FROM CURRENT, so triggers work for any client). schema_migrations is created by the migrator
+-- itself, before this file, since it records this file.
 --
 -- Times are bigint epoch milliseconds from now_ms(), the database clock: every lease comparison uses it, never a
 -- host's clock. JSON values are stored as text, exactly as SQLite mode stores them (sorted keys, compact), so the
@@ -18,10 +19,10 @@ $$;
 
 -- LISTEN/NOTIFY channels are database-wide: each schema gets its own, named '<schema>_<kind>' (piw_trace,
 -- piw_queue, piw_flags for the default schema). wake('trace', run_id) sends one notification.
-CREATE FUNCTION channel(kind text) RETURNS text LANGUAGE sql STABLE AS $$
+CREATE FUNCTION channel(kind text) RETURNS text LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
   SELECT current_schema() || '_' || kind
 $$;
-CREATE FUNCTION wake(kind text, payload text) RETURNS void LANGUAGE sql VOLATILE AS $$
+CREATE FUNCTION wake(kind text, payload text) RETURNS void LANGUAGE sql VOLATILE SET search_path FROM CURRENT AS $$
   SELECT pg_notify(channel(kind), payload)
 $$;
 
@@ -68,7 +69,7 @@ CREATE INDEX run_queue_runner ON run_queue (runner_id) WHERE runner_id IS NOT NU
 
 -- A row inserted without a serve_key (the row operations SQLite mode shares) gets the SHA-256 of its workflow
 -- source, the same value piw.store.pg.queue.default_serve_key computes.
-CREATE FUNCTION run_queue_serve_key() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION run_queue_serve_key() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
   IF NEW.serve_key IS NULL THEN
     NEW.serve_key := encode(sha256(convert_to(coalesce(NEW.workflow_source_json, ''), 'UTF8')), 'hex');
@@ -80,7 +81,7 @@ CREATE TRIGGER run_queue_serve_key BEFORE INSERT ON run_queue
   FOR EACH ROW EXECUTE FUNCTION run_queue_serve_key();
 
 -- Idle hosts LISTEN on '<schema>_queue': a row that becomes claimable (queued, parked) wakes them.
-CREATE FUNCTION run_queue_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION run_queue_wake() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
   PERFORM pg_notify(channel('queue'), NEW.run_id);
   RETURN NULL;
