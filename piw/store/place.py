@@ -204,11 +204,25 @@ def following(home: Path, run_id: str, *, active: bool = True) -> Iterator[None]
     if place is None:
         yield
         return
+    with following_mirror(place.mirrors.root / "runs" / run_id):
+        yield
+
+
+@contextlib.contextmanager
+def following_mirror(bundle_path: Path) -> Iterator[None]:
+    """:func:`following` for a bundle already open: a mirror's (``root/runs/<runId>``) is kept current while the
+    block runs; a SQLite-mode bundle needs nothing."""
+    mirrors: Any = mirrors_at(bundle_path.parent.parent)
+    if mirrors is None:
+        yield
+        return
     from piw.store.pg.notify import TraceListener
 
-    mirrors = place.mirrors
-    channel = place.db.channel("trace")
-    listener = TraceListener(place.setting.url, channel, run_id, lambda: mirrors.sync(run_id)).start()
+    run_id = bundle_path.name
+    db = mirrors.db
+    listener = TraceListener(
+        db.setting.url, db.channel("trace"), run_id, lambda: mirrors.sync(run_id)
+    ).start()
     try:
         yield
     finally:
