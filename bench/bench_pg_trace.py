@@ -145,7 +145,7 @@ def main() -> None:
             folder = Path(scratch)
             floor = fsync_append_ms(folder)
             print(
-                f"local fdatasync'd line (SQLite mode's commit point): p50 {floor:.3f} ms, {1000 / floor:,.0f} ev/s"
+                f"local fdatasync'd line (the SQLite-mode commit point): p50 {floor:.3f} ms, {1000 / floor:,.0f} ev/s"
             )
             for writers in (1, 4, 16):
                 p50, p99, rate = appends(url, writers, args.events, sync=True)
