@@ -104,6 +104,8 @@ def named_commands(text: str) -> Iterator[tuple[str, list[str]]]:
     (quoted, in backticks, after ``$``); ``piw`` in prose ("the tools piw ships") is not a command."""
     for match in COMMAND.finditer(text):
         name, rest = match.group("name"), match.group("rest")
+        if name == "import" and text[: match.start()].endswith("from "):
+            continue  # Python's 'from piw import …', not the command
         quoted = match.group("quote") is not None or match.start() == 0
         if name in SPEC_COMMANDS or name in _commands() or (quoted and name != "import"):
             yield name, OPTION.findall(rest)

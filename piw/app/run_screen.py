@@ -28,6 +28,7 @@ from piw.app.reader import RunReader
 from piw.app.run_panes import Position, lineage_budget_line, notification_id, pane_source, position_line
 from piw.app.sources import StepsSource, TextSource
 from piw.app.step_screen import StepScreen
+from piw.store.pg.place import following_mirror
 from piw.store.session import SessionEntry
 from piw.views.base import safe
 from piw.views.follow import file_changes
@@ -191,14 +192,15 @@ class RunScreen(Screen[None]):
             self.run_worker(self._follow, thread=True, group="follow", exit_on_error=False)
 
     def _follow(self) -> None:
-        for _changed in file_changes(self.reader.bundle, self._stop, force_polling=self.force_polling):
-            if self._stop.is_set():
-                return
-            events, entries = self.reader.poll()
-            live = self.reader.live()
-            self.app.call_from_thread(self._on_live, bool(events or entries), entries, live)
-            if self.reader.state.is_terminal:
-                return
+        with following_mirror(self.reader.bundle.path):  # (database mode: the mirror kept current)
+            for _changed in file_changes(self.reader.bundle, self._stop, force_polling=self.force_polling):
+                if self._stop.is_set():
+                    return
+                events, entries = self.reader.poll()
+                live = self.reader.live()
+                self.app.call_from_thread(self._on_live, bool(events or entries), entries, live)
+                if self.reader.state.is_terminal:
+                    return
 
     def _on_live(self, changed: bool, entries: list[SessionEntry], live: bool | None) -> None:
         for entry in entries:

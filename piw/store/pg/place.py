@@ -15,7 +15,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from piw.store.place import database_place, register, register_mirrors, registered, unregister_mirrors
+from piw.store.place import (
+    database_place,
+    mirrors_at,
+    register,
+    register_mirrors,
+    registered,
+    unregister_mirrors,
+)
 
 if TYPE_CHECKING:
     from piw.store.db.run_database import RunDatabase
@@ -114,14 +121,28 @@ def following(home: Path, run_id: str, *, active: bool = True) -> Iterator[None]
     """While a viewer follows a run live: in database mode its mirror is kept current from the database (woken by
     ``LISTEN <schema>_trace``, and at least every second); nothing to do in SQLite mode."""
     place = database_place(home) if active else None
-    if not isinstance(place, DatabasePlace):
+    if place is None:
+        yield
+        return
+    with following_mirror(place.mirrors.root / "runs" / run_id):
+        yield
+
+
+@contextlib.contextmanager
+def following_mirror(bundle_path: Path) -> Iterator[None]:
+    """:func:`following` for a bundle already open: a mirror's (``root/runs/<runId>``) is kept current while the
+    block runs; a SQLite-mode bundle needs nothing."""
+    mirrors: Any = mirrors_at(bundle_path.parent.parent)
+    if mirrors is None:
         yield
         return
     from piw.store.pg.notify import TraceListener
 
-    mirrors = place.mirrors
-    channel = place.db.channel("trace")
-    listener = TraceListener(place.setting.url, channel, run_id, lambda: mirrors.sync(run_id)).start()
+    run_id = bundle_path.name
+    db = mirrors.db
+    listener = TraceListener(
+        db.setting.url, db.channel("trace"), run_id, lambda: mirrors.sync(run_id)
+    ).start()
     try:
         yield
     finally:
