@@ -10,7 +10,7 @@ Past the deadline the holder *self-fences*: it starts no new effect (every effec
 node is aborted (the shell group gets SIGTERM then SIGKILL, the model stream is closed) and it writes nothing more.
 So a holder cut off from its database, or frozen and then continued, has stopped its own effects before another
 host can claim the run; the database's fenced write refuses a stale holder independently
-(``multi-host.md`` §4.4). Wall-clock skew between machines changes nothing.
+(``docs/design/multi-host.md`` §4.4). Wall-clock skew between machines changes nothing.
 
 The local clock is ``CLOCK_BOOTTIME`` where it exists (Linux): unlike ``CLOCK_MONOTONIC`` it keeps counting while
 the machine is suspended, during which the server's lease runs on. ``PIW_TEST_NO_SELF_FENCE=1`` turns

@@ -1,5 +1,5 @@
 """Serve keys: which workflow version a queued run needs, so a host claims only runs it can load
-(``docs/many-machines.md``, "Routing by workflow version"; ``multi-host.md`` §4.7).
+(``docs/many-machines.md``, "Routing by workflow version"; ``docs/design/multi-host.md`` §4.7).
 
 A run's serve key is the SHA-256 of its workflow's identity *without the path*: a file's content hash (or a
 built-in's id and revision) and the definition digest of its flattened graph, mounted children included. So a host
