@@ -29,7 +29,7 @@ from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.runner import configured_durability, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
-from piw.store.bundle import runs_dir
+from piw.store.bundle import load_state, open_bundle, runs_dir
 from piw.store.db.database import now_ms
 from piw.store.db.holders import runner_id
 from piw.store.db.index import from_ms
@@ -213,8 +213,6 @@ class Host:
         bundle_path = self.home / "runs" / run_id
         started = _has_run_started(self.home, run_id)
         if started:
-            from piw.store.bundle import load_state, open_bundle
-
             state = load_state(open_bundle(self.home, run_id))
             reference = str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
         else:
