@@ -84,8 +84,13 @@ def source_strings() -> Iterator[tuple[str, str]]:
 
 
 def doc_snippets() -> Iterator[tuple[str, str]]:
-    """``(where, text)`` for inline code spans and fenced code lines of ``docs/`` and the README."""
-    for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+    """``(where, text)`` for inline code spans and fenced code lines of ``docs/`` and the README.
+
+    Not ``docs/design/``: the design notes are the specification the code cites, and they also name what is
+    planned (``piw export``, ``piw host --database``), not only what ships."""
+    design = REPO / "docs" / "design"
+    pages = [path for path in sorted((REPO / "docs").rglob("*.md")) if design not in path.parents]
+    for path in [REPO / "README.md", *pages]:
         fenced = False
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.lstrip().startswith("```"):
