@@ -86,7 +86,8 @@ def source_strings() -> Iterator[tuple[str, str]]:
 def doc_snippets() -> Iterator[tuple[str, str]]:
     """``(where, text)`` for inline code spans and fenced code lines of ``docs/`` and the README.
 
-    ``docs/design/`` is left out: it is the whole product's design, commands not built yet included."""
+    Not ``docs/design/``: the design notes are the specification the code cites, and they also name what is
+    planned (``piw export``, ``piw host --database``), not only what ships."""
     design = REPO / "docs" / "design"
     pages = [path for path in sorted((REPO / "docs").rglob("*.md")) if design not in path.parents]
     for path in [REPO / "README.md", *pages]:

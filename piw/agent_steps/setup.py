@@ -20,6 +20,7 @@ from piw.providers.cassette import cassette_mode
 from piw.providers.config import PiwConfig, load_config, resolve_api_key, resolve_headers
 from piw.providers.factory import build_provider
 from piw.providers.recorded import RECORDED_PROVIDER, RecordedRunProvider
+from piw.providers.scripted import check_script_keys, load_script
 from piw.providers.selection import ProviderSelection, select_provider
 from piw.run.executors import Executor
 from piw.run.launch import LaunchOptions
@@ -46,8 +47,6 @@ def _needs_replies(provider: str, workflow: LoadedWorkflow) -> str:
 
 def check_replies(workflow: LoadedWorkflow, path: Path) -> None:
     """A per-node replies file may only name this workflow's agent steps (or children of its actions)."""
-    from piw.providers.scripted import check_script_keys, load_script
-
     nodes = workflow.graph.nodes
     agents = [node_id for node_id, gnode in nodes.items() if isinstance(gnode.node, AgentNode)]
     actions = [node_id for node_id, gnode in nodes.items() if isinstance(gnode.node, ActionNode)]

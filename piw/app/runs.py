@@ -101,13 +101,8 @@ def load_rows(home: Path) -> list[RunRow]:
     rows = []
     root = runs_home(home) / "runs"
     for item in indexed:
-        summary = RunSummary(
-            item.run_id,
-            item.workflow_name,
-            item.run_title,
-            item.status,
-            item.started_at,
-            item.finished_at,
+        summary = RunSummary.of(
+            item,
             item.current_node,
             notice=item.notice or (f"trace damaged at line {item.damage_line}" if item.damage_line else None),
             interrupted=item.status == "running" and not run_is_live(Bundle(item.run_id, root / item.run_id)),
@@ -169,13 +164,8 @@ def _settled_row(
     """The row of a run's head (``state.json``'s fields or a fold's state); a running one is interrupted when no
     process holds it."""
     live = run.status != "running" or run_is_live(bundle)
-    summary = RunSummary(
-        run.run_id,
-        run.workflow_name,
-        run.run_title,
-        run.status,
-        run.started_at,
-        run.finished_at,
+    summary = RunSummary.of(
+        run,
         current_node,
         notice=notice,
         interrupted=not live,

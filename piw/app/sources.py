@@ -21,7 +21,7 @@ from piw.app.reader import RunReader
 from piw.app.runs import RunRow
 from piw.store.fold import RunState, StepRecord
 from piw.store.trace import TraceEvent
-from piw.views.base import View, fit, safe
+from piw.views.base import STATUS_STYLES, View, fit, safe
 from piw.views.steps import StepsView
 from piw.views.table import Column, layout, table_lines
 from piw.views.trace import matches, trace_header, trace_rows
@@ -287,8 +287,6 @@ class RunsSource:
         return list(table_lines(self.columns, cells, width))[1:]
 
     def _cells(self, row: RunRow, id_size: int) -> list[Text | str]:
-        from piw.views.base import STATUS_STYLES
-
         return [
             Text(row.status_text(), style=STATUS_STYLES.get(row.status, "")),
             Text(row.title),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from piw.cli.console import make_console
+from piw.errors import PiwError
 from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
 from piw.terminal import json_text, safe_text, single_line
@@ -145,7 +146,6 @@ def _finish(
 
 def report_adopted(adopted: Adopted, as_json: bool) -> int:
     """A repeated start: report the run the key already started (exit 0, nothing new created)."""
-    from piw.errors import PiwError
     from piw.store.bundle import load_state, open_bundle
 
     run_id, key = adopted.run_id, adopted.key

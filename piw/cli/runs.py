@@ -20,6 +20,7 @@ from piw.cli.foreground import (
     RunJsonOption,
     ScriptOption,
     VerboseOption,
+    report_adopted,
 )
 from piw.errors import PiwError, UsageError
 from piw.run.launch import LaunchOptions
@@ -111,7 +112,6 @@ def _detach(
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
     from piw.agent_steps.factory import agent_executor_factory
-    from piw.cli.foreground import report_adopted
     from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
     from piw.store.db.idempotency import Adopted
 

@@ -5,6 +5,7 @@ Each parses its arguments, makes one library call and prints one view; none of t
 
 from __future__ import annotations
 
+import difflib
 import signal
 import sys
 import threading
@@ -20,7 +21,7 @@ from piw.cli.console import make_console
 from piw.cli.database import DatabaseOption, command_home
 from piw.errors import RunNotFound, UsageError
 from piw.store.home import piw_home
-from piw.store.runref import resolve_run_id
+from piw.store.runref import resolve_run_id, run_ids
 from piw.terminal import json_text, safe_json_bytes
 
 if TYPE_CHECKING:
@@ -100,8 +101,6 @@ def _write_blocks(out: IO[str], blocks: Iterable[bytes | memoryview]) -> None:
 
 def _newest(home: Path) -> str:
     """The newest run (what ``latest`` names), or one line saying there is none yet."""
-    from piw.store.runref import run_ids
-
     ids = run_ids(home)
     if not ids:
         raise RunNotFound(f"No runs in {home / 'runs'} yet; start one with 'piw run WORKFLOW'.")
@@ -110,8 +109,6 @@ def _newest(home: Path) -> str:
 
 def _closest(name: str, names: Iterable[str]) -> str:
     """`` Did you mean 'x'?`` for the closest of ``names`` (empty when none is close)."""
-    import difflib
-
     close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
 

@@ -17,6 +17,7 @@ import shlex
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ from piw.store.db.decisions import AnswerRecord
 from piw.store.db.holders import runner_id
 from piw.store.db.queue import RunQueue
 from piw.store.db.rows import NewRun
-from piw.store.db.run_database import RunDatabase
+from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.fold import RunState, fold
 from piw.store.trace import iter_trace
 from piw.wire import digest, format_time
@@ -313,8 +314,6 @@ def parse_texts(values: list[str], wait: Wait, choice: str) -> dict[str, str]:
 
 
 def now_text() -> str:
-    from datetime import UTC, datetime
-
     return format_time(datetime.now(UTC))
 
 
@@ -469,7 +468,6 @@ def leave_unstarted(home: Path, spec: ContinuationSpec, reason: str, *, interrup
     done; its queue row is then left for a repeat of the answer (never final, or no answer could continue it).
     """
     from piw.run.runner import ForegroundOptions, continue_run
-    from piw.store.db.run_database import open_run_database
 
     queue = open_run_database(home).queue
     try:

@@ -31,6 +31,7 @@ from piw.run.host_presence import open_presence
 from piw.run.host_recovery import watch_database
 from piw.run.runner import configured_durability, load_park_reason, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
+from piw.store.bundle import load_state, open_bundle
 from piw.store.db.database import now_ms
 from piw.store.db.deadline import holder_clock
 from piw.store.db.holders import runner_id
@@ -247,8 +248,6 @@ class Host:
         bundle_path = runs_home(self.home) / "runs" / run_id
         started = _has_run_started(self.home, run_id)
         if started:
-            from piw.store.bundle import load_state, open_bundle
-
             try:
                 state = load_state(open_bundle(self.home, run_id))
             except (

@@ -1,7 +1,7 @@
 """What a ``piw host`` on a database tells the others, and which runs it takes (``docs/many-machines.md``).
 
-Routing (``docs/design/multi-host.md`` §4.7): at start, and whenever its workflow files change, the host computes the serve key
-of every workflow it can load (``--workflows`` folders, ``$PIW_HOME/workflows``, ``./.piw/workflows``, the
+Routing (``docs/design/multi-host.md`` §4.7): at start, and whenever its workflow files change, the host computes
+the serve key of every workflow it can load (``--workflows`` folders, ``$PIW_HOME/workflows``, ``./.piw/workflows``, the
 built-ins) and its queue claims only rows with those keys. A run whose recorded file path does not exist here is
 resolved by its key among these files; resume still checks the hashes. Presence: the host's row in ``hosts`` (display
 only, never read by a claim), refreshed every few seconds, removed when it stops cleanly.

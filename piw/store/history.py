@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
@@ -97,6 +97,23 @@ def _listed(status: str | None, run_status: str, wait: WaitSummary | None) -> bo
     return run_status == status
 
 
+class RunHead(Protocol):
+    """What every source of a run's row knows of it: an index row, a fold's state, ``state.json``'s head."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def workflow_name(self) -> str: ...
+    @property
+    def run_title(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def started_at(self) -> str | None: ...
+    @property
+    def finished_at(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class RunSummary:
     run_id: str
@@ -120,6 +137,20 @@ class RunSummary:
     has a budget."""
     wait: WaitSummary | None = None
     """A waiting run's gate (``None`` for any other run, or when ``piw.sqlite`` cannot be read)."""
+
+    @classmethod
+    def of(cls, head: RunHead, current_node: str | None, **rest: Any) -> RunSummary:
+        """The summary of a run's head (its id, workflow, title, status and times) at ``current_node``."""
+        return cls(
+            head.run_id,
+            head.workflow_name,
+            head.run_title,
+            head.status,
+            head.started_at,
+            head.finished_at,
+            current_node,
+            **rest,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -219,14 +250,9 @@ def _unserved(home: Path, run_ids: list[str]) -> set[str]:
 
 
 def _summary(row: IndexRow, detail: str | None, interrupted: bool, wait: WaitSummary | None) -> RunSummary:
-    return RunSummary(
-        run_id=row.run_id,
-        workflow_name=row.workflow_name,
-        run_title=row.run_title,
-        status=row.status,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        current_node=row.current_node,
+    return RunSummary.of(
+        row,
+        row.current_node,
         notice=row.notice,
         damage=line_damage("trace.ndjson", row.damage_line) if row.damage_line is not None else None,
         interrupted=interrupted,
@@ -259,14 +285,9 @@ def folded_summaries(home: Path) -> list[RunSummary]:
         if not state.run_id:
             continue
         out.append(
-            RunSummary(
-                run_id=state.run_id,
-                workflow_name=state.workflow_name,
-                run_title=state.run_title,
-                status=state.status,
-                started_at=state.started_at,
-                finished_at=state.finished_at,
-                current_node=state.current.node_id if state.current else None,
+            RunSummary.of(
+                state,
+                state.current.node_id if state.current else None,
                 notice=damage.notice if damage else None,
                 damage=damage,
                 interrupted=damage is None and state.status == "running" and not run_is_live(bundle),

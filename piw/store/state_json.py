@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
+import orjson
 
 from piw.store.state import (
     CurrentAttempt,
@@ -345,8 +346,6 @@ def iter_state_json(state: RunState, extra: Mapping[str, Any] | None = None) -> 
     """``state_to_json(state)`` (plus ``extra`` keys at the end) as compact JSON, in pieces: the steps are encoded
     by msgspec straight from the records, a batch at a time, so a long run's state is never built as one big
     object or one big string."""
-    import orjson
-
     head = {**state_to_json(state, steps=False), **(extra or {})}
     yield b"{"
     first = True

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from piw.errors import AttemptInactive, UpdateRejected
+from piw.store.trace import read_trace
 from piw.store.writer import RunWriter
 from piw.updates.envelope import (
     TokenBucket,
@@ -106,8 +107,6 @@ class UpdatePublisher:
         """Agent tool-call ids: the trace is the commit point, so an attempt's keyed updates are read from it once
         (a reattached attempt may have published before the crash) and then kept current by ``_append``."""
         if attempt_id not in self._keyed:
-            from piw.store.trace import read_trace
-
             seen: dict[str, _Previous] = {}
             for event in read_trace(self.writer.bundle.trace_path).events:
                 payload = event.payload

@@ -8,7 +8,7 @@ terminal-safe.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from piw.terminal import single_line
@@ -49,17 +49,37 @@ def mermaid_escape(text: str) -> str:
 
 def to_mermaid(snapshot: Mapping[str, Any]) -> str:
     """A ``flowchart TD`` with one quoted label per node, start/end circles and labelled branch edges."""
+
+    def node(node_id: str, label: list[str]) -> str:
+        return f'    {node_id}["{"<br/>".join(mermaid_escape(part) for part in label)}"]'
+
+    def edge(source: str, target: str, label: str | None) -> str:
+        arrow = f'-->|"{mermaid_escape(label)}"|' if label else "-->"
+        return f"    {source} {arrow} {target}"
+
+    head = ["flowchart TD", '    start_(("start"))']
+    return _drawn(snapshot, head, node, '    end_(("end"))', edge, tail=[])
+
+
+def _drawn(
+    snapshot: Mapping[str, Any],
+    head: list[str],
+    node: Callable[[str, list[str]], str],
+    end: str,
+    edge: Callable[[str, str, str | None], str],
+    *,
+    tail: list[str],
+) -> str:
+    """The lines of a drawn graph: ``head``, a line per node, the end marker when an edge reaches it, a line per
+    edge, then ``tail``; ids are the export's short ids (``n0``, ``start_``, ``end_``)."""
     ids = _ids(snapshot)
-    lines = ["flowchart TD", '    start_(("start"))']
-    for node_id, label in _label_lines(snapshot).items():
-        lines.append(f'    {ids[node_id]}["{"<br/>".join(mermaid_escape(part) for part in label)}"]')
+    lines = [*head]
+    lines.extend(node(ids[node_id], label) for node_id, label in _label_lines(snapshot).items())
     edges = segments(snapshot)
     if any(seg.target == END for seg in edges):
-        lines.append('    end_(("end"))')
-    for seg in edges:
-        arrow = f'-->|"{mermaid_escape(seg.label)}"|' if seg.label else "-->"
-        lines.append(f"    {ids[seg.source]} {arrow} {ids[seg.target]}")
-    return "\n".join(lines) + "\n"
+        lines.append(end)
+    lines.extend(edge(ids[seg.source], ids[seg.target], seg.label) for seg in edges)
+    return "\n".join([*lines, *tail]) + "\n"
 
 
 def dot_quote(text: str) -> str:
@@ -69,19 +89,17 @@ def dot_quote(text: str) -> str:
 
 def to_dot(snapshot: Mapping[str, Any]) -> str:
     """A ``digraph`` with box nodes, point-like start/end markers and labelled branch edges."""
-    ids = _ids(snapshot)
     name = dot_quote(str(snapshot.get("name", "workflow")))
-    lines = [f"digraph {name} {{", "    rankdir=TB;", '    node [shape=box, fontname="monospace"];']
-    lines.append('    start_ [label="start", shape=circle];')
-    for node_id, label in _label_lines(snapshot).items():
+
+    def node(node_id: str, label: list[str]) -> str:
         # "\n" inside a DOT string is a line break for Graphviz; the escaped parts cannot contain one.
         joined = "\\n".join(dot_quote(part)[1:-1] for part in label)
-        lines.append(f'    {ids[node_id]} [label="{joined}"];')
-    edges = segments(snapshot)
-    if any(seg.target == END for seg in edges):
-        lines.append('    end_ [label="end", shape=doublecircle];')
-    for seg in edges:
-        attrs = f" [label={dot_quote(seg.label)}]" if seg.label else ""
-        lines.append(f"    {ids[seg.source]} -> {ids[seg.target]}{attrs};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+        return f'    {node_id} [label="{joined}"];'
+
+    def edge(source: str, target: str, label: str | None) -> str:
+        attrs = f" [label={dot_quote(label)}]" if label else ""
+        return f"    {source} -> {target}{attrs};"
+
+    head = [f"digraph {name} {{", "    rankdir=TB;", '    node [shape=box, fontname="monospace"];']
+    head.append('    start_ [label="start", shape=circle];')
+    return _drawn(snapshot, head, node, '    end_ [label="end", shape=doublecircle];', edge, tail=["}"])

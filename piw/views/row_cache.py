@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import itertools
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 from piw.store import viewcache
+from piw.store.checkpoint_files import FOLD_VERSION
 from piw.store.viewcache import CachedRows
 
 MIN_ROWS = int(os.environ.get("PIW_TEST_VIEW_CACHE_ROWS", "") or 10_000)
@@ -53,13 +58,7 @@ class RowSource:
 @functools.cache
 def _code_digest() -> str:
     """A digest of what decides a row's text besides the run (:data:`_RENDERING_MODULES`), once per process."""
-    import importlib
-    import sys
     import unicodedata
-
-    import orjson
-
-    from piw.store.checkpoint_files import FOLD_VERSION
 
     digest = hashlib.sha256(f"{FOLD_VERSION}|{sys.version}|{unicodedata.unidata_version}".encode())
     digest.update(f"{_distribution('rich')}|{getattr(orjson, '__version__', '')}".encode())
@@ -71,8 +70,6 @@ def _code_digest() -> str:
 
 def _distribution(name: str) -> str:
     """``name-version.dist-info`` beside the package (``importlib.metadata`` costs ~30 ms to import)."""
-    import importlib
-
     folder = Path(importlib.import_module(name).__file__ or ".").parent.parent
     try:
         return ",".join(

@@ -164,13 +164,5 @@ class StateView(View):
             yield _row("error" if index == 0 else "", line)
 
 
-def state_view(
-    state: RunState,
-    now: datetime,
-    *,
-    live: bool | None = None,
-    notice: str | None = None,
-    at: int | None = None,
-    forks: tuple[str, ...] = (),
-) -> StateView:
-    return StateView(state, now, live=live, notice=notice, at=at, forks=forks)
+state_view = StateView
+"""What ``piw inspect --view state`` and the viewer's state tab build."""

@@ -3,9 +3,9 @@
 Each ``piw host --database`` registers itself (runner id, host id, version, serve keys, concurrency), refreshes
 ``seen_at`` every :data:`HEARTBEAT_MS` on the database clock and removes its row when it stops cleanly. The table is
 display only: no claim, takeover or refusal ever reads it (recovery is a claim of an expired lease,
-``docs/design/multi-host.md`` §4.1 rule 4). It answers ``piw hosts`` and one question of ``piw runs``: does any live host serve
-the version a queued run needs? A host is *live* when it was seen within :data:`STALE_MS`. Nothing secret is
-stored: no URL, no password, no environment.
+``docs/design/multi-host.md`` §4.1 rule 4). It answers ``piw hosts`` and one question of ``piw runs``: does any
+live host serve the version a queued run needs? A host is *live* when it was seen within :data:`STALE_MS`.
+Nothing secret is stored: no URL, no password, no environment.
 """
 
 from __future__ import annotations
