@@ -23,7 +23,12 @@ LEASE_MS = 30_000
 QueueStatus = Literal["queued", "starting", "running", "parked", "done", "failed", "cancelled"]
 FinalStatus = Literal["done", "failed", "cancelled"]
 ParkReason = Literal[
-    "source_changed", "import_timeout", "trace_corrupt", "needs-origin-session", "interrupted"
+    "source_changed",
+    "import_timeout",
+    "bundle_linked",
+    "trace_corrupt",
+    "needs-origin-session",
+    "interrupted",
 ]
 QUEUE_STATUSES: tuple[str, ...] = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
