@@ -13,6 +13,7 @@ from rich.console import Console
 from piw.agent_steps.attempt import AgentSettings
 from piw.agent_steps.display import AgentDisplay, StreamSink
 from piw.agent_steps.executor import AgentExecutor
+from piw.agent_steps.loop import LoopListener
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
 from piw.providers.base import Provider
@@ -22,6 +23,7 @@ from piw.providers.factory import build_provider
 from piw.providers.recorded import RECORDED_PROVIDER, RecordedRunProvider
 from piw.providers.scripted import check_script_keys, load_script
 from piw.providers.selection import ProviderSelection, select_provider
+from piw.redaction import redacting_listeners, redactor_for
 from piw.run.executors import Executor
 from piw.run.launch import LaunchOptions
 from piw.store.bundle import open_bundle
@@ -90,7 +92,9 @@ class AgentWiring:
         self.home = home
         self.launch = launch
         self.replay_from = replay_from
-        self.listeners = [AgentDisplay(console, verbose=verbose, sink=sink)]
+        display = AgentDisplay(console, verbose=verbose, sink=sink)
+        # live deltas and tool output are redacted before they are shown (docs/guarantees.md, "Redaction")
+        self.listeners = redacting_listeners([display], redactor_for(home))
 
     def executor_for(self, workflow: LoadedWorkflow) -> Executor | None:
         """The agent executor of ``workflow`` (one with an agent or action node), or ``None`` when a workflow of
@@ -131,7 +135,7 @@ class AgentWiring:
 def _settings(
     config: PiwConfig,
     instance: Provider,
-    listeners: list[AgentDisplay],
+    listeners: list[LoopListener],
     selection: ProviderSelection | None = None,
 ) -> AgentSettings:
     model_settings = selection.model_settings if selection else None

@@ -3,8 +3,8 @@
 A provider error often quotes what the server received, and some servers echo the API key back (``Invalid key
 sk-…``). That text becomes the step's error, so without this it would land in ``trace.ndjson``, ``state.json``, the
 conversation, the terminal and every ``--json`` shape. Every adapter's errors pass through :class:`RedactingProvider`,
-and cassettes use :func:`redact` to refuse a record that would hold a secret, so there is one definition of what a
-secret is (``configured_secrets``) and one way of finding it in text.
+and cassettes use :func:`redact` to refuse a record that would hold a secret. Finding a secret in text is
+:class:`piw.redaction.Redactor`'s, which also keeps a key the model repeats out of runs (``docs/guarantees.md``).
 """
 
 from __future__ import annotations
@@ -13,17 +13,15 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from piw.providers.base import ChatRequest, ErrorEvent, Provider, ProviderEvent, WrappedProvider
+from piw.redaction import MIN_SECRET_LENGTH, REDACTED, Redactor
 
-REDACTED = "[redacted]"
-MIN_SECRET_LENGTH = 4
-"""Shorter values are not treated as secrets: replacing every ``ab`` in an error would garble it for nothing."""
+__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "RedactingProvider", "contains_secret", "redact"]
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of every secret replaced by ``[redacted]`` (longest first)."""
-    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
+    """``text`` with every occurrence of every secret replaced by ``[redacted]`` (longest first): the one
+    :class:`piw.redaction.Redactor`, which also redacts what runs store and show."""
+    return Redactor(secrets).text(text)
 
 
 def contains_secret(text: str, secrets: Iterable[str]) -> bool:

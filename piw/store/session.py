@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from piw.errors import TraceCorrupt
+from piw.redaction import Redactor, redactor_for
 from piw.store.trace import Durability, FileLayer, LineAppender, iter_lines, truncate_tail
 from piw.wire import dumps_line, now_iso
 
@@ -128,6 +129,8 @@ class SessionLog:
         fence: Callable[[], None] | None = None,
         appender: LineSink | None = None,
     ) -> None:
+        self._redactor = redactor_for(path.parents[3]) if len(path.parents) > 3 else Redactor(())
+        """``home/runs/RUN/session/entries.ndjson``: the home's secrets never enter the conversation."""
         self._fence = fence or (lambda: None)
         """Checked before every write (the run's claim: appends are fenced, ``docs/bundle-format.md`` §8)."""
         path.parent.mkdir(mode=0o700, exist_ok=True)
@@ -159,7 +162,7 @@ class SessionLog:
             id=uuid.uuid4().hex,
             parent_id=self.head if parent_id is NEWEST else parent_id,  # type: ignore[arg-type]
             timestamp=timestamp,
-            message=message,
+            message=self._redactor.value(message),
         )
         self._appender.append(_encoded(entry), sync=sync)
         self.entries.append(entry)

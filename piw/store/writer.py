@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from piw.errors import ClaimLost, PiwError, RunLocked
+from piw.redaction import redactor_for
 from piw.store.artifacts import externalize_plain
 from piw.store.fold import RunState, fold_more
 from piw.store.foldcache import CheckpointTrail
@@ -80,6 +81,8 @@ class RunWriter:
         """Upserts the run's ``runs`` index row (write order step 5); a failure is logged, never fatal."""
         self.state = state
         self.manifest = manifest
+        self.redactor = redactor_for(bundle.path.parent.parent)
+        """Configured secrets leave every payload before it is stored (``docs/guarantees.md``, "Redaction")."""
         self.listeners: list[Listener] = []
         self._mutex = threading.RLock()
         self._state_due = 0.0
@@ -156,10 +159,10 @@ class RunWriter:
         """The body of :meth:`append`, under its mutex and fence."""
         seq = self.state.trace_seq + 1
         try:
-            if externalized:
+            if externalized:  # an adopted event: redacted when its own run wrote it
                 wire, plain = payload, is_plain(payload)
             else:
-                wire, plain = externalize_plain(payload, self.store.put_artifact)
+                wire, plain = externalize_plain(self.redactor.value(payload), self.store.put_artifact)
         except OSError as exc:
             self._failed = exc  # an artifact could not be written (a full disk): nothing was appended
             raise
