@@ -24,11 +24,20 @@ a host past its lease)."""
 
 QueueStatus = Literal["queued", "starting", "running", "parked", "done", "failed", "cancelled"]
 FinalStatus = Literal["done", "failed", "cancelled"]
-ParkReason = Literal["source_changed", "trace_corrupt", "needs-origin-session", "interrupted"]
+ParkReason = Literal["source_changed", "trace_corrupt", "needs-origin-session", "interrupted", "disk_full"]
 QUEUE_STATUSES: tuple[str, ...] = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 HELD_STATUSES = frozenset({"starting", "running"})
-PARK_REASONS: tuple[str, ...] = ("source_changed", "trace_corrupt", "needs-origin-session", "interrupted")
+PARK_REASONS: tuple[str, ...] = (
+    "source_changed",
+    "trace_corrupt",
+    "needs-origin-session",
+    "interrupted",
+    "disk_full",
+)
+RETRIED_PARK_REASONS: tuple[str, ...] = ("disk_full",)
+"""Reasons a host retries on its own once the row's ``available_at`` has passed (the disk may have room again);
+every other reason waits for a person (``piw resume``)."""
 
 
 def claim_is_live(status: object, expires: object, holder: object, now: int) -> bool:
