@@ -7,28 +7,35 @@
     │                             is not waiting for one; nothing was recorded
     ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
     ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
+    │   └── ImportTimeout         importing a workflow file ran past its deadline (an endless loop at import)
     ├── RunNotFound               no run bundle with that id
     ├── TraceCorrupt              a trace line other than the torn tail fails to parse
     ├── StoreError                a bundle cannot be created or read (layout, paths, locks)
     │   ├── RunLocked             another process holds the run's writer lock
+    │   ├── BundleLinked          a run bundle is, or holds, a symbolic link; nothing is written through it
     │   ├── ArtifactDamaged       an artifact is missing or no longer matches its sha256
     │   ├── HomeUnavailable       ``PIW_HOME`` cannot be created, or cannot be written (read-only)
     │   ├── StorageFull           the disk filled while a run was written; the run is parked
-    │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw
-    │   └── StoreBusy             the run database could not be read or written just now (busy, locked)
-    │       └── DatabaseBusy      another process held ``piw.sqlite`` locked past the wait limit (exit 75)
+    │   ├── StateSchemaMismatch   ``piw.sqlite`` was written by an incompatible piw, or a PostgreSQL schema is
+    │   │                         outside this piw's window (``piw db migrate``, or another piw version)
+    │   ├── StoreBusy             the run database could not be read or written just now (busy, locked)
+    │   │   └── DatabaseBusy      another process held ``piw.sqlite`` locked past the wait limit (exit 75)
+    │   └── DatabaseUnavailable   the configured PostgreSQL cannot be reached or used (URL shown redacted), or
+    │                             psycopg (``piw[postgres]``) is not installed
     ├── ClaimLost                 the writer no longer holds the run's claim; nothing was written
     ├── IdempotencyConflict       a repeated command (same key) with a different request; nothing was changed
     │   ├── ContinuationExists    the checkpoint was already answered differently (one continuation each)
     │   └── DecisionResolved      the decision was already resolved with another answer (or timed out)
     ├── ContinuationNotStarted    an answer was recorded but its continuation could not start (it stays queued)
+    ├── RunInterrupted            a foreground run was interrupted (Ctrl-C, SIGTERM); it is parked (exit 130)
     ├── ResumeRefused             a run cannot be resumed
     │   ├── SourceChanged         the workflow source or definition changed since the run started
     │   └── RunFinished           the run already has a terminal event
     ├── NodeFailure               raised inside node execution; becomes a ``node_failed`` event
     │   ├── OutputInvalid         a node output cannot be stored as JSON
     │   ├── Cancelled             the attempt was cancelled, parked or hit its deadline
-    │   └── AttemptInactive       an update or submission arrived for an attempt that is not active
+    │   ├── AttemptInactive       an update or submission arrived for an attempt that is not active
+    │   └── ShellLineTooLong      a shell node's update line passed its byte limit; the action fails
     ├── UpdateRejected            an update failed validation or limits; nothing was written
     └── ProviderError             provider configuration or selection problems
         ├── NeedsKey              an ``$ENV`` key reference is unset
@@ -38,6 +45,11 @@ Exit codes live with the CLI; this module only classifies.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from piw.updates.shell_lines import ShellLine, Stream
 
 
 class PiwError(Exception):
@@ -73,6 +85,10 @@ class LoadError(PiwError):
     """A workflow cannot be found or imported."""
 
 
+class ImportTimeout(LoadError):
+    """Importing a workflow file took longer than its deadline (``PIW_IMPORT_TIMEOUT``, ``import_timeout_s``)."""
+
+
 class RunNotFound(PiwError):
     """No run bundle exists for the requested run id."""
 
@@ -91,6 +107,11 @@ class StoreError(PiwError):
 
 class RunLocked(StoreError):
     """Another process is writing this run."""
+
+
+class BundleLinked(StoreError):
+    """A run bundle is a symbolic link or holds one (``trace.ndjson``, ``state.json``, …): piw writes nothing
+    through it, inside or outside ``PIW_HOME`` (``docs/guarantees.md``, "Hostile workflow files")."""
 
 
 class HomeUnavailable(StoreError):
@@ -128,6 +149,10 @@ class DatabaseBusy(StoreBusy):
     changed by the command that gave up."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+class DatabaseUnavailable(StoreError):
+    """The configured PostgreSQL database cannot be reached or used; the message shows its URL redacted."""
 
 
 class ClaimLost(PiwError):
@@ -172,6 +197,12 @@ class ContinuationNotStarted(PiwError):
         self.exit_code = exit_code
 
 
+class RunInterrupted(PiwError):
+    """The foreground run was interrupted (Ctrl-C or SIGTERM); it is parked and can be resumed."""
+
+    exit_code = 130
+
+
 class ResumeRefused(PiwError):
     """The run cannot be resumed."""
 
@@ -207,6 +238,20 @@ class AttemptInactive(NodeFailure):
         super().__init__(f"attempt {attempt_id} of step {node_id} is not active")
         self.node_id = node_id
         self.attempt_id = attempt_id
+
+
+class ShellLineTooLong(NodeFailure):
+    """A line (or a pending unterminated buffer) passed the byte limit; the action fails.
+
+    ``lines`` holds the complete lines framed before the offending one in the same chunk, so the executor can
+    hand them to the parser first, exactly as if they had arrived in an earlier read.
+    """
+
+    def __init__(self, stream: Stream, limit: int, lines: tuple[ShellLine, ...] = ()) -> None:
+        super().__init__(f"shell {stream} update line exceeded {limit} bytes")
+        self.stream = stream
+        self.limit = limit
+        self.lines = lines
 
 
 class UpdateRejected(PiwError):

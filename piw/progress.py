@@ -1,7 +1,8 @@
 """The progress profile ``pi-workflows.progress.v1``: validation, the ETA estimator and its formatters.
 
 Everything here is pure (stdlib and pydantic only, no I/O, no clock reads) so the engine, views and built-in
-workflows share one estimate for the same samples, and tests pin every digit (``updates-progress.md`` §5–§7).
+workflows share one estimate for the same samples, and tests pin every digit
+(``docs/design/updates-progress.md`` §5–§7).
 """
 
 from __future__ import annotations

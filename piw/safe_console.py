@@ -20,7 +20,8 @@ class SafeConsole(Console):
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
-            segment if segment.control or segment.text.isprintable() or segment.text == "\n"
+            segment
+            if segment.control or segment.text.isprintable() or segment.text == "\n"
             else Segment(sanitize_terminal_text(segment.text), segment.style, segment.control)
             for segment in buffer
-        )  # fmt: skip
+        )

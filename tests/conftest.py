@@ -35,6 +35,8 @@ else:
     pytest_plugins = ["piw.testing"]
 # The built-in tests' fixtures (``run_builtin``, ``resume_builtin``), registered here so no test imports a fixture.
 pytest_plugins.append("tests.support.builtin_harness")
+# A throwaway PostgreSQL per test session and a fresh schema per test (``pg_server``, ``pg_setting``).
+pytest_plugins.append("tests.support.pg")
 
 try:
     import piw.providers as _providers

@@ -46,6 +46,7 @@ def test_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "piw/__init__.py" in names and "piw/run/engine.py" in names and "piw/cli/__init__.py" in names
     assert "piw/workflows/examples/hello.workflow.py" in names
+    assert "piw/store/pg/migrations/0001_initial.sql" in names  # the PostgreSQL schema ships as package data
     shipped = {n for n in names if n.startswith("piw/workflows/")}
     repo_files = {
         f"piw/{p.relative_to(REPO).as_posix()}"

@@ -31,6 +31,7 @@ from piw.errors import (
     LoadError,
     PiwError,
     ProviderError,
+    ShellLineTooLong,
     TraceCorrupt,
     UpdateRejected,
 )
@@ -42,7 +43,7 @@ from piw.safe_console import SafeConsole
 from piw.store.trace import TraceEvent, parse_trace, read_trace_prefix
 from piw.terminal import json_text, sanitize_terminal_text, single_line
 from piw.updates.envelope import validate_update
-from piw.updates.shell_lines import LineFramer, ShellLineTooLong
+from piw.updates.shell_lines import LineFramer
 from piw.views.source import RecordStream, Tail, decode_entry
 from piw.workflow.loader import import_definition, parse_input_option
 

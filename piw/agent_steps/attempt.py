@@ -1,6 +1,6 @@
-"""One agent attempt: its deliveries, model turns, submissions and outcome (``agent-steps.md`` §1–§4).
+"""One agent attempt: its deliveries, model turns, submissions and outcome (``docs/design/agent-steps.md`` §1–§4).
 
-Order for every attempt (``persistence.md`` §9): ``agent_prompt_sent`` is durable, then the step message
+Order for every attempt (``docs/design/persistence.md`` §9): ``agent_prompt_sent`` is durable, then the step message
 entry, then model turns whose settled messages are appended to the conversation before the next request.
 Submit mode ends on an accepted ``workflow`` submission (no further request); assistant mode takes the final
 visible reply. The executor, the ``pi-rpc`` backend, recovery on resume and ``ctx.run_agent`` children all
@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from piw.agent_steps.budgeted import BudgetedProvider
 from piw.agent_steps.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
 from piw.agent_steps.events import StepDelivered
+from piw.agent_steps.fenced import FencedProvider
 from piw.agent_steps.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
 from piw.agent_steps.workflow_tool import (
     DEFAULT_MAX_REJECTIONS,
@@ -334,11 +335,12 @@ class AttemptRun:
     def _provider(self) -> Provider:
         """The executor's provider, behind the run's budget gate when the run has one."""
         gate = self.attempt.budget
+        provider = FencedProvider(self.run_provider(), self.attempt.writer)  # a request is an effect: fenced
         if gate is None or not gate.active:
-            return self.run_provider()
+            return provider
         owner = self.update_owner or self.attempt
         child_key = self.attempt.gnode.local_id if self.child else None
-        return BudgetedProvider(self.run_provider(), gate, owner, self.attempt.attempt_id, child_key)
+        return BudgetedProvider(provider, gate, owner, self.attempt.attempt_id, child_key)
 
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""

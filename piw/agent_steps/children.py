@@ -1,4 +1,4 @@
-"""Agent steps inside actions: ``ctx.run_agent`` (``agent-steps.md`` §10).
+"""Agent steps inside actions: ``ctx.run_agent`` (``docs/design/agent-steps.md`` §10).
 
 A child is a submit-mode agent step with its own attempt id and conversation branch. Each finished child appends
 one ``child_step_finished`` event under the action's attempt, which makes it durable: when the action reruns in

@@ -1,4 +1,4 @@
-"""The step contract and the one prompt formatter every executor uses (``agent-steps.md`` §2).
+"""The step contract and the one prompt formatter every executor uses (``docs/design/agent-steps.md`` §2).
 
 These functions are pure: the exact string sent to a model is ``format_step_prompt(task, contract)``, recorded
 verbatim in ``agent_prompt_sent`` and in the step message, so what the model saw can always be read back.

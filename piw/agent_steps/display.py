@@ -83,52 +83,16 @@ class AgentDisplay:
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, StepDelivered):
-            self._end_stream()
-            contract = event.details.get("contract") if isinstance(event.details, dict) else None
-            self._run_id = contract.get("runId") if isinstance(contract, dict) else self._run_id
-            content = event.content
-            if self.verbose and len(content) > SHOWN_CHARS:
-                content = content[:SHOWN_CHARS] + "\n" + elision(len(content) - SHOWN_CHARS, self._run_id)
-            self.console.print(card_text(event.details, content, self.console.width, expanded=self.verbose))
+            self._delivered(event)
         elif isinstance(event, MessageUpdate) and self.sink is not None:
             if event.delta == "text_delta":
                 piece = self._take(event.text)
                 if piece:
                     self.sink.stream_text(piece)
         elif isinstance(event, MessageUpdate) and self.streaming:
-            if event.delta == "text_delta" or (event.delta == "thinking_delta" and self.verbose):
-                if self._open_kind != event.delta:
-                    self._end_stream()  # thinking and the answer never share a line
-                    self._streamed = 0
-                piece = self._take(event.text)
-                if piece and event.delta == "thinking_delta":
-                    self.console.print(Text(piece, style="dim"), end="", soft_wrap=True)
-                elif piece:
-                    self.console.file.write(piece)
-                    self.console.file.flush()
-                self._open_line, self._open_kind = True, event.delta
+            self._streamed_delta(event)
         elif isinstance(event, MessageEnd) and isinstance(event.message, AssistantReply):
-            streamed_kind = self._open_kind
-            self._end_stream()
-            message = event.message
-            if self.sink is not None:
-                self.sink.end_stream()
-            text = message.visible_text()
-            if self.streaming:
-                if streamed_kind == "text_delta" and len(text) > SHOWN_CHARS:
-                    self._elided(len(text))
-            else:
-                thinking = message.thinking_text()
-                if self.verbose and thinking:
-                    self.console.print(Text(sanitize_terminal_text(thinking[:SHOWN_CHARS]), style="dim"))
-                    self._elided(len(thinking))
-                if text.strip():
-                    self.console.print(Text(sanitize_terminal_text(text[:SHOWN_CHARS])))
-                    self._elided(len(text))
-            self._streamed = 0
-            if message.stop_reason == "error" and not message.retried:
-                error = sanitize_terminal_text((message.error_message or "")[:_LINE_CHARS])
-                self.console.print(Text(f"  model error: {error}", style="red"))
+            self._settled(event.message)
         elif isinstance(event, ToolExecutionStart):
             self._end_stream()
             args = json.dumps(event.args, ensure_ascii=False)[:_LINE_CHARS]
@@ -147,6 +111,55 @@ class AgentDisplay:
             self.console.print(
                 Text(clip_cells(sanitize_terminal_text(line), self.console.width), style="yellow")
             )
+
+    def _delivered(self, event: StepDelivered) -> None:
+        """A delivered prompt: the step card (with the prompt in full, elided past SHOWN_CHARS, when verbose)."""
+        self._end_stream()
+        contract = event.details.get("contract") if isinstance(event.details, dict) else None
+        self._run_id = contract.get("runId") if isinstance(contract, dict) else self._run_id
+        content = event.content
+        if self.verbose and len(content) > SHOWN_CHARS:
+            content = content[:SHOWN_CHARS] + "\n" + elision(len(content) - SHOWN_CHARS, self._run_id)
+        self.console.print(card_text(event.details, content, self.console.width, expanded=self.verbose))
+
+    def _streamed_delta(self, event: MessageUpdate) -> None:
+        """On a terminal: the answer's text (and, when verbose, its thinking, dimmed) as it arrives."""
+        if not (event.delta == "text_delta" or (event.delta == "thinking_delta" and self.verbose)):
+            return
+        if self._open_kind != event.delta:
+            self._end_stream()  # thinking and the answer never share a line
+            self._streamed = 0
+        piece = self._take(event.text)
+        if piece and event.delta == "thinking_delta":
+            self.console.print(Text(piece, style="dim"), end="", soft_wrap=True)
+        elif piece:
+            self.console.file.write(piece)
+            self.console.file.flush()
+        self._open_line, self._open_kind = True, event.delta
+
+    def _settled(self, message: AssistantReply) -> None:
+        """A settled reply: printed whole when nothing streamed it, the elision marker when it was cut, and the
+        model's error when the reply failed and is not retried."""
+        streamed_kind = self._open_kind
+        self._end_stream()
+        if self.sink is not None:
+            self.sink.end_stream()
+        text = message.visible_text()
+        if self.streaming:
+            if streamed_kind == "text_delta" and len(text) > SHOWN_CHARS:
+                self._elided(len(text))
+        else:
+            thinking = message.thinking_text()
+            if self.verbose and thinking:
+                self.console.print(Text(sanitize_terminal_text(thinking[:SHOWN_CHARS]), style="dim"))
+                self._elided(len(thinking))
+            if text.strip():
+                self.console.print(Text(sanitize_terminal_text(text[:SHOWN_CHARS])))
+                self._elided(len(text))
+        self._streamed = 0
+        if message.stop_reason == "error" and not message.retried:
+            error = sanitize_terminal_text((message.error_message or "")[:_LINE_CHARS])
+            self.console.print(Text(f"  model error: {error}", style="red"))
 
     def _submitted(self, output: object) -> None:
         """``--verbose``: the submitted output in full under its (clipped) call line, as one unclipped JSON line."""

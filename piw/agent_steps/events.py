@@ -1,4 +1,5 @@
-"""Agent loop events (``agent-steps.md`` §4): delivered in order to the loop's listeners, never persisted."""
+"""Agent loop events (``docs/design/agent-steps.md`` §4): delivered in order to the loop's listeners, never
+persisted."""
 
 from __future__ import annotations
 

@@ -41,11 +41,11 @@ class AgentExecutor:
             close()
 
     def child_runner(self, attempt: Attempt) -> ChildRunner:
-        """The ``ctx.run_agent`` of an action attempt (``agent-steps.md`` §10)."""
+        """The ``ctx.run_agent`` of an action attempt (``docs/design/agent-steps.md`` §10)."""
         return ChildRunner(self.settings, self._run_provider, attempt, self.settings.max_concurrent_children)
 
     def can_reattach(self, session: SessionLog, run_id: str, node_id: str, attempt_id: str) -> bool:
-        """True when the attempt's step prompt is already in the conversation (``persistence.md`` §9)."""
+        """True when the attempt's step prompt is already in the conversation (``docs/design/persistence.md`` §9)."""
         return bool(matching_prompts(current_branch(session.entries), run_id, node_id, attempt_id))
 
     def execute(self, attempt: Attempt) -> NodeOutcome:

@@ -1,4 +1,5 @@
-"""The agent loop: one delivery (step, reminder or resume) run against a provider until it settles.
+"""The agent loop (``docs/design/agent-steps.md`` §4): one delivery (step, reminder or resume) run against a
+provider until it settles.
 
 Provider failures arrive as messages with ``stop_reason == "error"``; transient ones are retried only while no
 content has streamed, so no visible text repeats. A watchdog turns the deadline or the cancel event into an

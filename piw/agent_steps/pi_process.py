@@ -1,4 +1,4 @@
-"""One Pi CLI process in RPC mode (``agent-steps.md`` §8.4): its isolated launch, JSON lines and shutdown.
+"""One Pi CLI process in RPC mode (``docs/design/agent-steps.md`` §8.4): its isolated launch, JSON lines and shutdown.
 
 Pi runs with a temporary ``HOME`` and ``PI_CODING_AGENT_DIR`` so nothing from the user's own Pi setup (keys,
 extensions, settings, sessions) leaks into a workflow run, and with ``PI_OFFLINE``/``PI_TELEMETRY`` so it never

@@ -1,4 +1,4 @@
-"""The optional ``pi-rpc`` backend (``agent-steps.md`` §8.4): agent attempts run inside the Pi CLI.
+"""The optional ``pi-rpc`` backend (``docs/design/agent-steps.md`` §8.4): agent attempts run inside the Pi CLI.
 
 Pi owns the model loop, piw owns the step. An attempt is the same as with piw's own loop where it matters for
 the run record: the exact ``format_step_prompt`` string, ``agent_prompt_sent`` then the step message, settled
@@ -177,9 +177,7 @@ class _PiAttemptRun(AttemptRun):
         self.process.send({"type": "prompt", "message": text})
         while True:
             if ending is None:
-                ending = self._clock_end()
-                if ending is None and self.budget.used > self.budget.limit:
-                    ending = "max_turns"
+                ending = self._clock_end() or self._turns_end()
                 if ending is not None:
                     self.process.send({"type": "abort"})
                     aborted_at = time.monotonic()
@@ -214,11 +212,10 @@ class _PiAttemptRun(AttemptRun):
                 if isinstance(message, AssistantReply):
                     final = message
         self._emit(events.AgentSettled(aborted=ending in ("timed_out", "cancelled")))
-        if ending is not None:
-            return LoopResult(ending, produced, final)
-        if final is not None and final.stop_reason == "error":
-            return LoopResult("error", produced, final, final.error_message or "provider error")
-        return LoopResult("settled", produced, final)
+        return _settled_result(ending, produced, final)
+
+    def _turns_end(self) -> str | None:
+        return "max_turns" if self.budget.used > self.budget.limit else None
 
     def _clock_end(self) -> str | None:
         if self.attempt.cancel.is_set():
@@ -382,3 +379,12 @@ def build_pi_rpc_executor(
     )
     launch = PiLaunch(selection, tools=tools, system_prompt=config.agent.system_prompt, cwd=settings.cwd)
     return PiRpcExecutor(launch, settings)
+
+
+def _settled_result(ending: str | None, produced: list[Any], final: AssistantReply | None) -> LoopResult:
+    """How a prompt ended once Pi settled: the clock or budget that stopped it, else the last reply's error."""
+    if ending is not None:
+        return LoopResult(ending, produced, final)
+    if final is not None and final.stop_reason == "error":
+        return LoopResult("error", produced, final, final.error_message or "provider error")
+    return LoopResult("settled", produced, final)

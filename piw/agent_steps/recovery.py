@@ -1,4 +1,4 @@
-"""Recovering an agent attempt on resume from its durable evidence (``persistence.md`` §9).
+"""Recovering an agent attempt on resume from its durable evidence (``docs/design/persistence.md`` §9).
 
 The first matching row wins: a committed completion receipt; an accepted submission; a completed assistant reply
 (adopted, never re-asked); a loop that stopped at the prompt or at tool results (continued without a new message);

@@ -1,7 +1,7 @@
 """The step's output schema, in the two forms a model sees: the contract text and the typed ``workflow`` tool.
 
 pydantic's JSON Schema carries a ``title`` on every model and field. Titles cost tokens on every request and tell a
-model nothing the property names do not, so both forms drop them (``agent-steps.md`` §2, §3.1). Only the
+model nothing the property names do not, so both forms drop them (``docs/design/agent-steps.md`` §2, §3.1). Only the
 ``title`` *keyword* goes: a field that happens to be called ``title`` is a property name and stays.
 """
 

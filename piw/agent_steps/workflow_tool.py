@@ -1,4 +1,5 @@
-"""The terminating ``workflow`` tool: submissions, updates and status, gated in code (``agent-steps.md`` §3).
+"""The terminating ``workflow`` tool: submissions, updates and status, gated in code
+(``docs/design/agent-steps.md`` §3).
 
 The gate is open only while the active step is a submit-mode step; prompt text can never open it. An accepted
 ``submit`` returns ``terminate=True`` so the loop ends without another model request.

@@ -2,8 +2,9 @@
 live tail.
 
 Opening a run must be quick whatever its length, so :func:`open_run` never reads the whole trace: it takes
-``state.json`` when the trace's last line agrees with it (``persistence.md`` §3: the cache is trusted when its
-``traceSeq`` is the last valid seq, and the tail after it is folded), which needs only the end of the file.
+``state.json`` when the trace's last line agrees with it (``docs/design/persistence.md`` §3: the cache is
+trusted when its ``traceSeq`` is the last valid seq, and the tail after it is folded), which needs only the end
+of the file.
 :meth:`RunReader.index` then reads the trace once, in the background, and keeps:
 
 - the byte offset of every :data:`OFFSET_EVERY`-th event, so any page of the trace is one seek away;
@@ -177,10 +178,16 @@ class RunReader:
         else:
             state = fold_more(trusted, tail)
         index.complete = True
+        self._settle(index, tracks, state, refold=folding and not state.run_id and bool(index.last_seq))
+        return index
+
+    def _settle(self, index: TraceIndex, tracks: Tracks, state: RunState, *, refold: bool) -> None:
+        """Install a finished index pass and the state at its end, and follow the trace from there; ``refold``
+        when the pass could not fold a state (state.json ahead of a damaged prefix): replay the valid prefix."""
         with self._lock:
             self.index_data = index
             self.tracks = tracks
-            if folding and not state.run_id and index.last_seq:
+            if refold:
                 self.index_data.checkpoints = []
                 state, _ = self._replay(index.last_seq, want_tracks=False)
             self.state = state
@@ -191,7 +198,6 @@ class RunReader:
             self._trace_tail = follow
         self.progress = 1.0
         self.indexed.set()
-        return index
 
     # ---- time travel -----------------------------------------------------------------------------------
 

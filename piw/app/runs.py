@@ -19,10 +19,12 @@ import orjson
 from piw.app.reader import last_seq
 from piw.progress import format_remaining, parse_instant
 from piw.store import foldcache
-from piw.store.bundle import Bundle, list_bundles, run_is_live
+from piw.store.bundle import Bundle, list_bundles
+from piw.store.bundle import run_is_live as _holds_lock
 from piw.store.db.index import indexed_rows
 from piw.store.history import RunSummary
-from piw.store.state import RUN_STATUSES
+from piw.store.place import mirrors_at, refresh_mirrors, runs_home
+from piw.store.state import RUN_STATUSES, RunState
 from piw.terminal import single_line
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *RUN_STATUSES)
@@ -79,22 +81,38 @@ def row_of(summary: RunSummary, *, forked: bool = False) -> RunRow:
     )
 
 
+def run_is_live(bundle: Bundle) -> bool:
+    """Whether a process writes the run: its writer lock, or in database mode (a mirror) its queue row's claim."""
+    if mirrors_at(bundle.path.parent.parent) is None:
+        return _holds_lock(bundle)
+    from piw.store.db.liveness import writer_is_live
+
+    return writer_is_live(bundle)
+
+
 def load_rows(home: Path) -> list[RunRow]:
     """Every run from the SQLite runs index (``piw.store.db.index``, reconciled against the bundles as
     ``piw runs`` does); when the index cannot be read, from the bundles themselves (:func:`bundle_rows`)."""
     try:
+        refresh_mirrors(home)
         indexed = indexed_rows(home)
     except Exception:  # a cache: the bundles still say everything
         return bundle_rows(home)
     rows = []
+    root = runs_home(home) / "runs"
     for item in indexed:
         summary = RunSummary(
-            item.run_id, item.workflow_name, item.run_title, item.status, item.started_at, item.finished_at,
-            item.current_node, notice=item.notice or (f"trace damaged at line {item.damage_line}"
-                                                      if item.damage_line else None),
-            interrupted=item.status == "running" and not run_is_live(Bundle(item.run_id, home / "runs" / item.run_id)),
+            item.run_id,
+            item.workflow_name,
+            item.run_title,
+            item.status,
+            item.started_at,
+            item.finished_at,
+            item.current_node,
+            notice=item.notice or (f"trace damaged at line {item.damage_line}" if item.damage_line else None),
+            interrupted=item.status == "running" and not run_is_live(Bundle(item.run_id, root / item.run_id)),
             cost=item.cost if item.cost is not None else _cost(item.usage),
-        )  # fmt: skip
+        )
         rows.append(row_of(summary, forked=_is_fork(home, item.run_id)))
     return rows
 
@@ -102,7 +120,7 @@ def load_rows(home: Path) -> list[RunRow]:
 def _is_fork(home: Path, run_id: str) -> bool:
     """Whether the run's manifest names the run it was forked from (``piw fork``)."""
     try:
-        manifest = orjson.loads((home / "runs" / run_id / "manifest.json").read_bytes())
+        manifest = orjson.loads((runs_home(home) / "runs" / run_id / "manifest.json").read_bytes())
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and isinstance(manifest.get("forkedFrom"), dict)
@@ -122,14 +140,14 @@ def bundle_rows(home: Path) -> list[RunRow]:
             slow.add(bundle.run_id)
             rows.append(RunRow(bundle.run_id, "", "", "", None, "", None, None, False))
             continue
-        live = head.status != "running" or run_is_live(bundle)
-        rows.append(row_of(RunSummary(
-            head.run_id, head.workflow_name, head.run_title, head.status, head.started_at, head.finished_at,
-            head.current_node, interrupted=not live, cost=_cost(head.spent if head.budget else head.usage),
-        ), forked=bool(head.forked_from)))  # fmt: skip
+        rows.append(_settled_row(head, head.current_node, bundle))
     if slow:
-        rows = [_folded_row(Bundle(row.run_id, home / "runs" / row.run_id))
-                if row is not None and row.run_id in slow else row for row in rows]  # fmt: skip
+        rows = [
+            _folded_row(Bundle(row.run_id, runs_home(home) / "runs" / row.run_id))
+            if row is not None and row.run_id in slow
+            else row
+            for row in rows
+        ]
     return [row for row in rows if row is not None]
 
 
@@ -141,13 +159,29 @@ def _folded_row(bundle: Bundle) -> RunRow | None:
     state = found.state
     if not state.run_id:
         return None
-    live = state.status != "running" or run_is_live(bundle)
+    current = state.current.node_id if state.current else None
+    return _settled_row(state, current, bundle, notice=found.notice)
+
+
+def _settled_row(
+    run: _Head | RunState, current_node: str | None, bundle: Bundle, notice: str | None = None
+) -> RunRow:
+    """The row of a run's head (``state.json``'s fields or a fold's state); a running one is interrupted when no
+    process holds it."""
+    live = run.status != "running" or run_is_live(bundle)
     summary = RunSummary(
-        state.run_id, state.workflow_name, state.run_title, state.status, state.started_at, state.finished_at,
-        state.current.node_id if state.current else None, notice=found.notice, interrupted=not live,
-        cost=_cost(state.spent if state.budget else state.usage),
-    )  # fmt: skip
-    return row_of(summary, forked=bool(state.forked_from))
+        run.run_id,
+        run.workflow_name,
+        run.run_title,
+        run.status,
+        run.started_at,
+        run.finished_at,
+        current_node,
+        notice=notice,
+        interrupted=not live,
+        cost=_cost(run.spent if run.budget else run.usage),
+    )
+    return row_of(summary, forked=bool(run.forked_from))
 
 
 class _Head(msgspec.Struct, rename="camel"):

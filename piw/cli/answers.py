@@ -24,6 +24,7 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.database import DatabaseOption, command_home
 from piw.cli.foreground import (
     Following,
     ModelOption,
@@ -34,7 +35,6 @@ from piw.cli.foreground import (
 )
 from piw.errors import ContinuationNotStarted, PiwError, RunLocked, UsageError
 from piw.run.launch import LaunchOptions
-from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, single_line
 
@@ -269,11 +269,12 @@ def answer(
     script: ScriptOption = None,
     verbose: VerboseOption = False,
     as_json: RunJsonOption = False,
+    database: DatabaseOption = None,
 ) -> int:
     """Answer a waiting checkpoint; its one continuation run follows the checkpoint's edge here."""
     from piw.run.answers import claim_answer, now_text, parse_answer_json, read_wait
 
-    home = piw_home()
+    home = command_home(database)
     run_id = resolve_run_id(home, run_id)
     text = answer_json
     if text.startswith("@"):
@@ -310,11 +311,12 @@ def decide(
     script: ScriptOption = None,
     verbose: VerboseOption = False,
     as_json: RunJsonOption = False,
+    database: DatabaseOption = None,
 ) -> int:
     """Decide a human_decision gate as a person; the continuation run follows the chosen edge here."""
     from piw.run.answers import claim_decision, now_text, parse_texts, read_wait
 
-    home = piw_home()
+    home = command_home(database)
     run_id = resolve_run_id(home, run_id)
     wait, state = read_wait(home, run_id)
     texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}

@@ -31,12 +31,16 @@ COMMAND_MODULES: dict[str, str] = {
     "pause": "piw.cli.lifecycle",
     "cancel": "piw.cli.lifecycle",
     "host": "piw.cli.lifecycle",
+    "hosts": "piw.cli.hosts",
     "show": "piw.cli.show",
     "view": "piw.cli.viewer",
     "inspect": "piw.cli.views",
     "watch": "piw.cli.views",
     "graph": "piw.cli.views",
     "providers": "piw.cli.providers",
+    "export": "piw.cli.portable",
+    "import": "piw.cli.portable",
+    "db": "piw.cli.db",
 }
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from piw.cli.app import app
+from piw.cli.database import DatabaseOption, command_home
 from piw.cli.foreground import (
     BudgetOption,
     Following,
@@ -18,7 +19,6 @@ from piw.cli.foreground import (
     VerboseOption,
 )
 from piw.run.launch import LaunchOptions
-from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 
 # The engine loads inside the command, so `piw --help` does not load it.
@@ -45,6 +45,7 @@ def fork(
     verbose: VerboseOption = False,
     budget: BudgetOption = None,
     as_json: RunJsonOption = False,
+    database: DatabaseOption = None,
 ) -> int:
     """Start a new run that adopts the steps a run finished before a fork point, then continues live.
 
@@ -58,7 +59,7 @@ def fork(
     from piw.workflow.loader import parse_input_option
 
     point = ForkPoint(node=from_node, seq=at)
-    home = piw_home()
+    home = command_home(database)
     parent = resolve_run_id(home, run_id)
     raw_input = parse_input_option(input) if input is not None else None
     limits = parse_budget(budget) if budget is not None else None

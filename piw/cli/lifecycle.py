@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import io
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.database import DatabaseOption, command_home, where_runs_live
 from piw.errors import UsageError
-from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text
 
@@ -31,20 +32,20 @@ def _report(result: object, as_json: bool) -> int:
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
-def pause(run: RunRef, as_json: JsonOption = False) -> int:
+def pause(run: RunRef, as_json: JsonOption = False, database: DatabaseOption = None) -> int:
     """Pause a run at its next step boundary (the current step is never interrupted); 'piw resume' continues."""
     from piw.run.lifecycle import pause_run
 
-    home = piw_home()
+    home = command_home(database)
     return _report(pause_run(home, resolve_run_id(home, run)), as_json)
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
-def cancel(run: RunRef, as_json: JsonOption = False) -> int:
+def cancel(run: RunRef, as_json: JsonOption = False, database: DatabaseOption = None) -> int:
     """Cancel a run: a live one aborts its current step and ends cancelled; a parked or waiting one too."""
     from piw.run.lifecycle import cancel_run
 
-    home = piw_home()
+    home = command_home(database)
     return _report(cancel_run(home, resolve_run_id(home, run)), as_json)
 
 
@@ -55,6 +56,16 @@ def host(
     ] = False,
     max_runs: Annotated[int | None, typer.Option("--max-runs", help="Exit after claiming N runs.")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Runs executed at the same time.")] = 1,
+    workflows: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--workflows",
+            metavar="DIR",
+            help="With --database: also serve the workflows in DIR (a host claims only runs of workflow versions "
+            "it can load).",
+        ),
+    ] = None,
+    database: DatabaseOption = None,
 ) -> int:
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
     from piw.agent_steps.factory import agent_executor_factory
@@ -67,9 +78,10 @@ def host(
         raise UsageError("--max-runs must be at least 1.")
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1.")
-    home = piw_home()
+    home = command_home(database)
     console = make_console()
-    quiet = make_console(io.StringIO())  # a detached run's agent output is visible nowhere (agent-steps §7)
+    # A detached run's agent output is visible nowhere (docs/design/agent-steps.md §7).
+    quiet = make_console(io.StringIO())
 
     def executor_for(row: QueueRow):  # type: ignore[no-untyped-def]
         factory = agent_executor_factory(home, quiet, LaunchOptions.from_json(row.options))
@@ -79,13 +91,16 @@ def host(
     def report(line: str) -> None:
         console.print(safe_text(line), soft_wrap=True)
 
-    console.print(f"piw host: claiming queued runs in {home} (Ctrl-C stops and parks what runs).")
+    console.print(
+        f"piw host: claiming queued runs in {where_runs_live(home)} (Ctrl-C stops and parks what runs)."
+    )
     result = serve(
         home,
         HostOptions(
             once=once,
             max_runs=max_runs,
             concurrency=concurrency,
+            workflows=list(workflows or []),
             executor_factory=executor_for,
             report=report,
         ),

@@ -155,19 +155,7 @@ class StepLog:
             shown = self.kinds.get(event.node_id or "") or single_line(str(payload.get("nodeType", "")))
             return [("▶ ", "cyan"), (_node_label(event.node_id or ""), ""), (f"  {shown}", "dim")]
         if kind in ("node_finished", "node_failed"):
-            outcome = str(payload.get("outcome", "ok"))
-            mark, style = _MARKS.get(outcome, ("?", ""))
-            parts = [(f"{mark} ", style), (_node_label(event.node_id or ""), ""),
-                     (f"  {single_line(outcome)}  {payload.get('durationMs', 0)} ms", "dim")]  # fmt: skip
-            if outcome != "ok":
-                parts.append(("  " + _clip(payload.get("error", ""), 200), style))
-                location = where(payload.get("traceback"))
-                if location:
-                    parts.append((f"  at {location}", "dim"))
-            return parts
-        if kind == "run_started":
-            return [("● ", "bold"), (single_line(state.run_title or state.workflow_name), "bold"),
-                    (f"  {single_line(event.run_id)}", "dim")]  # fmt: skip
+            return _finished_segments(event)
         if kind == "notification_queued":
             text = self.notification_text(event) if self.notification_text else None
             ident = _clip(payload.get("notificationId", ""))
@@ -176,46 +164,89 @@ class StepLog:
                 (_clip(text, 200) if text is not None else f"notification {ident}", ""),
             ]
         if kind == "update_published":
-            progress = self._progress_line(event) if payload.get("type") == "progress" else None
-            if progress is not None:
-                return [("  ↳ ", "dim"), (single_line(progress), "dim")]
-            return [("  ↳ ", "dim"), (single_line(f"{payload.get('type')} {payload.get('key')}: "), "dim"),
-                    (_clip(payload.get("data"), 60), "dim")]  # fmt: skip
+            return self._update_segments(event)
         if kind in ("include_entered", "include_exited"):
             arrow = "↘" if kind == "include_entered" else "↗"
             return [
                 (f"{arrow} ", "dim"),
                 (single_line(" › ".join(map(str, payload.get("mountPath", [])))), "dim"),
             ]
-        if kind == "run_resumed" and state.forked_from:
-            forked = state.forked_from
-            adopted = payload.get("replayedSteps", 0)
-            noun = "step" if adopted == 1 else "steps"
-            parts = [(f"⑂ forked from {single_line(str(forked.get('runId')))}", "bold"),
-                     (f" at seq {forked.get('seq')}: {adopted} {noun} adopted", "")]  # fmt: skip
-            if payload.get("resumeAt"):
-                parts.append((f"; continuing at {_node_label(str(payload['resumeAt']))}", ""))
-            return parts
+        if kind.startswith("run_"):
+            return self._run_segments(event, state)
+        return None
+
+    def _update_segments(self, event: TraceEvent) -> Segments:
+        """A published update: a progress track's line (counts, ETA), else its type, key and clipped data."""
+        payload = event.payload
+        progress = self._progress_line(event) if payload.get("type") == "progress" else None
+        if progress is not None:
+            return [("  ↳ ", "dim"), (single_line(progress), "dim")]
+        return [
+            ("  ↳ ", "dim"),
+            (single_line(f"{payload.get('type')} {payload.get('key')}: "), "dim"),
+            (_clip(payload.get("data"), 60), "dim"),
+        ]
+
+    def _run_segments(self, event: TraceEvent, state: RunState) -> Segments:
+        """A run event's line: started, resumed (or forked), paused, or the status it ended in."""
+        kind = event.type
+        if kind == "run_started":
+            return [
+                ("● ", "bold"),
+                (single_line(state.run_title or state.workflow_name), "bold"),
+                (f"  {single_line(event.run_id)}", "dim"),
+            ]
         if kind == "run_resumed":
-            parts = [("↻ resumed", "bold")]
-            if payload.get("resumeAt"):
-                parts.append((f" at {_node_label(str(payload['resumeAt']))}", ""))
-            return parts
+            return _resumed_segments(event, state)
         if kind == "run_paused":
             return [
                 ("■ paused", "bold yellow"),
                 (f"; continue it with 'piw resume {single_line(event.run_id)}'", ""),
             ]
-        if kind.startswith("run_"):
-            status = state.status
-            style = "green" if status in ("completed", "waiting") else "red"
-            parts = [(f"■ {single_line(status)}", f"bold {style}")]
-            if state.waiting_on:
-                parts.append((f" on {_node_label(state.waiting_on)}", ""))
-            if state.error and not self.outcome_below:
-                parts.append(("  " + _clip(state.error, 300), style))
-            return parts
-        return None
+        status = state.status
+        style = "green" if status in ("completed", "waiting") else "red"
+        parts = [(f"■ {single_line(status)}", f"bold {style}")]
+        if state.waiting_on:
+            parts.append((f" on {_node_label(state.waiting_on)}", ""))
+        if state.error and not self.outcome_below:
+            parts.append(("  " + _clip(state.error, 300), style))
+        return parts
+
+
+def _finished_segments(event: TraceEvent) -> Segments:
+    """A step's end: its mark, outcome and duration, and for a failure the error and where it was raised."""
+    payload = event.payload
+    outcome = str(payload.get("outcome", "ok"))
+    mark, style = _MARKS.get(outcome, ("?", ""))
+    parts = [
+        (f"{mark} ", style),
+        (_node_label(event.node_id or ""), ""),
+        (f"  {single_line(outcome)}  {payload.get('durationMs', 0)} ms", "dim"),
+    ]
+    if outcome != "ok":
+        parts.append(("  " + _clip(payload.get("error", ""), 200), style))
+        location = where(payload.get("traceback"))
+        if location:
+            parts.append((f"  at {location}", "dim"))
+    return parts
+
+
+def _resumed_segments(event: TraceEvent, state: RunState) -> Segments:
+    """``↻ resumed at node``, or for a fork's first resume where it was forked from and how many steps it adopted."""
+    payload = event.payload
+    at = _node_label(str(payload["resumeAt"])) if payload.get("resumeAt") else None
+    forked = state.forked_from
+    if not forked:
+        return [("↻ resumed", "bold"), *([(f" at {at}", "")] if at else [])]
+    adopted = payload.get("replayedSteps", 0)
+    noun = "step" if adopted == 1 else "steps"
+    parts = [
+        (f"⑂ forked from {single_line(str(forked.get('runId')))}", "bold"),
+        (f" at seq {forked.get('seq')}: {adopted} {noun} adopted", ""),
+    ]
+    if at:
+        parts.append((f"; continuing at {at}", ""))
+    return parts
 
 
 def _text(parts: Segments) -> Text:

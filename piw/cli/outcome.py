@@ -66,7 +66,8 @@ def _resolved(home: Path, state: RunState) -> tuple[Any, Any]:
 def _is_reply_shown(state: RunState) -> bool:
     """The final output is the last step's assistant reply, which the run already printed as the response.
 
-    An assistant response is shown once (agent-steps §8): printing it again under ``output`` would repeat it.
+    An assistant response is shown once (docs/design/agent-steps.md §8): printing it again under ``output``
+    would repeat it.
     """
     if not state.steps:
         return False

@@ -78,8 +78,12 @@ def _watch(home: Path, database: RunDatabase, wait: Wait) -> Callable[[], Prompt
             made = sweep_timeouts(home, database, run_id=wait.run_id)
             if made:
                 choice = (made[0].spec.answer or {}).get("choice")
-                return Prompted("answered", made[0], None, f"No answer before the deadline: continuing with {choice} "
-                                "(timeout).")  # fmt: skip
+                return Prompted(
+                    "answered",
+                    made[0],
+                    None,
+                    f"No answer before the deadline: continuing with {choice} (timeout).",
+                )
             row = decisions.get_decision(wait.decision_id or "")
             if row is None:
                 return None

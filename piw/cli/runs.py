@@ -11,6 +11,7 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.database import DatabaseOption, command_home
 from piw.cli.foreground import (
     BudgetOption,
     Following,
@@ -27,7 +28,10 @@ from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text, single_line
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from piw.workflow.budget import Budget
+    from piw.workflow.import_deadline import DeadlineSetting
 
 # Heavy modules are imported inside the commands that use them, so `piw --help` does not load them.
 
@@ -63,6 +67,7 @@ def run(
             "a different request under the key is refused.",
         ),
     ] = None,
+    database: DatabaseOption = None,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
@@ -72,7 +77,7 @@ def run(
     raw_input = parse_input_option(input)
     limits = parse_budget(budget) if budget is not None else None
     key = _checked_key(idempotency_key)
-    home = piw_home()
+    home = command_home(database)
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
     launch = LaunchOptions.given(provider, model, script)
@@ -144,6 +149,7 @@ def resume(
     script: ScriptOption = None,
     verbose: VerboseOption = False,
     as_json: RunJsonOption = False,
+    database: DatabaseOption = None,
 ) -> int:
     """Continue an interrupted, parked or paused run from its trace; completed steps are not run again.
 
@@ -151,7 +157,7 @@ def resume(
     """
     from piw.run.runner import recorded_launch, resume_run
 
-    home = piw_home()
+    home = command_home(database)
     run_id = resolve_run_id(home, run_id)
     launch = LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
     return Following(as_json, launch, verbose).follow(lambda options: resume_run(run_id, home, options))
@@ -168,6 +174,7 @@ def runs(
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many runs.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    database: DatabaseOption = None,
 ) -> int:
     """List runs, newest first."""
     from piw.cli.runs_table import print_runs
@@ -177,7 +184,7 @@ def runs(
         raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(RUN_FILTERS)}.")
     if limit is not None and limit < 1:
         raise UsageError("--limit must be at least 1.")
-    rows = list(run_summaries(piw_home(), status, limit))
+    rows = list(run_summaries(command_home(database), status, limit))
     if as_json:
         sys.stdout.write(json_text([row.to_json() for row in rows]) + "\n")
         return 0
@@ -204,38 +211,12 @@ def list_workflows(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> int:
     """List built-in workflows and discovered workflow files."""
-    from piw.workflow.loader import discover, import_definition, source_identity
+    from piw.workflow.import_deadline import import_setting
+    from piw.workflow.loader import discover
 
     home = piw_home()
-    rows: list[dict[str, Any]] = []
-    for label, path in discover(home):
-        try:
-            definition = import_definition(path)
-            source = source_identity(definition, path)
-            rows.append(
-                {
-                    "id": path.name.removesuffix(".workflow.py"),
-                    "revision": definition.revision,
-                    "contractId": definition.contract_id,
-                    "description": definition.description,
-                    "source": source,
-                    "_origin": label,
-                }
-            )
-        except PiwError as exc:
-            from piw.wire import sha256_hex
-
-            source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(path.read_bytes())}
-            rows.append(
-                {
-                    "id": path.name.removesuffix(".workflow.py"),
-                    "revision": None,
-                    "contractId": None,
-                    "description": f"(cannot load: {exc})",
-                    "source": source,
-                    "_origin": label,
-                }
-            )
+    setting = import_setting(home)
+    rows = [_workflow_row(label, path, setting) for label, path in discover(home)]
     if as_json:
         public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
         sys.stdout.write(json_text(public) + "\n")
@@ -256,8 +237,40 @@ def list_workflows(
             safe_text(single_line(row["description"] or "")),
         )
     console.print(table)
+    for row in rows:
+        if row["_timeout"] is not None:  # in full, with the path: the table folds its description column
+            console.print(f"⚠ {safe_text(row['_timeout'])}", soft_wrap=True)
     console.print("See what a workflow takes and does, with a run command that works: piw show WORKFLOW")
     return 0
+
+
+def _workflow_row(label: str, path: Path, setting: DeadlineSetting) -> dict[str, Any]:
+    """One ``piw list`` row; a file that cannot be imported (or whose import ran past its deadline) says why."""
+    from piw.errors import ImportTimeout
+    from piw.wire import sha256_hex
+    from piw.workflow.loader import import_definition, shown_path, source_identity
+
+    row: dict[str, Any] = {
+        "id": shown_path(path.name).removesuffix(".workflow.py"),
+        "_origin": label,
+        "_timeout": None,
+    }
+    try:
+        definition = import_definition(path, setting)
+        source = source_identity(definition, path)
+    except PiwError as exc:
+        source = {"kind": "file", "path": shown_path(path.resolve()), "hash": sha256_hex(path.read_bytes())}
+        row.update(revision=None, contractId=None, description=f"(cannot load: {exc})", source=source)
+        if isinstance(exc, ImportTimeout):
+            row["_timeout"] = str(exc)
+        return row
+    row.update(
+        revision=definition.revision,
+        contractId=definition.contract_id,
+        description=definition.description,
+        source=source,
+    )
+    return row
 
 
 @app.command()

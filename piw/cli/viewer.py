@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 
 from piw.cli.app import app
+from piw.cli.database import DatabaseOption, command_home
 from piw.errors import PiwError, UsageError
-from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
 
 DEFAULT_PORT = 8765
@@ -40,9 +40,10 @@ def view(
     max_sessions: Annotated[
         int, typer.Option("--max-sessions", help="Browser sessions --serve runs at once (each one a viewer).")
     ] = 4,
+    database: DatabaseOption = None,
 ) -> int:
     """Browse runs full-screen: the runs list, a run's graph and panes, time travel, live following."""
-    home = piw_home()
+    home = command_home(database)
     message = None
     resolved = None
     if run_id is not None:
@@ -70,6 +71,8 @@ def view(
                 f"and sees the address with its token can read every run in {home}.",
                 file=sys.stderr,
             )
+        if database:  # each browser session's 'piw view' (a reader, never a writer) uses the same database
+            os.environ["PIW_DATABASE"] = database
         serve_app(home, resolved, host, port, allowed_hosts=names, max_sessions=max_sessions)
         return 0
     web = "TEXTUAL_DRIVER" in os.environ  # started by textual-serve for one browser tab

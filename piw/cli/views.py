@@ -17,6 +17,7 @@ import typer
 from piw.cli import quick_exit
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.database import DatabaseOption, command_home
 from piw.errors import RunNotFound, UsageError
 from piw.store.home import piw_home
 from piw.store.runref import resolve_run_id
@@ -158,6 +159,7 @@ def inspect(
         bool, typer.Option("--verbose", help="Steps view: every failure's whole traceback.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the replayed RunState as JSON.")] = False,
+    database: DatabaseOption = None,
 ) -> int:
     """Replay a run's trace and show one view (default: state)."""
     if view not in VIEW_NAMES:
@@ -173,7 +175,7 @@ def inspect(
     from piw.views import load_run, view_for
     from piw.views.source import with_artifact_check
 
-    home = piw_home()
+    home = command_home(database)
     run = load_run(home, resolve_run_id(home, run_id) if run_id else _newest(home), at)
     quick_exit.keep_until_exit(run)  # a long run's state: the process ends without freeing it
     if node is not None:
@@ -218,12 +220,14 @@ def watch(
         ),
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+    database: DatabaseOption = None,
 ) -> int:
     """Follow a run live until it ends or nobody is running it (q stops watching; Ctrl-C exits 130)."""
     from piw.cli.watch import Watcher, WatchInterrupted, run_to_watch
     from piw.store.bundle import open_bundle
+    from piw.store.place import following
 
-    home = piw_home()
+    home = command_home(database)
     bundle = open_bundle(home, resolve_run_id(home, run_id) if run_id else run_to_watch(home))
     stop, interrupted = threading.Event(), threading.Event()
 
@@ -241,7 +245,8 @@ def watch(
         # One frame of a long run: the process ends without freeing its state (not a live watch: it has threads).
         if once:
             quick_exit.keep_until_exit(watcher)
-        watcher.run(once=once, stop=stop)
+        with following(home, bundle.run_id, active=not once):
+            watcher.run(once=once, stop=stop)
     except WatchInterrupted:
         return 130
     finally:

@@ -58,8 +58,13 @@ def _recorded(home: Path, run_id: str, decision_id: str | None) -> dict[str, Any
         return {}
     found: dict[str, Any] = {}
     if row is not None and row.status != "open":
-        found.update(status=row.status, answer=row.response, provenance=row.provenance,
-                     answeredBy=row.answered_by, resolvedAt=row.resolved_at)  # fmt: skip
+        found.update(
+            status=row.status,
+            answer=row.response,
+            provenance=row.provenance,
+            answeredBy=row.answered_by,
+            resolvedAt=row.resolved_at,
+        )
     if continuation is not None:
         found.setdefault("status", "resolved")
         found["continuationRunId"] = continuation.run_id

@@ -1,8 +1,9 @@
 """The ``anthropic-messages`` adapter, on the optional ``anthropic`` SDK (``pip install 'piw[anthropic]'``).
 
 The SDK is imported only when this provider is selected, so piw installs and runs without it. The adapter
-follows the same rules as the OpenAI one: SDK retries off, failures as ``error`` events, a worker thread so
-cancellation returns at once. It is deliberately small and is not exercised against a server in the suite.
+follows the same rules as the OpenAI one (``docs/design/agent-steps.md`` §8.2): SDK retries off, failures as
+``error`` events, a worker thread so cancellation returns at once. It is deliberately small and is not
+exercised against a server in the suite.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A provider streams; nothing else about it is assumed. The agent loop forwards deltas to its listeners and
 keeps only the final message, which arrives on exactly one ``done`` or ``error`` event. HTTP, network and
-model failures are such ``error`` events, never exceptions (``agent-steps.md`` §4): only programming and
+model failures are such ``error`` events, never exceptions (``docs/design/agent-steps.md`` §4): only programming and
 configuration errors raise.
 """
 
@@ -47,7 +47,7 @@ class ChatRequest(_Frozen):
     """One model request. Keys and headers are never here, so a request can be hashed and recorded safely.
 
     ``tool_choice`` states what the caller wants; an adapter may weaken it to what its server supports
-    (``agent-steps.md`` §8.2): ``None`` lets the adapter apply ``structured_tool_choice`` when the
+    (``docs/design/agent-steps.md`` §8.2): ``None`` lets the adapter apply ``structured_tool_choice`` when the
     ``workflow`` tool is offered, and a forced tool (``force_tool``) falls back to that when forcing is off.
     """
 

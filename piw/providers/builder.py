@@ -41,7 +41,7 @@ ABORTED_MESSAGE = "Request aborted."
 
 
 def now_timestamp() -> str:
-    """The ``persistence.md`` §2 time format: UTC, milliseconds, ``Z``."""
+    """The ``docs/design/persistence.md`` §2 time format: UTC, milliseconds, ``Z``."""
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -97,7 +97,8 @@ class MessageBuilder:
         """Whether visible content (text or thinking) reached listeners; a retry would then repeat it.
 
         A partial tool call is not visible: no display shows tool-call deltas (a call is shown once it runs), so a
-        stream cut inside one is retried like a stream that sent nothing (``agent-steps.md`` §4, end of stream).
+        stream cut inside one is retried like a stream that sent nothing (``docs/design/agent-steps.md`` §4,
+        end of stream).
         """
         return any(block.buffer for block in self._blocks if block.kind != "toolCall")
 

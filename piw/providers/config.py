@@ -1,7 +1,7 @@
 """``$PIW_HOME/config.toml``: providers, models, prices, compat knobs, agent settings and ``$NAME`` secrets.
 
 The file is read with ``tomllib`` into strict models (``extra="forbid"``): a typo is an error naming the key
-and the file, never a silently ignored setting (``agent-steps.md`` §8.1). Secrets stay as written (``$NAME``
+and the file, never a silently ignored setting (``docs/design/agent-steps.md`` §8.1). Secrets stay as written (``$NAME``
 references or literals) until a request needs them, so config objects can be shown and logged safely.
 """
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 
-TOP_LEVEL_KEYS = ("default", "durability", "providers", "agent")
+TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -60,7 +60,7 @@ class ModelConfig(_Strict):
 
 
 class CompatConfig(_Strict):
-    """Knobs for OpenAI-compatible servers that differ from OpenAI (``agent-steps.md`` §8.2)."""
+    """Knobs for OpenAI-compatible servers that differ from OpenAI (``docs/design/agent-steps.md`` §8.2)."""
 
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     supports_usage_in_streaming: bool = True
@@ -146,7 +146,8 @@ class AgentConfig(_Strict):
     max_rejections: int = Field(default=3, ge=1)
     tool_env: list[str] = Field(default_factory=list)
     """Environment variables agent tool processes (``bash``) may see besides the base allow-list."""
-    """Rejected submissions (and cut-off responses) that end a submit-mode attempt (``agent-steps.md`` §3.2)."""
+    """Rejected submissions (and cut-off responses) that end a submit-mode attempt
+    (``docs/design/agent-steps.md`` §3.2)."""
     backend: Literal["piw", "pi-rpc"] = "piw"
     system_prompt: str | None = None
 
@@ -159,13 +160,26 @@ class AgentConfig(_Strict):
         return value
 
 
+class DatabaseTable(_Strict):
+    """The ``[database]`` table: the PostgreSQL database for many machines (read by ``piw.store.pg.setting``,
+    which resolves it without this module; here it is only validated with the rest of the file)."""
+
+    url: str = Field(min_length=1)
+    password: str | None = None
+    """A ``$NAME`` reference (read from the environment), like provider keys."""
+    schema_: str | None = Field(default=None, alias="schema")
+
+
 class PiwConfig(_Strict):
     """The whole file. A missing file is an empty config: the scripted provider needs none."""
 
     default: str | None = None
     durability: Literal["effects", "always", "flush"] | None = None
+    import_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Seconds a workflow file's import may take (``PIW_IMPORT_TIMEOUT`` wins; default 10)."""
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    database: DatabaseTable | None = None
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

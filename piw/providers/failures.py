@@ -1,6 +1,6 @@
 """How adapters describe HTTP and network failures, so the agent loop can decide whether to retry.
 
-The rule (``agent-steps.md`` §4): HTTP 429 and 5xx, refused or reset connections, and connect or read
+The rule (``docs/design/agent-steps.md`` §4): HTTP 429 and 5xx, refused or reset connections, and connect or read
 timeouts are transient; everything else (400, 401, 404, a context overflow…) fails at once. Retrying is the
 loop's decision; adapters only classify, with the server's ``Retry-After`` when it sent one.
 """
@@ -44,7 +44,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def unfinished_stream(reason: str | None) -> str:
-    """Why a stream that ended without a known finish reason is no reply (``agent-steps.md`` §4, end of stream).
+    """Why a stream that ended without a known finish reason is no reply (``docs/design/agent-steps.md`` §4,
+    end of stream).
 
     A dropped connection or a proxy cutting the body looks like a clean end of iteration to the SDK; only the
     missing finish reason tells it apart from a finished reply, so it is a transient failure, never output.

@@ -5,8 +5,8 @@ nothing needs compiling and there is no server to manage: the server binds ``127
 first request comes, and stops with the run. Requests then go through the ``openai-completions`` adapter, which is
 what the server speaks, with ``tool_choice: "required"`` on submit turns: llama.cpp then builds a grammar from the
 step's typed ``workflow`` tool, so the model can only answer with a call of the right shape
-(``agent-steps.md`` §3.1). ``chat_template`` overrides the template bundled in the GGUF, for models whose
-tool-call format that template misses (``shared/reference/local-models.md``).
+(``docs/design/agent-steps.md`` §3.1). ``chat_template`` overrides the template bundled in the GGUF, for models whose
+tool-call format that template misses (``docs/design/local-models.md``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The conversation's messages: what providers receive and return, and what the run store persists.
 
 Every model is frozen and uses camelCase aliases, so the same values serve the agent loop in memory and the
-session entries on disk (``agent-steps.md`` §4, §6). Unknown keys are ignored rather than rejected, because
+session entries on disk (``docs/design/agent-steps.md`` §4, §6). Unknown keys are ignored rather than rejected, because
 the wire format grows additively and older readers must keep reading newer bundles.
 """
 
@@ -147,7 +147,7 @@ class ToolSpec(_Wire):
     @field_validator("parameters")
     @classmethod
     def _object_root(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        # OpenAI-compatible servers reject a union or non-object root (agent-steps.md §3.1), so fail at
+        # OpenAI-compatible servers reject a union or non-object root (docs/design/agent-steps.md §3.1), so fail at
         # definition time instead of on the first request.
         if schema.get("type") != "object" or any(k in schema for k in ("anyOf", "oneOf", "allOf")):
             raise ValueError("a tool's parameters must be a JSON Schema with an object root and no union")

@@ -2,7 +2,7 @@
 
 Works with any OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio, OpenRouter, LiteLLM). SDK
 retries are off (``max_retries=0``): the agent loop owns retries, so it can refuse to repeat a response that
-already streamed text. Failures become a final ``error`` event, never an exception (``agent-steps.md`` §4).
+already streamed text. Failures become a final ``error`` event, never an exception (``docs/design/agent-steps.md`` §4).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def build_body(
 
 
 def effective_tool_choice(request: ChatRequest, compat: CompatConfig) -> ToolChoice | None:
-    """What ``tool_choice`` to send, given what the server tolerates (``agent-steps.md`` §8.2).
+    """What ``tool_choice`` to send, given what the server tolerates (``docs/design/agent-steps.md`` §8.2).
 
     The ``workflow`` tool is offered only while a submit-mode step is active (§3.2), so its presence is the
     signal for ``structured_tool_choice``. A forced named tool is sent only where forcing is supported; an

@@ -3,7 +3,7 @@
 A blocked socket read cannot be interrupted from the thread doing it. The worker does the reading; the
 caller's thread waits on a queue with a short timeout, watches the cancel event and, when it is set,
 calls the adapter's ``abort`` (which shuts the socket down so the server sees the disconnect) and returns
-at once (``agent-steps.md`` §4: a held request closes within 1 s even when no bytes arrive).
+at once (``docs/design/agent-steps.md`` §4: a held request closes within 1 s even when no bytes arrive).
 
 :meth:`StreamPump.events` is the one loop every HTTP adapter runs: items are folded into builder events as
 they come, and the stream then ends as cancelled, failed or finished, in that order of precedence.

@@ -54,7 +54,7 @@ class ScriptedProvider:
     """Serves scripted replies in order; ``requests`` records each request, ``pending()`` counts what is left.
 
     Entries are ``AssistantReply`` values, functions ``(request, index) -> AssistantReply`` (``index`` is
-    the entry's position in its list), or the JSON forms of ``agent-steps.md`` §8.3. Safe to share between
+    the entry's position in its list), or the JSON forms of ``docs/design/agent-steps.md`` §8.3. Safe to share between
     threads, as concurrent child steps do.
     """
 

@@ -1,6 +1,6 @@
 """Which provider and model a run uses, and a display-safe summary of the configured ones.
 
-Precedence (``agent-steps.md`` §8.1): ``--provider``/``--model`` (or ``--model provider/model``), then
+Precedence (``docs/design/agent-steps.md`` §8.1): ``--provider``/``--model`` (or ``--model provider/model``), then
 ``PIW_PROVIDER``/``PIW_MODEL``, then ``default``. The built-in ``scripted`` provider is always selectable,
 so the offline demo needs no config file.
 """

@@ -4,7 +4,7 @@
 all come here. An answer is checked against what the waiting run recorded (its choices and text limits, or the
 checkpoint's answer model) before anything is written; then the answer book records the first valid answer and
 the continuation it starts, in one transaction, so a checkpoint has exactly one continuation whatever races
-(``persistence.md`` §8, §10.3). A model can never get here: the ``workflow`` tool has no answer action, and
+(``docs/design/persistence.md`` §8, §10.3). A model can never get here: the ``workflow`` tool has no answer action, and
 executors never call this module.
 """
 

@@ -1,6 +1,6 @@
 """The engine's side of a run's claim: the fenced writer lock, the flags it polls, and settling the queue row.
 
-A run executes under a claim on its ``run_queue`` row (``persistence.md`` §10.2), held through a
+A run executes under a claim on its ``run_queue`` row (``docs/design/persistence.md`` §10.2), held through a
 :class:`~piw.store.db.lease.Lease`. This module is what the engine does with it:
 
 - take the per-bundle writer lock fenced by the lease (a busy lock parks the row for ``RENEW_MS``), after stopping

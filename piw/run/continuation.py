@@ -1,4 +1,5 @@
-"""Checkpoint continuations: what a new run carries from the waiting run it continues (``persistence.md`` §8).
+"""Checkpoint continuations: what a new run carries from the waiting run it continues
+(``docs/design/persistence.md`` §8).
 
 A waiting run is final; an answer starts a NEW bundle whose ``run_started`` names the parent
 (``continuedFrom``) and carries the parent's outputs, results, steps and include state, with the checkpoint's

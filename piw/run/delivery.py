@@ -1,4 +1,4 @@
-"""Delivering notifications from the outbox (``persistence.md`` §10.3): leases, redelivery, deduplication.
+"""Delivering notifications from the outbox (``docs/design/persistence.md`` §10.3): leases, redelivery, deduplication.
 
 - The origin session — the foreground ``piw run``/``resume``/``answer``/``decide`` process — delivers the
   notifications of the run it executes: a trace listener that, after each ``notification_queued``, takes the
@@ -20,8 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from piw.errors import PiwError
-from piw.store.db.outbox import NotificationRow, Outbox
+from piw.store.db.deadline import HolderDeadline, holder_clock
+from piw.store.db.outbox import DELIVERY_LEASE_MS, NotificationRow, Outbox
 from piw.store.fold import RunState
+from piw.store.place import runs_home
 from piw.store.trace import TraceEvent, iter_trace
 
 Show = Callable[[NotificationRow], None]
@@ -45,7 +47,7 @@ class OriginDelivery:
     def _queued(self, run_id: str) -> set[str]:
         """Notifications whose ``notification_queued`` is committed: a row without one is still being sent by a
         node that reruns now (it is shown when its event is written), so it is not delivered early."""
-        path = self.home / "runs" / run_id / "trace.ndjson"
+        path = runs_home(self.home) / "runs" / run_id / "trace.ndjson"
         with contextlib.suppress(PiwError, OSError):
             return {
                 str(e.payload.get("notificationId"))
@@ -71,10 +73,18 @@ class OriginDelivery:
 
 
 def deliver_untargeted(outbox: Outbox, show: Show, delivered: set[str] | None = None) -> int:
-    """A host's pass over the outbox: rows with no target session, each shown once and marked delivered."""
+    """A host's pass over the outbox: rows with no target session, each shown once and marked delivered.
+
+    Delivering is an effect under a delivery lease: past the lease's conservative local deadline (a host frozen
+    mid-pass, ``docs/detached.md``, "Self-fencing") the rest is left for the next consumer to lease again."""
     seen = delivered if delivered is not None else set()
     count = 0
-    for row in outbox.lease_untargeted():
+    sent = holder_clock()
+    rows = outbox.lease_untargeted()
+    deadline = HolderDeadline(sent, lambda: None, lease_ms=DELIVERY_LEASE_MS)
+    for row in rows:
+        if deadline.passed():
+            break
         if row.notification_id not in seen:
             show(row)
             seen.add(row.notification_id)

@@ -4,7 +4,7 @@ It validates what can be refused before any bundle exists, creates the bundle (o
 existing one), opens the run for writing (``piw.run.open_run``) and hands it to the step loop
 (``piw.run.step``) or to resume (``piw.run.resume``); whatever stops the loop, it closes the run and settles the
 claim. State changes only by appending an event and folding it (``RunWriter.append``); routing, resume and the
-views all read the same ``RunState`` (``persistence.md`` §3, §8).
+views all read the same ``RunState`` (``docs/design/persistence.md`` §3, §8).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.errors import ArtifactDamaged, PiwError, ResumeRefused, UsageError
+from piw.errors import ArtifactDamaged, ResumeRefused, RunInterrupted, UsageError
 from piw.run.continuation import (
     ContinuationSpec,
     blocked_node,
@@ -56,13 +56,7 @@ from piw.wire_models import Manifest
 from piw.workflow.budget import BUDGET_WAIT
 from piw.workflow.loader import LoadedWorkflow, prepare_input, resolve_title
 
-__all__ = ["Engine", "RunInterrupted", "RunOptions"]
-
-
-class RunInterrupted(PiwError):
-    """The foreground run was interrupted (Ctrl-C or SIGTERM); it is parked and can be resumed."""
-
-    exit_code = 130
+__all__ = ["Engine", "RunOptions"]
 
 
 class _MissingAgentExecutor:
@@ -197,7 +191,7 @@ class Engine:
         return self._guarded(run, lambda steps: steps.after_answer(spec.node_id))
 
     def resume(self, run_id: str, lease: Lease | None = None, trace: RunTrace | None = None) -> RunState:
-        """Continue an interrupted run from its trace (``persistence.md`` §8), under ``lease`` when given.
+        """Continue an interrupted run from its trace (``docs/design/persistence.md`` §8), under ``lease`` when given.
 
         ``trace`` is the run's trace as the caller already read it (before claiming): once the writer lock is
         held it is used as it is unless the trace changed meanwhile.

@@ -1,4 +1,5 @@
-"""``piw host``: claim queued runs and execute them, detached (``persistence.md`` §10.2, ``agent-steps.md`` §7).
+"""``piw host``: claim queued runs and execute them, detached (``docs/design/persistence.md`` §10.2,
+``docs/design/agent-steps.md`` §7).
 
 A host is a ``claim_next`` loop with up to ``concurrency`` runs in flight, each in its own thread with its own
 claim, lease and writer. Runs execute with ``session_visible=False``: an assistant-completion node is never run
@@ -20,23 +21,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import DatabaseBusy, PiwError, StorageFull
+from piw.errors import BundleLinked, DatabaseBusy, PiwError, StorageFull, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
 from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
+from piw.run.host_presence import open_presence
 from piw.run.host_recovery import watch_database
-from piw.run.runner import configured_durability, tools_known, workflow_path_of
+from piw.run.runner import configured_durability, load_park_reason, tools_known, workflow_path_of
 from piw.run.sweeper import sweep_timeouts
-from piw.store.bundle import runs_dir
 from piw.store.db.database import now_ms
+from piw.store.db.deadline import holder_clock
 from piw.store.db.holders import runner_id
 from piw.store.db.index import from_ms
 from piw.store.db.lease import Lease
 from piw.store.db.rows import Claim, QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.fold import RunState
+from piw.store.place import runs_home
 from piw.store.run_store import open_run_stores
 from piw.store.storage import disk_full_retry_s, storage_error
 from piw.store.trace import resolve_durability
@@ -62,6 +65,8 @@ class HostOptions:
     """Builds the agent executor of one run from its queue row (provider, model and script it was queued with)."""
     listeners: list[Listener] = field(default_factory=list)
     report: Report = lambda line: None
+    workflows: list[Path] = field(default_factory=list)
+    """``--workflows`` folders: in database mode the host serves these workflows too (``piw.run.host_presence``)."""
 
 
 @dataclass
@@ -90,6 +95,7 @@ class Host:
         self._leases: dict[str, Lease] = {}
         self._full_since: float | None = None
         self._check_database = watch_database(self.queue, home, self._held, options.report)
+        self.presence = open_presence(home, self.queue, self.runner, options.concurrency, options.workflows)
 
     def _held(self) -> dict[str, Lease]:
         with self._lock:
@@ -106,6 +112,11 @@ class Host:
 
     def serve(self) -> HostResult:
         options = self.options
+        if self.presence is not None:
+            self.presence.start()
+            options.report(
+                f"piw host: serving {len(self.presence.serve_keys)} workflow versions as {self.runner}"
+            )
         try:
             while not self._stop.is_set():
                 self._reap()
@@ -120,6 +131,8 @@ class Host:
             self.stop()
         finally:
             self._join_all()
+            if self.presence is not None:
+                self.presence.stop()
         return self.result
 
     def _pass(self, limit_reached: bool) -> bool:
@@ -129,7 +142,8 @@ class Host:
             self._housekeeping()
             if limit_reached or len(self._threads) >= max(1, self.options.concurrency):
                 return False
-            claim = self.queue.claim_next(self.runner)
+            sent = holder_clock()  # the claimed lease's local deadline starts before the request
+            claim = self._claim_next()
         except Exception as exc:
             full = storage_error(exc, self.home)
             if not isinstance(full, StorageFull):
@@ -139,7 +153,7 @@ class Host:
         if claim is None:
             return False
         self._full_since = None
-        self._launch(claim)
+        self._launch(claim, sent)
         return True
 
     def _back_off(self, full: StorageFull) -> None:
@@ -151,12 +165,23 @@ class Host:
             )
         self._stop.wait(wait_s)
 
+    def _claim_next(self) -> Claim | None:
+        try:
+            return self.queue.claim_next(self.runner)
+        except StoreBusy as exc:  # a database locked or out of reach just now: the next pass tries again
+            if isinstance(storage_error(exc, self.home), StorageFull):
+                raise  # a full disk: backed off above, with one line
+            log.warning("host: claiming failed: %s", exc)
+            return None
+
     def _housekeeping(self) -> None:
         """Each pass: resolve due human decisions with their timeout choice (their continuations are queued and
         claimed like any run), and deliver notifications that have no origin session (part B, ``decisions``)."""
         report = self.options.report
         try:
             self._check_database()  # deleted or replaced under this host: recreated, what it held put back
+            if self.presence is not None:
+                self.presence.tick()
             for receipt in sweep_timeouts(self.home, self.database):
                 spec = receipt.spec
                 report(f"{spec.parent_run_id}  {spec.node_id} timed out: continuing as run {spec.run_id}")
@@ -167,7 +192,7 @@ class Host:
             )
         except DatabaseBusy:
             raise  # busy past the wait limit: the host stops with exit 75 (docs/detached.md)
-        except PiwError as exc:  # housekeeping never stops the host
+        except Exception as exc:  # housekeeping never stops the host (a database out of reach too)
             log.warning("host housekeeping: %s", exc)
 
     def _join_all(self) -> None:
@@ -191,9 +216,9 @@ class Host:
                     self._engines.pop(run_id, None)
                     self._leases.pop(run_id, None)
 
-    def _launch(self, claim: Claim) -> None:
+    def _launch(self, claim: Claim, sent_at: float | None = None) -> None:
         self.result.claimed += 1
-        lease = Lease(self.queue, claim).start()
+        lease = Lease(self.queue, claim, sent_at=sent_at).start()
         thread = threading.Thread(
             target=self._execute, args=(lease,), name=f"run-{claim.run_id}", daemon=True
         )
@@ -249,19 +274,28 @@ class Host:
         row = self.queue.get(run_id)
         assert row is not None
         self.options.report(f"{run_id}  claimed (generation {lease.claim.generation}){pickup_note(row)}")
-        bundle_path = self.home / "runs" / run_id
+        bundle_path = runs_home(self.home) / "runs" / run_id
         started = _has_run_started(self.home, run_id)
         if started:
             from piw.store.bundle import load_state, open_bundle
 
-            state = load_state(open_bundle(self.home, run_id))
-            reference = str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
+            try:
+                state = load_state(open_bundle(self.home, run_id))
+            except (
+                BundleLinked
+            ) as exc:  # nothing is written through a link: the row says why (docs/guarantees.md)
+                lease.park("bundle_linked", error=str(exc))
+                raise
+            served = self.presence.reference_for(row) if self.presence is not None else None
+            reference = served or str(workflow_path_of(state.workflow_source, state.workflow_name, self.home))
         else:
             reference = row.workflow_ref or ""
+            if self.presence is not None:
+                reference = self.presence.reference_for(row) or reference
         try:
             workflow = load_workflow(reference, self.home, tools_known())
         except PiwError as exc:
-            lease.park("source_changed", error=str(exc))
+            lease.park(load_park_reason(exc), error=str(exc))
             raise
         engine = self._engine(workflow, row)
         with self._lock:
@@ -278,7 +312,7 @@ class Host:
             )
         if bundle_path.exists():
             lease.fence()
-            bundle_path.rename(runs_dir(self.home) / f".incomplete-{run_id}-{now_ms()}")
+            bundle_path.rename(bundle_path.parent / f".incomplete-{run_id}-{now_ms()}")
         if row.origin_session_id:
             engine.options.origin_session = {
                 "id": row.origin_session_id,

@@ -1,6 +1,6 @@
 """How a run was launched: the agent provider, model and replies script its command chose (never keys).
 
-A run records them on its queue row (``run_queue.options``, ``persistence.md`` §10.1), so ``piw resume``,
+A run records them on its queue row (``run_queue.options``, ``docs/design/persistence.md`` §10.1), so ``piw resume``,
 ``piw answer``/``piw decide`` (a continuation), ``piw fork`` and a host executing a detached run build the agent
 executor the run started with; :meth:`LaunchOptions.to_json` and :meth:`LaunchOptions.from_json` are that record.
 The CLI makes them from its flags (:meth:`LaunchOptions.given`: ``--script`` alone means the scripted provider,

@@ -1,4 +1,4 @@
-"""Pause and cancel from any terminal (``persistence.md`` §8, the operations table).
+"""Pause and cancel from any terminal (``docs/design/persistence.md`` §8, the operations table).
 
 - ``pause``: sets ``pause_requested``. A live holder writes ``run_paused`` at its next step boundary and parks
   the row (claimers skip it while the flag is set); ``piw resume`` clears it and writes ``run_resumed``.

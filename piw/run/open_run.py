@@ -48,7 +48,7 @@ class OpenRun:
         return self.writer.state
 
     def resolve(self, value: Any) -> Any:
-        """A persisted value with its artifact refs loaded (``persistence.md`` §6)."""
+        """A persisted value with its artifact refs loaded (``docs/design/persistence.md`` §6)."""
         return self.writer.bundle.resolve(value)
 
     def close(self) -> None:

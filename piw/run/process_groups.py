@@ -13,13 +13,13 @@ is not reused while its process group exists). The guarantee and its limits are 
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
 from typing import Any
 
 from piw.processes import KILL_GRACE_S, group_alive, terminate_group
-from piw.store.db.holders import (
-    process_start_time,  # one definition of a process's identity, shared with claims
+from piw.store.db.holders import (  # one definition of a process's identity, shared with claims
+    host_id,
+    process_start_time,
 )
 
 WAIT_GONE_S = 5.0
@@ -31,7 +31,7 @@ def group_record(pid: int) -> dict[str, Any]:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         pgid = pid
-    return {"pid": pid, "pgid": pgid, "startTime": process_start_time(pid), "host": socket.gethostname()}
+    return {"pid": pid, "pgid": pgid, "startTime": process_start_time(pid), "host": host_id()}
 
 
 def same_group(record: Mapping[str, Any]) -> bool:
@@ -39,7 +39,7 @@ def same_group(record: Mapping[str, Any]) -> bool:
     pid, pgid = record.get("pid"), record.get("pgid")
     if not isinstance(pid, int) or not isinstance(pgid, int) or pgid <= 1:
         return False
-    if record.get("host") not in (None, socket.gethostname()):
+    if record.get("host") not in (None, host_id()):
         return False  # another host's processes cannot be seen from here
     started = process_start_time(pid)
     if started is not None:

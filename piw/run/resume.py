@@ -1,4 +1,4 @@
-"""Resume: continue a run from its trace alone (``persistence.md`` §8).
+"""Resume: continue a run from its trace alone (``docs/design/persistence.md`` §8).
 
 The trace is read and folded once (:func:`read_run_trace`); the refusals every resume makes before it claims or
 writes anything live here (:func:`refuse_unresumable`, :func:`check_source`), and so does what the claim holder
@@ -39,7 +39,7 @@ class RunTrace:
 
 def read_run_trace(store: RunStore) -> RunTrace:
     """Read and fold a run's trace: from the trace, never ``state.json`` (a cache that says "completed" must not
-    stop a resume, ``persistence.md`` §3). ``TraceCorrupt`` for a damaged line before the last."""
+    stop a resume, ``docs/design/persistence.md`` §3). ``TraceCorrupt`` for a damaged line before the last."""
     read = store.read_trace()
     return RunTrace(read.events, fold(read.events), read.valid_bytes, read.tail)
 
@@ -65,8 +65,9 @@ def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
     """``SourceChanged`` unless the loaded workflow is the one the run started from (file hash or built-in
     revision, every mounted child, the definition digest): completed steps replay only against that."""
     same = (
-        state.workflow_source == loaded.source
-        and list(state.workflow_sources or []) == list(loaded.sources or [])
+        _identity(state.workflow_source) == _identity(loaded.source)
+        and [_mounted(source) for source in state.workflow_sources or []]
+        == [_mounted(source) for source in loaded.sources or []]
         and state.definition_digest == loaded.digest
     )
     if not same:
@@ -78,6 +79,16 @@ def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
             f"'piw fork {state.run_id} {_fork_point(state)} --workflow {workflow}'. Or cancel it with "
             f"'piw cancel {state.run_id}' and start again with 'piw run {workflow}'."
         )
+
+
+def _identity(source: dict[str, Any] | None) -> dict[str, Any]:
+    """A workflow source without its path: a file is its content hash wherever it lives (the same file on another
+    machine, or moved, resumes; ``docs/many-machines.md``, "Routing by workflow version")."""
+    return {key: value for key, value in (source or {}).items() if key != "path"}
+
+
+def _mounted(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**entry, "source": _identity(entry.get("source"))}
 
 
 def _rerun_reference(recorded: dict[str, Any], name: str) -> str:
@@ -159,7 +170,7 @@ def continue_from_trace(steps: StepLoop, events: list[TraceEvent], truncated: in
     decision = _decision_after(steps, events, state)
     if decision.terminal is not None and not decision.exits:
         if truncated:
-            # Only the terminal event is owed, but the repair must still be reported (persistence.md §5),
+            # Only the terminal event is owed, but the repair must still be reported (docs/design/persistence.md §5),
             # e.g. when the cut was inside the terminal line itself.
             writer.append("run", "run_resumed", resumed, sync=True)
         writer.append("run", decision.terminal[0], decision.terminal[1], sync=True)

@@ -1,8 +1,8 @@
 """Starting and resuming runs in the foreground: the one library call behind ``piw run`` and ``piw resume``.
 
-Foreground runs go through the run queue like detached ones (``persistence.md`` §10.2): a row claimed by this
-process before the bundle exists, a lease renewed while it runs, and the claim released (final) or parked when
-it stops, so ``piw runs``, ``piw pause`` and ``piw cancel`` in another terminal see and reach it.
+Foreground runs go through the run queue like detached ones (``docs/design/persistence.md`` §10.2): a row
+claimed by this process before the bundle exists, a lease renewed while it runs, and the claim released (final)
+or parked when it stops, so ``piw runs``, ``piw pause`` and ``piw cancel`` in another terminal see and reach it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from piw.errors import LoadError, PiwError, ProviderError, RunFinished, RunLocked, RunNotFound
+from piw.errors import ImportTimeout, LoadError, PiwError, ProviderError, RunFinished, RunLocked, RunNotFound
 from piw.run.claims import FINAL_QUEUE_STATUS
 from piw.run.continuation import ContinuationSpec, continuation_executors
 from piw.run.decision_book import open_decision_book
@@ -41,7 +41,7 @@ from piw.store.db.idempotency import Adopted, StartKey
 from piw.store.db.lease import Lease
 from piw.store.db.outbox import NotificationRow, Outbox
 from piw.store.db.queue import RunQueue
-from piw.store.db.rows import Claim, NewRun
+from piw.store.db.rows import Claim, NewRun, ParkReason
 from piw.store.db.run_database import open_run_database
 from piw.store.fold import RunState, fold
 from piw.store.run_store import open_run_stores
@@ -291,7 +291,7 @@ def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTr
     try:
         engine = _engine(load_run_workflow(state, home), home, options)
     except LoadError as exc:
-        lease.park("source_changed", error=str(exc))
+        lease.park(load_park_reason(exc), error=str(exc))
         raise
     except BaseException as exc:
         lease.park("interrupted", error=str(exc) if isinstance(exc, PiwError) else type(exc).__name__)
@@ -408,6 +408,12 @@ def load_run_workflow(state: RunState, home: Path) -> LoadedWorkflow:
     return load_workflow(
         workflow_path_of(state.workflow_source, state.workflow_name, home), home, tools_known()
     )
+
+
+def load_park_reason(exc: PiwError) -> ParkReason:
+    """Why a claimed run whose workflow cannot be loaded is parked: an import past its deadline
+    (``import_timeout``) is not a changed source (``docs/guarantees.md``, "Hostile workflow files")."""
+    return "import_timeout" if isinstance(exc, ImportTimeout) else "source_changed"
 
 
 def workflow_path_of(source: dict[str, Any], name: str, home: Path) -> Path:

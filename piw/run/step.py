@@ -3,7 +3,7 @@
 An attempt is ``node_started``, the executor's work, then ``node_finished`` or ``node_failed``; between two
 steps the loop reads the pause and cancel flags, counts ``max_steps`` and stops before an assistant node a
 detached holder must not run. Routing reads the output as committed, so the state the next step sees is the
-fold of the trace (``persistence.md`` §3, §8).
+fold of the trace (``docs/design/persistence.md`` §3, §8).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from piw.workflow.routing import Decision, decide, next_invocation
 from piw.workflow.user_code import WorkflowCodeExit
 
 NO_ORIGIN_SESSION = "Assistant completion requires an origin session."
-"""The exact failure of an assistant node in a detached run that has no origin session (agent-steps §7)."""
+"""The exact failure of an assistant node in a detached run that has no origin session
+(docs/design/agent-steps.md §7)."""
 CANCELLED_ERROR = "Cancelled with 'piw cancel'."
 
 

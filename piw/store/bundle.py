@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from piw.errors import RunLocked, RunNotFound, StoreError, UsageError
+from piw.errors import BundleLinked, RunLocked, RunNotFound, StoreError, UsageError
 from piw.store.artifacts import ArtifactStore
 from piw.store.artifacts import resolve as resolve_artifacts
 from piw.store.fold import RunState, fold, fold_more, state_from_json, state_to_json
@@ -29,6 +29,7 @@ from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
 from piw.store.home import home_path as home_path  # re-exported: callers of piw.store.bundle keep working
 from piw.store.home import piw_home as piw_home
 from piw.store.home import tighten as tighten
+from piw.store.place import runs_home, sync_mirror
 from piw.store.state_json import decode_state, iter_state_json
 from piw.store.trace import TraceEvent, TraceRead, decode_event, read_trace
 from piw.store.trace import last_seq as trace_last_seq
@@ -227,12 +228,64 @@ def copy_artifacts(source: Bundle, target: Bundle) -> int:
 
 
 def open_bundle(home: Path, run_id: str) -> Bundle:
-    """The bundle of an existing run, or ``RunNotFound``."""
+    """The bundle of an existing run, or ``RunNotFound``; in database mode its mirror, brought up to date first.
+
+    One that is or holds a symbolic link is refused (:func:`refuse_linked`), so no command changes a run through a
+    link."""
     check_run_id(run_id)
+    sync_mirror(home, run_id)
+    home = runs_home(home)
     path = home / "runs" / run_id
     if not is_bundle_dir(path):
         raise RunNotFound(f"No run {run_id!r} in {home / 'runs'}; list runs with 'piw runs'.")
-    return Bundle(run_id, path)
+    return refuse_linked(Bundle(run_id, path))
+
+
+LINKED_FOLDERS = ("session", "artifacts")
+"""Folders of a bundle whose entries are checked too (their files are appended to, copied or read back)."""
+
+
+def refuse_linked(bundle: Bundle) -> Bundle:
+    """``bundle`` itself, or :class:`BundleLinked` when its folder, or anything in it, is a symbolic link.
+
+    piw never creates links in a bundle; one that holds them was copied or made by hand, and writing through it
+    would append to, replace or lock a file anywhere the link points (``piw cancel`` followed a linked run folder
+    out of ``PIW_HOME``). Every writer gets its bundle from :func:`open_bundle` or takes :class:`WriterLock`, and
+    both check here (``docs/guarantees.md``, "Hostile workflow files"). ``runs/`` itself may be a link (a home
+    whose runs live on another disk); only what is inside a bundle is checked.
+    """
+    link = _first_link(bundle.path)
+    if link is not None:
+        try:
+            target = f" (to {os.readlink(link)})"
+        except OSError:
+            target = ""
+        raise BundleLinked(
+            f"Run {bundle.run_id}: {link} is a symbolic link{target}; piw does not write through links in a run "
+            "bundle, so nothing was changed. Replace it with the real folder or file, or remove the run."
+        )
+    return bundle
+
+
+def _first_link(folder: Path) -> Path | None:
+    """The first symbolic link among ``folder``, its entries and those of its :data:`LINKED_FOLDERS`."""
+    if folder.is_symlink():
+        return folder
+    try:
+        with os.scandir(folder) as entries:
+            found = [
+                (entry.name, entry.is_symlink(), entry.is_dir(follow_symlinks=False)) for entry in entries
+            ]
+    except OSError:
+        return None
+    for name, linked, is_dir in sorted(found):
+        if linked:
+            return folder / name
+        if is_dir and name in LINKED_FOLDERS:
+            inner = _first_link(folder / name)
+            if inner is not None:
+                return inner
+    return None
 
 
 def discard_incomplete(bundle: Bundle) -> None:
@@ -278,7 +331,7 @@ def set_aside_incomplete(home: Path, now: float | None = None) -> list[Path]:
             if moment - entry.stat().st_mtime < INCOMPLETE_MIN_AGE_S:
                 continue
             lock = WriterLock(Bundle(entry.name, entry)).acquire()
-        except (OSError, RunLocked):
+        except (OSError, RunLocked, BundleLinked):
             continue
         try:
             if first_event(entry / "trace.ndjson") is None:  # checked again under the lock
@@ -355,7 +408,7 @@ def load_state(bundle: Bundle, events: list[TraceEvent] | None = None) -> RunSta
 
 def list_bundles(home: Path) -> Iterator[Bundle]:
     """Bundles with a trace (a lost manifest is recovered from it), newest first."""
-    root = home / "runs"
+    root = runs_home(home) / "runs"
     if not root.is_dir():
         return
     for entry in sorted(root.iterdir(), reverse=True):
@@ -377,7 +430,9 @@ class WriterLock:
         self._fd = -1
 
     def acquire(self) -> WriterLock:
-        fd = os.open(self.bundle.path, os.O_RDONLY)
+        """Take the lock; a bundle that is or holds a symbolic link is refused before and after taking it."""
+        refuse_linked(self.bundle)
+        fd = os.open(self.bundle.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -386,6 +441,11 @@ class WriterLock:
                 f"Run {self.bundle.run_id} is being written by another piw process; wait for it or stop it."
             ) from None
         self._fd = fd
+        try:
+            refuse_linked(self.bundle)  # a link made between the first check and the lock
+        except BundleLinked:
+            self.release()
+            raise
         return self
 
     @property

@@ -23,6 +23,7 @@ from piw.store.db.database import now_ms
 from piw.store.db.index import IndexRow, from_ms, indexed_rows, usage_cost
 from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
+from piw.store.place import refresh_mirrors
 from piw.store.storage import storage_error
 
 RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled")
@@ -166,6 +167,7 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
     """
     now = now_ms()
     try:
+        refresh_mirrors(home, limit)
         database: RunDatabase | None = None
         rows: list[tuple[IndexRow, WaitSummary | None]] = []
         for row in indexed_rows(home):
@@ -179,6 +181,9 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
                 rows.append((row, wait))
         running = [row.run_id for row, _ in rows if row.status == "running" and row.damage_line is None]
         queue_rows = (database or open_run_database(home)).queue.rows(running) if running else {}
+        unserved = _unserved(
+            home, [run_id for run_id, q in queue_rows.items() if q.status in ("queued", "parked")]
+        )
     except Exception as exc:
         if storage_error(exc, home) is None:
             raise
@@ -189,7 +194,28 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
         detail, interrupted = (None, False)
         if row.run_id in running:
             detail, interrupted = queue_detail(queue_rows.get(row.run_id), row.paused, now)
+            if detail == "queued" and row.run_id in unserved:
+                detail = UNSERVED
         yield _summary(row, detail, interrupted, wait)
+
+
+UNSERVED = "queued: no live host serves this workflow version"
+"""A queued run in database mode whose serve key no live host has (``docs/many-machines.md``, "Routing")."""
+
+
+def _unserved(home: Path, run_ids: list[str]) -> set[str]:
+    """Of these queued runs, those no live host serves (database mode only: SQLite mode has one machine)."""
+    from piw.store.place import database_place
+
+    place = database_place(home)
+    if place is None or not run_ids:
+        return set()
+    from piw.store.pg.hosts import unserved
+
+    try:
+        return unserved(place.db, run_ids)
+    except PiwError:  # the hosts list is display only: without it the runs are just "queued"
+        return set()
 
 
 def _summary(row: IndexRow, detail: str | None, interrupted: bool, wait: WaitSummary | None) -> RunSummary:

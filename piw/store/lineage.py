@@ -10,17 +10,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from piw.store.place import runs_home
 from piw.store.runref import run_ids
 
 
 def forks_of(home: Path, run_id: str) -> list[str]:
     """Ids of the runs forked from ``run_id``, oldest first."""
     found: list[str] = []
+    root = runs_home(home) / "runs"
     for candidate in reversed(run_ids(home)):
         if candidate <= run_id:
             continue
         try:
-            manifest = json.loads((home / "runs" / candidate / "manifest.json").read_text(encoding="utf-8"))
+            manifest = json.loads((root / candidate / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         forked = manifest.get("forkedFrom") if isinstance(manifest, dict) else None

@@ -142,5 +142,11 @@ class RunStores(Protocol):
 def open_run_stores(
     home: Path, durability: Durability = "effects", files: FileLayer | None = None
 ) -> RunStores:
-    """The run stores of ``home``: its bundles on this machine (the only implementation so far)."""
+    """The run stores of ``home``: its bundles on this machine, or in database mode the database's rows with a
+    local mirror per run (``piw.store.place``)."""
+    from piw.store.place import database_place
+
+    place = database_place(home)
+    if place is not None:
+        return place.run_stores(durability, files)
     return FileRunStores(home, durability, files)

@@ -12,13 +12,18 @@ from pathlib import Path
 
 from piw.errors import RunNotFound, UsageError
 from piw.store.home import RUN_ID_PATTERN, is_bundle_dir
+from piw.store.place import database_place
 
 LATEST = "latest"
 _NEGATIVE = re.compile(r"-([1-9][0-9]{0,5})")
 
 
 def run_ids(home: Path) -> list[str]:
-    """Ids of the complete bundles under ``home/runs``, newest first (run ids sort chronologically)."""
+    """Ids of the complete bundles under ``home/runs``, newest first (run ids sort chronologically); in database
+    mode every run of the database (``piw.store.place``)."""
+    place = database_place(home)
+    if place is not None:
+        return list(place.mirrors.run_ids())
     root = home / "runs"
     if not root.is_dir():
         return []

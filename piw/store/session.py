@@ -11,11 +11,22 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from piw.errors import TraceCorrupt
 from piw.store.trace import Durability, FileLayer, LineAppender, iter_lines, truncate_tail
 from piw.wire import dumps_line, now_iso
+
+
+class LineSink(Protocol):
+    """What entries are appended through: a :class:`~piw.store.trace.LineAppender`, or a run store's rows."""
+
+    def append(self, line: bytes, *, sync: bool = False, ride_along: bool = False) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
 
 NEWEST = object()
 """Default ``parent_id`` of :meth:`SessionLog.append`: chain after the newest entry."""
@@ -115,6 +126,7 @@ class SessionLog:
         durability: Durability,
         files: FileLayer | None = None,
         fence: Callable[[], None] | None = None,
+        appender: LineSink | None = None,
     ) -> None:
         self._fence = fence or (lambda: None)
         """Checked before every write (the run's claim: appends are fenced, ``docs/bundle-format.md`` §8)."""
@@ -128,7 +140,8 @@ class SessionLog:
             # A torn tail (crash mid-append): remove it, or the next entry would be glued onto it.
             self._fence()
             truncate_tail(path, valid, files)
-        self._appender = LineAppender(path, durability, files)
+        self._appender: LineSink = appender or LineAppender(path, durability, files)
+        """Where lines go: the file, or in database mode fenced rows and then the file (``piw.store.pg``)."""
 
     @property
     def head(self) -> str | None:

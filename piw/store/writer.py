@@ -240,7 +240,14 @@ class RunWriter:
         under ``effects`` this fsyncs only when something else is pending.
         """
         with self._mutex:
+            self.store.fence()  # a holder past its own deadline starts no effect (docs/detached.md, self-fencing)
             self.store.sync_required()
+
+    def fence(self) -> None:
+        """An effect that depends on nothing unsynced is about to start (a model request): ``ClaimLost`` unless
+        this process still holds the run."""
+        with self._mutex:
+            self.store.fence()
 
     def _write_state(self) -> None:
         started = time.monotonic()

@@ -1,6 +1,6 @@
 """Durable updates: the envelope, its limits, the run's rate limit, receipts and tool-call idempotency.
 
-Pure and I/O-free: the engine calls these checks in the acceptance order of ``updates-progress.md`` §4
+Pure and I/O-free: the engine calls these checks in the acceptance order of ``docs/design/updates-progress.md`` §4
 and writes only when all of them pass, so a rejection never leaves a trace line behind. Messages name the
 field and the rule and never echo data.
 

@@ -1,4 +1,4 @@
-"""Accepting updates from running attempts (``updates-progress.md`` §4), in the spec's order.
+"""Accepting updates from running attempts (``docs/design/updates-progress.md`` §4), in the spec's order.
 
 Active attempt → (agent) idempotency → envelope and type validation → current-pair limit → rate limit → fence,
 append ``update_published`` durably, fold. A failed check writes nothing.

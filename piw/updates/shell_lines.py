@@ -1,4 +1,4 @@
-"""Byte-level line framing and capped text capture for shell output (``updates-progress.md`` §3.3).
+"""Byte-level line framing and capped text capture for shell output (``docs/design/updates-progress.md`` §3.3).
 
 Pure: the shell executor owns the process, the reader threads and the parser; this module only turns the
 bytes ``os.read`` returns into lines and bounded text. Framing works on bytes, so a multi-byte character split
@@ -11,10 +11,10 @@ import codecs
 from dataclasses import dataclass
 from typing import Literal
 
-from piw.errors import NodeFailure
+from piw.errors import ShellLineTooLong
 from piw.updates.envelope import MAX_SHELL_UPDATE_LINE_BYTES
 
-__all__ = ["MAX_CAPTURED_CHARS", "CappedText", "LineFramer", "ShellLine", "ShellLineTooLong", "Stream"]
+__all__ = ["MAX_CAPTURED_CHARS", "CappedText", "LineFramer", "ShellLine", "Stream"]
 
 Stream = Literal["stdout", "stderr"]
 MAX_CAPTURED_CHARS = 1_000_000
@@ -27,20 +27,6 @@ class ShellLine:
     stream: Stream
     text: str
     invalid_utf8: bool
-
-
-class ShellLineTooLong(NodeFailure):
-    """A line (or a pending unterminated buffer) passed the byte limit; the action fails.
-
-    ``lines`` holds the complete lines framed before the offending one in the same chunk, so the executor can
-    hand them to the parser first, exactly as if they had arrived in an earlier read.
-    """
-
-    def __init__(self, stream: Stream, limit: int, lines: tuple[ShellLine, ...] = ()) -> None:
-        super().__init__(f"shell {stream} update line exceeded {limit} bytes")
-        self.stream = stream
-        self.limit = limit
-        self.lines = lines
 
 
 def _decode(stream: Stream, raw: bytes) -> ShellLine:

@@ -1,4 +1,4 @@
-"""Step cards (``agent-steps.md`` §5): how a step message is shown, built only from its ``details``.
+"""Step cards (``docs/design/agent-steps.md`` §5): how a step message is shown, built only from its ``details``.
 
 Pure functions used by the live display of ``piw run`` and by the conversation view; they never parse the prompt
 text, which is shown verbatim only in the expanded card.

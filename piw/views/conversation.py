@@ -2,7 +2,7 @@
 notifications.
 
 Step cards come from :mod:`piw.views.cards`, which reads only a step message's ``details`` (compact) and shows the
-prompt verbatim only when expanded (``agent-steps.md`` §5). Entries are streamed from
+prompt verbatim only when expanded (``docs/design/agent-steps.md`` §5). Entries are streamed from
 ``session/entries.ndjson``; model text is sanitized and wrapped, never interpreted as markup.
 """
 

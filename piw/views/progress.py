@@ -1,4 +1,4 @@
-"""The progress view and the compact progress panel (``updates-progress.md`` §8).
+"""The progress view and the compact progress panel (``docs/design/updates-progress.md`` §8).
 
 Samples come from the trace's ``progress`` updates, kept per track in a :class:`piw.progress.ProgressWindow`
 (the first sample plus the latest nine), so memory is bounded by the number of tracks however long the run is.
@@ -202,7 +202,7 @@ def panel_order(lines: list[TrackLine]) -> list[TrackLine]:
 
 
 def next_check_at(state: RunState) -> datetime | None:
-    """``nextCheckAt`` of the latest ``monitor.schedule`` record (``builtins.md``), when there is one."""
+    """``nextCheckAt`` of the latest ``monitor.schedule`` record (``docs/design/builtins.md``), when there is one."""
     records = [r for r in state.updates.values() if r.type == "monitor.schedule"]
     if not records:
         return None

@@ -25,9 +25,15 @@ MIN_ROWS = int(os.environ.get("PIW_TEST_VIEW_CACHE_ROWS", "") or 10_000)
 less to build than to check). ``PIW_TEST_VIEW_CACHE_ROWS`` lowers it for the tests that run ``piw`` itself."""
 _BLOCK = viewcache.INDEX_EVERY
 _RENDERING_MODULES = (
-    "piw.terminal", "piw.wire", "piw.views.base", "piw.views.table", "piw.views.failure", "piw.views.steps",
-    "piw.views.trace", "piw.views.row_cache",
-)  # fmt: skip
+    "piw.terminal",
+    "piw.wire",
+    "piw.views.base",
+    "piw.views.table",
+    "piw.views.failure",
+    "piw.views.steps",
+    "piw.views.trace",
+    "piw.views.row_cache",
+)
 """The modules whose code decides a row's text: a cache built by other code is not used. Python's version and
 Unicode data, rich's version (it measures a cell's width) and orjson's (``compact`` prints its JSON) count too."""
 

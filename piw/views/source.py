@@ -2,11 +2,11 @@
 
 Views never hold a whole trace: :class:`RecordStream` re-reads the file in chunks each time it is iterated and
 :class:`Tail` keeps only a byte offset and an unterminated remainder between reads. Both follow the torn-tail
-rule of ``persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored, while a bad
-line with more lines after it ends the stream with a corruption notice instead of an exception, so the valid
-prefix still shows. Nothing here writes run data (only the fold checkpoints :func:`load_run` leaves as a cache);
-the only probe of a run is :func:`piw.store.db.liveness.writer_is_live`, which reads its queue row read-only (or,
-without one, takes and releases a shared lock on the bundle).
+rule of ``docs/design/persistence.md`` §5 — an unterminated tail is ignored and a bad *last* line is ignored,
+while a bad line with more lines after it ends the stream with a corruption notice instead of an exception, so
+the valid prefix still shows. Nothing here writes run data (only the fold checkpoints :func:`load_run` leaves as
+a cache); the only probe of a run is :func:`piw.store.db.liveness.writer_is_live`, which reads its queue row
+read-only (or, without one, takes and releases a shared lock on the bundle).
 """
 
 from __future__ import annotations

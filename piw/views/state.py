@@ -104,9 +104,15 @@ def _row(key: str, value: Text) -> Text:
 
 class StateView(View):
     def __init__(
-        self, state: RunState, now: datetime, *, live: bool | None = None, notice: str | None = None,
-        at: int | None = None, forks: tuple[str, ...] = (),
-    ) -> None:  # fmt: skip
+        self,
+        state: RunState,
+        now: datetime,
+        *,
+        live: bool | None = None,
+        notice: str | None = None,
+        at: int | None = None,
+        forks: tuple[str, ...] = (),
+    ) -> None:
         self.state, self.now, self.live, self.notice, self.at = state, now, live, notice, at
         self.forks = forks
 

@@ -168,15 +168,27 @@ class StepsView(View):
             else:
                 location = where(step.traceback)
                 detail = single_line(step.error or "") + (f"  at {location}" if location else "")
-            yield [str(number), node_label(step.node_id), _plain_outcome(outcome), fmt_duration(step.duration_ms),
-                   short_id(step.attempt_id), detail]  # fmt: skip
+            yield [
+                str(number),
+                node_label(step.node_id),
+                _plain_outcome(outcome),
+                fmt_duration(step.duration_ms),
+                short_id(step.attempt_id),
+                detail,
+            ]
 
     def _plain_running(self) -> Iterator[list[str]]:
         current = self.state.current
         if current is not None:
             elapsed = fmt_duration(ms_between(current.started_at, self.now))
-            yield [str(len(self.state.steps) + 1), node_label(current.node_id), _plain_outcome("running"),
-                   elapsed, short_id(current.attempt_id), single_line(current.status_detail or "")]  # fmt: skip
+            yield [
+                str(len(self.state.steps) + 1),
+                node_label(current.node_id),
+                _plain_outcome("running"),
+                elapsed,
+                short_id(current.attempt_id),
+                single_line(current.status_detail or ""),
+            ]
 
     def _has_node(self) -> bool:
         current = self.state.current
@@ -219,8 +231,14 @@ class StepsView(View):
         if current is not None:
             detail = safe(current.status_detail or "", "dim")
             elapsed = fmt_duration(ms_between(current.started_at, self.now))
-            yield [str(len(self.state.steps) + 1), Text(node_label(current.node_id)), _outcome("running"),
-                   elapsed, short_id(current.attempt_id), detail]  # fmt: skip
+            yield [
+                str(len(self.state.steps) + 1),
+                Text(node_label(current.node_id)),
+                _outcome("running"),
+                elapsed,
+                short_id(current.attempt_id),
+                detail,
+            ]
 
 
 def steps_view(

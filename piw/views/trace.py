@@ -29,8 +29,15 @@ COLUMNS = (
     Column("attempt", 8, 8, priority=2),
     Column("payload", 10, 200, priority=7, flex=True),
 )
-_STYLES = {"node_failed": "red", "run_failed": "red", "run_timed_out": "red", "run_interrupted": "red",
-           "node_finished": "green", "run_completed": "green", "node_started": "cyan"}  # fmt: skip
+_STYLES = {
+    "node_failed": "red",
+    "run_failed": "red",
+    "run_timed_out": "red",
+    "run_interrupted": "red",
+    "node_finished": "green",
+    "run_completed": "green",
+    "node_started": "cyan",
+}
 _SUMMARY_KEYS = {
     "run_started": ("workflowName", "runTitle"),
     "node_started": ("nodeType", "statusDetail"),
@@ -89,8 +96,14 @@ def _plain_rows(events: Iterable[TraceEvent], node: str | None, attempt: str | N
     if node is not None or attempt is not None:
         events = (event for event in events if matches(event, node, attempt))
     for event in events:
-        yield [str(event.seq), fmt_clock(event.at), _type_label(event.type), node_label(event.node_id or ""),
-               short_id(event.attempt_id), summary(event)]  # fmt: skip
+        yield [
+            str(event.seq),
+            fmt_clock(event.at),
+            _type_label(event.type),
+            node_label(event.node_id or ""),
+            short_id(event.attempt_id),
+            summary(event),
+        ]
 
 
 @functools.lru_cache(maxsize=256)

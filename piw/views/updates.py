@@ -2,7 +2,7 @@
 
 Current values come from the replayed state (bounded: at most 1,024 pairs per run). The history streams the
 trace page by page, so a run with a million updates is shown without holding them; each row is the generic one
-of ``updates-progress.md`` §8 (seq, time, node, attempt, type, key, data clipped to 60 characters).
+of ``docs/design/updates-progress.md`` §8 (seq, time, node, attempt, type, key, data clipped to 60 characters).
 """
 
 from __future__ import annotations
@@ -47,8 +47,13 @@ HISTORY = (
 
 def _current_rows(records: Iterable[UpdateRecord]) -> Iterator[list[Text | str]]:
     for record in records:
-        yield [safe(record.type), safe(record.key), Text(node_label(record.node_id)), str(record.seq),
-               safe(compact(record.data, DATA_LIMIT))]  # fmt: skip
+        yield [
+            safe(record.type),
+            safe(record.key),
+            Text(node_label(record.node_id)),
+            str(record.seq),
+            safe(compact(record.data, DATA_LIMIT)),
+        ]
 
 
 def _history_rows(events: Iterable[TraceEvent]) -> Iterator[list[Text | str]]:

@@ -84,7 +84,7 @@ class ActionContext(NodeContext):
         return self.publisher(type, key, data)
 
     def run_agent(self, prompt: str, **kwargs: Any) -> Any:
-        """Run a child agent step from this action (``agent-steps.md`` §10)."""
+        """Run a child agent step from this action (``docs/design/agent-steps.md`` §10)."""
         if self.agent_runner is None:
             raise RuntimeError("run_agent needs an agent provider; start the run with --provider")
         return self.agent_runner(prompt, **kwargs)

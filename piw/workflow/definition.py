@@ -104,7 +104,7 @@ class ShellCommand:
 
 @dataclass(frozen=True)
 class ShellUpdates:
-    """Turn a running command's output lines into durable updates (``updates-progress.md`` §3.3)."""
+    """Turn a running command's output lines into durable updates (``docs/design/updates-progress.md`` §3.3)."""
 
     parse_line: Callable[[ShellLine, NodeContext], Any]
     streams: tuple[Literal["stdout", "stderr"], ...] = ("stdout",)
@@ -185,7 +185,7 @@ class Include:
 
     child: WorkflowDefinition | str
     """The child definition, or the id of a built-in: the loader mounts the catalog's definition in its place
-    when it loads the file (``builtins.md`` B14), so a loaded workflow only ever holds definitions here."""
+    when it loads the file (``docs/design/builtins.md`` B14), so a loaded workflow only ever holds definitions here."""
     input: Callable[[NodeContext], Any] | Any = None
     line: int | None = field(default=None, compare=False, repr=False)
     """The line of the workflow file that called ``include``, for the loader's errors about a built-in id."""
@@ -327,7 +327,7 @@ def decision(question: PromptArg, choices: Sequence[str], field: str = "route") 
         return value
 
     # A model rather than a description, so the step's workflow tool carries the choices as an enum that a
-    # grammar-constrained server can enforce (agent-steps.md §3.1); the old hint also held a "<why>" a small
+    # grammar-constrained server can enforce (docs/design/agent-steps.md §3.1); the old hint also held a "<why>" a small
     # model would copy.
     fields: dict[str, Any] = {field: (Literal[options], ...), "reason": (str, "")}
     shape = create_model("Decision", **fields)
@@ -416,7 +416,7 @@ def include(child: WorkflowDefinition | str, input: Callable[[NodeContext], Any]
     """Mount ``child`` into the parent graph; ``input`` (value or function) becomes the child's ``ctx.input``.
 
     ``child`` is a definition, or the id of a built-in (``include("plain-summary", ...)``), which the loader
-    resolves only within the built-in catalog, never to a same-named workflow file (``builtins.md`` B14).
+    resolves only within the built-in catalog, never to a same-named workflow file (``docs/design/builtins.md`` B14).
     """
     if isinstance(child, str):
         if not BUILTIN_ID.fullmatch(child):
@@ -485,6 +485,40 @@ def define_workflow(
     if not isinstance(nodes, Mapping) or not nodes:
         raise DefinitionError(f"workflow {name!r}: nodes must be a non-empty mapping of node id -> node")
     mounts = dict(includes or {})
+    _check_nodes(name, nodes, mounts)
+    if not isinstance(start_at, str) or not start_at:
+        raise DefinitionError(f"workflow {name!r}: start_at must name a node")
+    edge_list = tuple(edges)
+    for item in edge_list:
+        if not isinstance(item, Edge | Switch):
+            raise DefinitionError(f"workflow {name!r}: edges must be edge(...) or switch(...) values")
+    exit_map: dict[str, str] = {}
+    for exit_name, spec in (exits or {}).items():
+        target = spec.get("from_") if isinstance(spec, Mapping) else None
+        if not isinstance(target, str):
+            raise DefinitionError(f"workflow {name!r}: exit {exit_name!r} must be {{'from_': '<node id>'}}")
+        exit_map[exit_name] = target
+    _check_limits(name, max_steps, budget, title, input)
+    return WorkflowDefinition(
+        name=name,
+        start_at=start_at,
+        nodes=dict(nodes),
+        edges=edge_list,
+        includes=mounts,
+        exits=exit_map,
+        input=input,
+        title=title,
+        description=description,
+        contract_id=contract_id,
+        revision=revision,
+        max_steps=max_steps,
+        budget=budget if budget is not None and not budget.empty else None,
+        source_file=author.f_globals.get("__file__") if author else None,
+    )
+
+
+def _check_nodes(name: str, nodes: Mapping[str, Node], mounts: Mapping[str, Include]) -> None:
+    """Every node and include id is a valid id, every node a node, every include an ``include(...)``."""
     for node_id in [*nodes, *mounts]:
         if not isinstance(node_id, str) or not NODE_ID_PATTERN.fullmatch(node_id):
             raise DefinitionError(
@@ -503,18 +537,16 @@ def define_workflow(
             raise DefinitionError(
                 f"workflow {name!r}: includes[{mount_id!r}] must be include(child, input=...)"
             )
-    if not isinstance(start_at, str) or not start_at:
-        raise DefinitionError(f"workflow {name!r}: start_at must name a node")
-    edge_list = tuple(edges)
-    for item in edge_list:
-        if not isinstance(item, Edge | Switch):
-            raise DefinitionError(f"workflow {name!r}: edges must be edge(...) or switch(...) values")
-    exit_map: dict[str, str] = {}
-    for exit_name, spec in (exits or {}).items():
-        target = spec.get("from_") if isinstance(spec, Mapping) else None
-        if not isinstance(target, str):
-            raise DefinitionError(f"workflow {name!r}: exit {exit_name!r} must be {{'from_': '<node id>'}}")
-        exit_map[exit_name] = target
+
+
+def _check_limits(
+    name: str,
+    max_steps: int,
+    budget: Budget | None,
+    title: str | Callable[[Any, str], str] | None,
+    input: type[BaseModel] | Callable[[Any], Any] | None,
+) -> None:
+    """The run-wide settings have the types ``define_workflow`` documents."""
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise DefinitionError(f"workflow {name!r}: max_steps must be an int >= 1")
     if budget is not None and not isinstance(budget, Budget):
@@ -525,19 +557,3 @@ def define_workflow(
         raise DefinitionError(f"workflow {name!r}: title must be a string or a function (input, name) -> str")
     if input is not None and not callable(input):
         raise DefinitionError(f"workflow {name!r}: input must be a pydantic model or a normalising function")
-    return WorkflowDefinition(
-        name=name,
-        start_at=start_at,
-        nodes=dict(nodes),
-        edges=edge_list,
-        includes=mounts,
-        exits=exit_map,
-        input=input,
-        title=title,
-        description=description,
-        contract_id=contract_id,
-        revision=revision,
-        max_steps=max_steps,
-        budget=budget if budget is not None and not budget.empty else None,
-        source_file=author.f_globals.get("__file__") if author else None,
-    )

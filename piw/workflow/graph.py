@@ -146,26 +146,36 @@ def _flatten_into(
             exits={name: _prefix(child_path, local) for name, local in exits.items()},
         )
     for item in definition.edges:
-        if item.source not in local_ids:
-            raise DefinitionError(f"{where}: edge from unknown node {item.source!r}")
-        flat_source = _prefix(path, item.source)
-        if flat_source in edges:
-            raise DefinitionError(
-                f"{where}: node {item.source!r} has more than one outgoing edge; use switch(...)"
-            )
-        targets = [item.target] if isinstance(item, Edge) else list(item.cases.values())
-        for target in targets:
-            if target not in local_ids:
-                raise DefinitionError(f"{where}: edge from {item.source!r} targets unknown node {target!r}")
-        if isinstance(item, Switch) and item.on == "$exit" and item.source not in definition.includes:
-            raise DefinitionError(
-                f"{where}: switch on '$exit' needs an include as source, not {item.source!r}"
-            )
-        if isinstance(item, Edge):
-            edges[flat_source] = Edge(flat_source, _prefix(path, item.target))
-        else:
-            cases = {value: _prefix(path, target) for value, target in item.cases.items()}
-            edges[flat_source] = Switch(flat_source, item.on, cases)
+        _flatten_edge(item, definition, path, local_ids, edges)
+
+
+def _flatten_edge(
+    item: Edge | Switch,
+    definition: WorkflowDefinition,
+    path: str,
+    local_ids: set[str],
+    edges: dict[str, Edge | Switch],
+) -> None:
+    """Add one of ``definition``'s edges (or switches) to the flat graph, checking what it joins."""
+    where = f"workflow {definition.name!r}"
+    if item.source not in local_ids:
+        raise DefinitionError(f"{where}: edge from unknown node {item.source!r}")
+    flat_source = _prefix(path, item.source)
+    if flat_source in edges:
+        raise DefinitionError(
+            f"{where}: node {item.source!r} has more than one outgoing edge; use switch(...)"
+        )
+    targets = [item.target] if isinstance(item, Edge) else list(item.cases.values())
+    for target in targets:
+        if target not in local_ids:
+            raise DefinitionError(f"{where}: edge from {item.source!r} targets unknown node {target!r}")
+    if isinstance(item, Switch) and item.on == "$exit" and item.source not in definition.includes:
+        raise DefinitionError(f"{where}: switch on '$exit' needs an include as source, not {item.source!r}")
+    if isinstance(item, Edge):
+        edges[flat_source] = Edge(flat_source, _prefix(path, item.target))
+    else:
+        cases = {value: _prefix(path, target) for value, target in item.cases.items()}
+        edges[flat_source] = Switch(flat_source, item.on, cases)
 
 
 def _implicit_exits(child: WorkflowDefinition) -> dict[str, str]:
@@ -245,17 +255,7 @@ def _node_snapshot(graph: FlatGraph, gnode: GraphNode) -> dict[str, Any]:
     if detail:
         data["statusDetail"] = detail
     if isinstance(node, AgentNode):
-        expected = expected_output_snapshot(node.expected_output)
-        if expected is not None:
-            data["expectedOutput"] = expected
-        if node.tools:
-            data["tools"] = list(node.tools)
-        if node.updates:
-            data["updates"] = True
-        if node.context != "run":
-            data["context"] = node.context
-        if node.max_output_tokens is not None:
-            data["maxOutputTokens"] = node.max_output_tokens
+        data.update(_agent_snapshot(node))
     if isinstance(node, ActionNode):
         execution: dict[str, Any] = {"kind": "shell" if node.shell else "function"}
         if node.effect:
@@ -271,6 +271,23 @@ def _node_snapshot(graph: FlatGraph, gnode: GraphNode) -> dict[str, Any]:
     for mount in graph.mounts.values():
         if mount.start == gnode.id:
             data["includeTransition"] = {"enters": mount.path}
+    return data
+
+
+def _agent_snapshot(node: AgentNode) -> dict[str, Any]:
+    """What an agent node's snapshot adds: its expected output, tools, updates, context and token limit."""
+    data: dict[str, Any] = {}
+    expected = expected_output_snapshot(node.expected_output)
+    if expected is not None:
+        data["expectedOutput"] = expected
+    if node.tools:
+        data["tools"] = list(node.tools)
+    if node.updates:
+        data["updates"] = True
+    if node.context != "run":
+        data["context"] = node.context
+    if node.max_output_tokens is not None:
+        data["maxOutputTokens"] = node.max_output_tokens
     return data
 
 

@@ -1,13 +1,13 @@
 """Loading and discovery: resolve a workflow reference, import its file, validate it and fix its identity.
 
-Order (spec README §3): an explicit path; ``./.piw/workflows/NAME.workflow.py``; ``$PIW_HOME/workflows/``; the
+Order (docs/design/README.md §3): an explicit path; ``./.piw/workflows/NAME.workflow.py``; ``$PIW_HOME/workflows/``; the
 built-in ``NAME``; then the shipped examples. The current folder itself is not searched; a name found only there
 is answered with the path to type (docs/authoring.md, "Discovery order"). A file's SHA-256 is its source
 identity; a built-in's is ``{id, revision}``.
 
 ``include("plain-summary", ...)`` in a workflow file names a built-in by id; the loader mounts it when it loads
 the file, only from ``workflows/builtins/``, never from a same-named file in the project or user folders, so a
-built-in always mounts the catalog's own child whatever the current directory holds (``builtins.md`` B14).
+built-in always mounts the catalog's own child whatever the current directory holds (``docs/design/builtins.md`` B14).
 Built-ins are cached by file content: every include of one id in a process is the same object, which keeps
 include-cycle detection (by identity) meaningful and avoids importing a file once per mount.
 """
@@ -18,6 +18,7 @@ import difflib
 import importlib.util
 import json
 import math
+import os
 import sys
 import threading
 import traceback
@@ -28,10 +29,11 @@ from typing import Any, TextIO, cast
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import DefinitionError, InputInvalid, LoadError
+from piw.errors import DefinitionError, ImportTimeout, InputInvalid, LoadError
 from piw.wire import sha256_hex
 from piw.workflow.definition import Include, WorkflowDefinition
 from piw.workflow.graph import FlatGraph, Mount, definition_digest, flatten, snapshot
+from piw.workflow.import_deadline import DeadlinePassed, DeadlineSetting, ImportDeadline, import_setting
 from piw.workflow.user_code import (
     WorkflowCodeExit,
     call_user,
@@ -81,14 +83,35 @@ def search_paths(home: Path) -> list[tuple[str, Path]]:
     ]
 
 
+def shown_path(path: Path | str) -> str:
+    """A path as one printable line: bytes that are not UTF-8 (``os.fsencode``) are shown as ``\\xff``."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+def utf8_path(path: Path) -> Path:
+    """``path`` itself when it is valid UTF-8, else a :class:`LoadError` saying so.
+
+    A workflow's path goes into the run's trace and every ``--json`` shape, which hold UTF-8 text only; a name
+    with other bytes (``b"\\xff"``, which Python keeps as a lone surrogate) would fail half-way through a command
+    with a traceback (``docs/guarantees.md``, "Hostile workflow files")."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise LoadError(
+            f"Workflow path {shown_path(path)} is not valid UTF-8; piw records a workflow's path as text, so "
+            "rename the file (or its folder) to a UTF-8 name."
+        ) from None
+    return path
+
+
 def resolve_reference(reference: str, home: Path) -> Path:
     """Turn a CLI workflow reference (path or name) into a file path."""
-    candidate = Path(reference).expanduser()
+    candidate = utf8_path(Path(reference)).expanduser()
     looks_like_path = reference.endswith(".py") or "/" in reference or reference.startswith((".", "~"))
     if looks_like_path:
         # A bare name is never read as a path, so a stray file called "hello" in the cwd is not imported.
         if candidate.is_file():
-            return candidate.resolve()
+            return utf8_path(candidate.resolve())  # the current folder's own name may not be UTF-8
         raise LoadError(f"Workflow file {reference} does not exist.")
     for _, folder in search_paths(home):
         path = folder / f"{reference}{SUFFIX}"
@@ -106,9 +129,12 @@ def resolve_reference(reference: str, home: Path) -> Path:
     )
 
 
-def import_definition(path: Path) -> WorkflowDefinition:
-    """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file."""
-    source = _read(path)
+def import_definition(path: Path, deadline: DeadlineSetting | None = None) -> WorkflowDefinition:
+    """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file.
+
+    The import runs under ``deadline`` (``PIW_IMPORT_TIMEOUT`` or 10 s when omitted): an endless loop at import
+    time is an :class:`ImportTimeout`, not a hang (``piw.workflow.import_deadline``)."""
+    source = _read(utf8_path(path))
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as exc:
@@ -118,22 +144,10 @@ def import_definition(path: Path) -> WorkflowDefinition:
     if spec is None or spec.loader is None:
         raise LoadError(f"{path}: cannot be imported as a Python module.")
     module = importlib.util.module_from_spec(spec)
+    setting = deadline or import_setting(None)
     sys.modules[module_name] = module
     try:
-        # The bytes read above, never a cached .pyc: the import system trusts a pyc whose source has the same
-        # size and modification second, so a file edited twice within a second would run its older version
-        # under the new source's hash.
-        exec(code, module.__dict__)
-    except DefinitionError as exc:
-        line = _user_line(exc, path)
-        raise DefinitionError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit or a BaseException subclass at import time is a load error too
-        line = _user_line(exc, path)
-        where = f"{path}:{line}" if line else str(path)
-        what = describe_base_exception(exc) if is_escape(exc) else f"{type(exc).__name__}: {exc}".rstrip(": ")
-        raise LoadError(f"{where}: {what}{sibling_import_hint(exc, path)}") from None
+        _execute(code, module.__dict__, path, setting)
     finally:
         sys.modules.pop(module_name, None)
     workflow = getattr(module, "workflow", None)
@@ -145,6 +159,33 @@ def import_definition(path: Path) -> WorkflowDefinition:
         )
     _mount_builtins(workflow, path)
     return workflow
+
+
+def _execute(code: Any, namespace: dict[str, Any], path: Path, setting: DeadlineSetting) -> None:
+    """Run the module's code under its deadline; whatever it raises becomes one error naming the file and line."""
+    try:
+        # The bytes read above, never a cached .pyc: the import system trusts a pyc whose source has the same
+        # size and modification second, so a file edited twice within a second would run its older version
+        # under the new source's hash.
+        with ImportDeadline(setting.seconds):
+            exec(code, namespace)
+    except DeadlinePassed as exc:
+        line = _user_line(exc, path)
+        where = f"{path}:{line}" if line else str(path)
+        raise ImportTimeout(
+            f"{where}: importing the workflow file took longer than {setting.seconds:g} s ({setting.advice()}); "
+            "look for an endless loop or a blocking call that runs when the file is imported."
+        ) from None
+    except DefinitionError as exc:
+        line = _user_line(exc, path)
+        raise DefinitionError(f"{path}:{line}: {exc}" if line else f"{path}: {exc}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit or a BaseException subclass at import time is a load error too
+        line = _user_line(exc, path)
+        where = f"{path}:{line}" if line else str(path)
+        what = describe_base_exception(exc) if is_escape(exc) else f"{type(exc).__name__}: {exc}".rstrip(": ")
+        raise LoadError(f"{where}: {what}{sibling_import_hint(exc, path)}") from None
 
 
 _builtins: dict[tuple[str, str], WorkflowDefinition] = {}
@@ -229,7 +270,7 @@ def load_workflow(
 ) -> LoadedWorkflow:
     """Load, validate (both passes) and identify a workflow."""
     path = Path(reference) if isinstance(reference, Path) else resolve_reference(reference, home)
-    definition = import_definition(path)
+    definition = import_definition(path, import_setting(home))
     try:
         graph = flatten(definition, tools_known)
     except DefinitionError as exc:

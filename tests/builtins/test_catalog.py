@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from piw.errors import RunInterrupted
 from piw.providers.scripted import ScriptedProvider
-from piw.run.engine import Engine, RunInterrupted, RunOptions
+from piw.run.engine import Engine, RunOptions
 from piw.workflow.loader import LoadedWorkflow, import_definition, load_workflow
 from tests.support.builtin_harness import BUILTINS, Started, executor_for
 

@@ -190,7 +190,7 @@ def park_during_first_wait(after_minutes: float) -> FakeClock:
 def test_a_wait_interrupted_at_10_of_30_and_resumed_at_25_checks_at_30(
     run_builtin: RunBuiltin, resume_builtin: Any, piw_home: Path
 ) -> None:
-    from piw.run.engine import RunInterrupted
+    from piw.errors import RunInterrupted
 
     with pytest.raises(RunInterrupted):
         monitor(run_builtin, [observation()], park_during_first_wait(10), everyMinutes=30)
@@ -207,7 +207,7 @@ def test_a_wait_interrupted_at_10_of_30_and_resumed_at_25_checks_at_30(
 def test_resumed_after_next_check_at_the_check_runs_at_once(
     run_builtin: RunBuiltin, resume_builtin: Any, piw_home: Path
 ) -> None:
-    from piw.run.engine import RunInterrupted
+    from piw.errors import RunInterrupted
 
     with pytest.raises(RunInterrupted):
         monitor(run_builtin, [observation()], park_during_first_wait(10), everyMinutes=30)

@@ -326,7 +326,7 @@ def test_an_interrupted_fan_out_resumes_without_asking_finished_workers_again(
 ) -> None:
     import signal
 
-    from piw.run.engine import RunInterrupted
+    from piw.errors import RunInterrupted
 
     def interrupt(request: ChatRequest, index: int) -> AssistantReply:
         signal.raise_signal(signal.SIGINT)  # Ctrl-C while task 2 is with the model: the run parks mid-fan-out

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from piw.errors import NodeFailure
+from piw.errors import NodeFailure, ShellLineTooLong
 from piw.updates.envelope import validate_update
-from piw.updates.shell_lines import CappedText, LineFramer, ShellLine, ShellLineTooLong, Stream
+from piw.updates.shell_lines import CappedText, LineFramer, ShellLine, Stream
 
 LIMIT = 65_536
 

@@ -3,7 +3,7 @@
 A plain checkpoint's output is its summary. A ``human_decision`` gate's output is the open request (audience,
 request, choices, timeout deadline, digest); its decision id is derived from the run, node and visit index, so
 a rerun after a crash finds the same decision, and when a decision book is wired (the run database) the rerun
-adopts the recorded request, deadline included, instead of opening a new one (``persistence.md`` §10.3).
+adopts the recorded request, deadline included, instead of opening a new one (``docs/design/persistence.md`` §10.3).
 """
 
 from __future__ import annotations

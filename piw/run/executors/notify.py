@@ -1,11 +1,11 @@
 """Notify nodes: a durable message to the origin session, exactly once per node execution.
 
 The index counts this node's ``ok`` steps, so a rerun after a crash reuses the same notification id. The order
-is ``persistence.md`` §10.3's: the outbox row (``INSERT OR IGNORE``, read back: the first content wins), then the
-conversation entry, then ``notification_queued``, then ``node_finished``; each is written at most once for that
-id, so a crash between any two of them leaves one row, one entry and one event after the rerun. The entry's
-details, the event's payload and the node's output all name the run (``runId``), so none of them needs the
-envelope it came in to be traced back (``docs/bundle-format.md``).
+is ``docs/design/persistence.md`` §10.3's: the outbox row (``INSERT OR IGNORE``, read back: the first content
+wins), then the conversation entry, then ``notification_queued``, then ``node_finished``; each is written at
+most once for that id, so a crash between any two of them leaves one row, one entry and one event after the
+rerun. The entry's details, the event's payload and the node's output all name the run (``runId``), so none of
+them needs the envelope it came in to be traced back (``docs/bundle-format.md``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from piw.errors import DefinitionError, NodeFailure
+from piw.errors import DefinitionError, NodeFailure, UpdateRejected
 from piw.processes import kill_process_group
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.run.process_groups import group_record
@@ -127,9 +127,8 @@ class ShellActionExecutor:
             "actionType": "shell",
             "command": command.command,
             "args": list(command.args),
+            **({"cwd": command.cwd} if command.cwd else {}),
         }
-        if command.cwd:
-            receipt["cwd"] = command.cwd
         started = time.monotonic()
         missing = None if command.shell else _not_startable(command.command, command.cwd, env)
         if missing is not None:
@@ -153,7 +152,7 @@ class ShellActionExecutor:
         assert process.stdin is not None
         try:
             # The group is durable in the trace before the command starts: a resume can then find and stop it
-            # if piw dies while it runs (persistence.md §8, piw.run.process_groups). The fsync also covers
+            # if piw dies while it runs (docs/design/persistence.md §8, piw.run.process_groups). The fsync also covers
             # node_started and every line before it.
             attempt.writer.append(
                 "action",
@@ -163,6 +162,7 @@ class ShellActionExecutor:
                 attempt_id=attempt.attempt_id,
                 sync=True,
             )
+            attempt.writer.fence()  # the command is an effect: a holder past its own deadline never starts it
             os.write(process.stdin.fileno(), b"\n")  # open the gate
         except BaseException:
             process.kill()  # still the gate (it reads its stdin first): the command never ran
@@ -189,39 +189,7 @@ class ShellActionExecutor:
             reader.start()
         # A thread, so a command that never reads a large stdin cannot block the deadline loop below.
         threading.Thread(target=self._feed_stdin, args=(process, command.stdin), daemon=True).start()
-        # The binding limit: the command's timeout or what is left of the node's; messages name the setting.
-        remaining = attempt.remaining_s()
-        limit, limit_name = remaining, attempt.timeout_s
-        if command.timeout_s is not None and (remaining is None or command.timeout_s <= remaining):
-            limit, limit_name = command.timeout_s, command.timeout_s
-        failure: str | None = None
-        outcome = "failed"
-
-        def drained() -> bool:
-            return not any(reader.is_alive() for reader in readers.values())
-
-        try:
-            while process.poll() is None or any(r.is_alive() for r in readers.values()):
-                broken = next((r for r in readers.values() if r.error is not None), None)
-                if broken is not None:
-                    failure = f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
-                    break
-                if limit is not None and time.monotonic() - started >= limit:
-                    failure = f"Command {command.command!r} timed out after {limit_name:g}s."
-                    outcome = "timed_out"
-                    attempt.timed_out = True
-                    attempt.cancel.set()  # past its deadline: a reader waiting for an update token gives up
-                    break
-                if attempt.cancel.is_set():
-                    failure, outcome = f"Command {command.command!r} was cancelled.", "cancelled"
-                    break
-                time.sleep(0.01)
-        except BaseException:
-            # Ctrl-C or SIGTERM (park): the command must not outlive the attempt.
-            kill_process_group(process, drained)
-            raise
-        if failure is not None:
-            kill_process_group(process, drained)
+        failure, outcome = _watch(attempt, process, readers, command, started)
         process.wait()
         for reader in readers.values():
             reader.join(timeout=2.0)
@@ -234,9 +202,7 @@ class ShellActionExecutor:
         stdout = readers["stdout"].capture.finish()
         stderr = readers["stderr"].capture.finish()
         if failure is None:
-            broken = next((r for r in readers.values() if r.error is not None), None)
-            if broken is not None:
-                failure = f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
+            failure = _update_failure(readers)
         if failure is not None:
             return NodeOutcome.failed(failure, outcome, action=receipt)
         result = {
@@ -249,22 +215,7 @@ class ShellActionExecutor:
             "signal": signal_name,
             "durationMs": duration,
         }
-        if (exit_code != 0) and not command.allow_nonzero_exit:
-            detail = f"exit code {exit_code}" if exit_code is not None else f"signal {signal_name}"
-            tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
-            suffix = f": {tail[0][:200]}" if tail else ""
-            return NodeOutcome.failed(
-                f"Command {command.command!r} failed with {detail}{suffix}", action=receipt
-            )
-        try:
-            output = call_user(node.shell.parse, result, attempt.ctx) if node.shell.parse else result
-            return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)
-        except NodeFailure as exc:
-            return NodeOutcome.failed(str(exc), exc.outcome, action=receipt, exception=exc)
-        except Exception as exc:
-            return NodeOutcome.failed(
-                f"parse failed: {describe_exception(exc)}", action=receipt, exception=exc
-            )
+        return _finished(attempt, node, command, result, receipt)
 
     def _line_handler(self, attempt: Attempt, updates: ShellUpdates) -> Callable[[ShellLine], None]:
         def handle(line: ShellLine) -> None:
@@ -286,6 +237,86 @@ class ShellActionExecutor:
             process.stdin.close()
         except (BrokenPipeError, ValueError, OSError):
             pass
+
+
+def _finished(
+    attempt: Attempt, node: ActionNode, command: ShellCommand, result: dict[str, Any], receipt: dict[str, Any]
+) -> NodeOutcome:
+    """The outcome of a command that exited: a failure for a non-zero exit (unless allowed, naming stderr's last
+    line), else its ``parse`` of the result (or the result itself)."""
+    assert node.shell is not None
+    exit_code, signal_name, stderr = result["exitCode"], result["signal"], result["stderr"]
+    if (exit_code != 0) and not command.allow_nonzero_exit:
+        detail = f"exit code {exit_code}" if exit_code is not None else f"signal {signal_name}"
+        tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+        suffix = f": {tail[0][:200]}" if tail else ""
+        return NodeOutcome.failed(f"Command {command.command!r} failed with {detail}{suffix}", action=receipt)
+    try:
+        output = call_user(node.shell.parse, result, attempt.ctx) if node.shell.parse else result
+        return NodeOutcome.ok(to_json_output(output, attempt.node_id), action=receipt)
+    except NodeFailure as exc:
+        return NodeOutcome.failed(str(exc), exc.outcome, action=receipt, exception=exc)
+    except Exception as exc:
+        return NodeOutcome.failed(f"parse failed: {describe_exception(exc)}", action=receipt, exception=exc)
+
+
+def _watch(
+    attempt: Attempt,
+    process: subprocess.Popen[bytes],
+    readers: dict[str, _StreamReader],
+    command: ShellCommand,
+    started: float,
+) -> tuple[str | None, str]:
+    """Wait for the command and its output, until it ends, an update parser fails, its time is up or the
+    attempt is cancelled; whatever stops it early kills its process group. Returns why it stopped early (``None``
+    when it ran to the end) and the outcome that makes."""
+    # The binding limit: the command's timeout or what is left of the node's; messages name the setting.
+    limit, limit_name = _binding_limit(attempt, command)
+    failure: str | None = None
+    outcome = "failed"
+
+    def drained() -> bool:
+        return not any(reader.is_alive() for reader in readers.values())
+
+    try:
+        while process.poll() is None or any(r.is_alive() for r in readers.values()):
+            failure = _update_failure(readers)
+            if failure is not None:
+                break
+            if limit is not None and time.monotonic() - started >= limit:
+                failure = f"Command {command.command!r} timed out after {limit_name:g}s."
+                outcome = "timed_out"
+                attempt.timed_out = True
+                attempt.cancel.set()  # past its deadline: a reader waiting for an update token gives up
+                break
+            if attempt.cancel.is_set():
+                failure, outcome = f"Command {command.command!r} was cancelled.", "cancelled"
+                break
+            time.sleep(0.01)
+    except BaseException:
+        # Ctrl-C or SIGTERM (park): the command must not outlive the attempt.
+        kill_process_group(process, drained)
+        raise
+    if failure is not None:
+        kill_process_group(process, drained)
+    return failure, outcome
+
+
+def _binding_limit(attempt: Attempt, command: ShellCommand) -> tuple[float | None, Any]:
+    """Seconds the command may run and the setting that says so: its own timeout, or what is left of the node's
+    (the timeout message names the setting, not the seconds left)."""
+    remaining = attempt.remaining_s()
+    if command.timeout_s is not None and (remaining is None or command.timeout_s <= remaining):
+        return command.timeout_s, command.timeout_s
+    return remaining, attempt.timeout_s
+
+
+def _update_failure(readers: dict[str, _StreamReader]) -> str | None:
+    """Why a stream's update parser stopped the command (``None`` while every parser works)."""
+    broken = next((r for r in readers.values() if r.error is not None), None)
+    if broken is None:
+        return None
+    return f"shell {broken.stream} update failed: {_describe_parser_error(broken.error)}"
 
 
 # ``sh -c GATE piw-shell ARGV...``: wait for piw's go-ahead (one line on stdin, which a shell's ``read`` takes
@@ -321,6 +352,6 @@ def _describe_parser_error(error: BaseException | None) -> str:
         return "unknown error"
     if is_escape(error) or isinstance(error, WorkflowCodeExit):
         return describe_exception(error)
-    if isinstance(error, NodeFailure) or type(error).__name__ in ("UpdateRejected", "ShellLineTooLong"):
+    if isinstance(error, NodeFailure | UpdateRejected):
         return str(error)
     return type(error).__name__

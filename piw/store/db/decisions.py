@@ -297,36 +297,35 @@ class SqliteDecisions:
 
     def resolve_answer(self, record: AnswerRecord) -> Resolution:
         now = self.clock()
-        dialect = self.dialect
         with self.db.transaction() as conn:
-            stored = idempotency.stored(conn, record.scope, record.key, dialect)
-            if stored is not None:
-                outcome: Literal["adopted", "conflict"] = (
-                    "adopted" if stored[0] == record.fingerprint else "conflict"
-                )
-                return Resolution(outcome, stored[1], provenance=stored[1].get("provenance"))
-            if record.decision is not None:
-                refused = self._resolve_decision(conn, record, record.decision, now)
-                if refused is not None:
-                    return refused
-            parent_id = record.continuation.parent_run_id
-            parent = get_row(conn, parent_id or "", dialect)
-            if parent is not None and parent.status == "cancelled":
-                return Resolution("cancelled", None, provenance="cancel")
-            existing = continuation_row(conn, parent_id or "", dialect) if parent_id is not None else None
-            if (
-                existing is not None
-            ):  # a continuation made some other way: one per waiting run, whatever made it
-                return Resolution("conflict", {"continuation": {"runId": existing.run_id}})
-            insert_run(conn, record.continuation, "queued", now, ignore=False, dialect=dialect)
-            claim = None
-            if record.claim_for is not None:
-                claim = take_claim(
-                    conn, record.continuation.run_id, record.claim_for, 0, now, dialect=dialect
-                )
-            idempotency.record(
-                conn, record.scope, record.key, record.fingerprint, record.receipt, now, dialect
+            return self._resolve(conn, record, now)
+
+    def _resolve(self, conn: Connection, record: AnswerRecord, now: int) -> Resolution:
+        """The first-answer-wins transaction's statements, inside the caller's transaction (which serialises
+        answers to one waiting run: ``BEGIN IMMEDIATE`` here, row locks on PostgreSQL)."""
+        dialect = self.dialect
+        stored = idempotency.stored(conn, record.scope, record.key, dialect)
+        if stored is not None:
+            outcome: Literal["adopted", "conflict"] = (
+                "adopted" if stored[0] == record.fingerprint else "conflict"
             )
+            return Resolution(outcome, stored[1], provenance=stored[1].get("provenance"))
+        if record.decision is not None:
+            refused = self._resolve_decision(conn, record, record.decision, now)
+            if refused is not None:
+                return refused
+        parent_id = record.continuation.parent_run_id
+        parent = get_row(conn, parent_id or "", dialect)
+        if parent is not None and parent.status == "cancelled":
+            return Resolution("cancelled", None, provenance="cancel")
+        existing = continuation_row(conn, parent_id or "", dialect) if parent_id is not None else None
+        if existing is not None:  # a continuation made some other way: one per waiting run, whatever made it
+            return Resolution("conflict", {"continuation": {"runId": existing.run_id}})
+        insert_run(conn, record.continuation, "queued", now, ignore=False, dialect=dialect)
+        claim = None
+        if record.claim_for is not None:
+            claim = take_claim(conn, record.continuation.run_id, record.claim_for, 0, now, dialect=dialect)
+        idempotency.record(conn, record.scope, record.key, record.fingerprint, record.receipt, now, dialect)
         return Resolution("won", record.receipt, claim, record.provenance)
 
     def _resolve_decision(

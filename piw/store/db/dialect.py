@@ -1,10 +1,10 @@
 """What differs between the SQL databases the run database may live in: placeholders and "insert unless present".
 
 Statements are written once, with ``?`` placeholders, and the row operations the queue, the decisions and the
-outbox share (``piw.store.db.rows``, ``piw.store.db.idempotency``) pass them through a :class:`Dialect`. SQLite is
-the only dialect today (``docs/detached.md``, "What the database holds"); a PostgreSQL one would spell the
-placeholder ``%s`` and "insert unless present" as ``INSERT … ON CONFLICT DO NOTHING``, and its connections only
-need what :class:`Connection` lists. JSON values are stored as text (:func:`dumps`, :func:`loads`).
+outbox share (``piw.store.db.rows``, ``piw.store.db.idempotency``) pass them through a :class:`Dialect`: SQLite
+(``docs/detached.md``, "What the database holds") and PostgreSQL (``docs/many-machines.md``), which spells the
+placeholder ``%s`` and "insert unless present" as ``INSERT … ON CONFLICT DO NOTHING``; its connections (psycopg's)
+only need what :class:`Connection` lists. JSON values are stored as text in both (:func:`dumps`, :func:`loads`).
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class Dialect:
 
 
 SQLITE = Dialect("sqlite", "?", "INSERT OR IGNORE INTO {table} ({columns}) VALUES ({marks})")
+POSTGRES = Dialect(
+    "postgres", "%s", "INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+)
 
 
 def dumps(value: Any) -> str:

@@ -32,6 +32,7 @@ from piw.errors import PiwError
 from piw.store.db.database import INDEXES, TABLES, Database, now_ms, open_database
 from piw.store.db.notices import notice
 from piw.store.home import RUN_ID_PATTERN
+from piw.store.place import runs_home
 from piw.wire import parse_time
 
 if TYPE_CHECKING:  # the bundle and the fold are imported only to refold a row: a current index needs neither
@@ -211,14 +212,16 @@ class RunIndex:
 
     def __call__(self, state: RunState) -> None:
         if state.run_id:
-            stamp = trace_stamp(self.home / "runs" / state.run_id / "trace.ndjson")
-            _upsert(open_database(self.home), [row_of_state(state, stamp=stamp)])
+            home = runs_home(self.home)  # (database mode: the mirrors' own index)
+            stamp = trace_stamp(home / "runs" / state.run_id / "trace.ndjson")
+            _upsert(open_database(home), [row_of_state(state, stamp=stamp)])
 
 
 def rebuild_run_index(home: Path) -> int:
     """Fold every bundle and replace the ``runs`` table with what they say; returns the rows written."""
     from piw.store.bundle import list_bundles
 
+    home = runs_home(home)
     db = open_database(home)
     rows = [row for row in (_fold_row(bundle) for bundle in list_bundles(home)) if row is not None]
     with db.transaction() as conn:
@@ -277,6 +280,7 @@ def indexed_rows(home: Path) -> list[IndexRow]:
 
     A read-only database (``Database.read_only``) is reconciled in memory: its rows are listed as the bundles say,
     and nothing is written. A damaged table is rebuilt from the bundles (:func:`_rebuild_damaged`)."""
+    home = runs_home(home)
     db = open_database(home)
     try:
         return _reconciled_rows(db, home)

@@ -23,6 +23,10 @@ Rule 2 needs one clock for holder and claimers: true on one host, which is all S
 for one machine", ``docs/detached.md``). A queue implementation for many machines must fence with a row read (or
 bound clock skew) instead.
 
+Beside the row, the lease keeps the holder's own conservative deadline (:mod:`piw.store.db.deadline`): past it,
+:meth:`Lease.fence` refuses without reading anything and a watchdog aborts the active node, so a holder that lost
+its database or was frozen stops its effects before the lease can expire for anyone else (self-fencing).
+
 A background thread reads the row every :data:`POLL_MS` (the pause and cancel flags, and a confirmation) and
 renews the lease every :data:`RENEW_MS`; on ``ClaimLost`` it calls ``on_lost`` so the engine aborts the node. A step
 boundary reads the flags too (:meth:`Lease.current_flags`), so a pause takes effect at the first boundary after it.
@@ -35,6 +39,7 @@ import threading
 from collections.abc import Callable
 
 from piw.errors import ClaimLost, StoreBusy
+from piw.store.db.deadline import HolderDeadline, holder_clock
 from piw.store.db.queue import POLL_MS, RENEW_MS, ClaimCheck, RunQueue
 from piw.store.db.rows import Claim, FinalStatus, ParkReason
 
@@ -57,7 +62,10 @@ class Lease:
         renew_ms: int = RENEW_MS,
         on_lost: Callable[[str], None] | None = None,
         on_cancel: Callable[[], None] | None = None,
+        sent_at: float | None = None,
     ) -> None:
+        """``sent_at``: :func:`~piw.store.db.deadline.holder_clock` taken before the claim request was sent (now,
+        when not given), where the holder's deadline starts."""
         self.queue = queue
         self.claim = claim
         self.poll_ms = poll_ms
@@ -75,6 +83,9 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cancel_signalled = False
+        self.deadline = HolderDeadline(
+            holder_clock() if sent_at is None else sent_at, lambda: self._lose("expired")
+        )
 
     @property
     def run_id(self) -> str:
@@ -84,8 +95,7 @@ class Lease:
 
     def fence(self) -> None:
         """Raise ``ClaimLost`` unless this process still holds the claim (see the module docstring)."""
-        if self.lost is not None:
-            raise ClaimLost(self.lost)
+        self._check_deadline()
         now = self.queue.clock()
         claim = self.claim
         if now < claim.expires_at and now < self._confirmed_at + self.renew_ms:
@@ -94,8 +104,7 @@ class Lease:
 
     def confirm(self) -> ClaimCheck:
         """Read the row now: check the claim and take in the pause/cancel flags."""
-        if self.lost is not None:
-            raise ClaimLost(self.lost)
+        self._check_deadline()
         now = self.queue.clock()
         self.row_reads += 1
         try:
@@ -106,6 +115,21 @@ class Lease:
         self._confirmed_at = now
         self._take_flags(row)
         return row
+
+    def _check_deadline(self) -> None:
+        """``ClaimLost`` once the claim is gone or the holder's own deadline passed (self-fencing)."""
+        if self.lost is None and self.deadline.passed():
+            self._lose("expired")
+        if self.lost is not None:
+            raise ClaimLost(self.lost)
+
+    def appended(self, status: str, pause_requested: bool, cancel_requested: bool) -> None:
+        """A fenced append (database mode) just checked this claim on the database and read the flags with it:
+        the same as :meth:`confirm`, without a row read of its own (``piw.store.pg.run_store``)."""
+        if self.lost is not None:
+            return
+        self._confirmed_at = self.queue.clock()
+        self._take_flags(ClaimCheck(status, pause_requested, cancel_requested))
 
     def current_flags(self, max_age_ms: int = BOUNDARY_FLAGS_MS) -> None:
         """Read the pause/cancel flags now unless they were read less than ``max_age_ms`` ago (0: read them).
@@ -139,15 +163,20 @@ class Lease:
 
     def renew(self) -> None:
         """Extend the lease now (``ClaimLost`` when it expired or changed: an expired claim never renews)."""
-        if self.lost is not None:
-            raise ClaimLost(self.lost)
+        self._check_deadline()
         now = self.queue.clock()
+        sent = holder_clock()
         try:
             self.claim = self.queue.renew(self.claim)
         except ClaimLost as exc:
             self._lose(exc.reason)
             raise
         self._renewed_at = self._confirmed_at = now
+        self.deadline.extend(sent)
+
+    def renewed(self, sent_at: float) -> None:
+        """A write that renews the lease as it fences (database mode's append) succeeded, sent at ``sent_at``."""
+        self.deadline.extend(sent_at)
 
     def tick(self) -> None:
         """One round of the background thread: read the flags, and renew when a renewal is due."""
@@ -165,6 +194,7 @@ class Lease:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"lease-{self.run_id}", daemon=True)
             self._thread.start()
+            self.deadline.start(f"deadline-{self.run_id}")
         return self
 
     def _run(self) -> None:
@@ -175,6 +205,7 @@ class Lease:
 
     def stop(self) -> None:
         self._stop.set()
+        self.deadline.stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from piw.store.bundle import Bundle, run_is_live
 from piw.store.db.database import now_ms
 from piw.store.db.queue import read_row
+from piw.store.place import mirrors_at
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,10 @@ class Liveness:
 def liveness(bundle: Bundle) -> Liveness:
     """Who runs ``bundle``'s run, from its queue row (read-only)."""
     home = bundle.path.parent.parent
-    row = read_row(home, bundle.run_id)
+    mirrors = mirrors_at(home)
+    row = read_row(home, bundle.run_id) if mirrors is None else mirrors.queue_row(bundle.run_id)
+    if row is None and mirrors is not None:
+        return Liveness(False, "interrupted")
     if row is None:
         live = run_is_live(bundle)
         return Liveness(live, "live" if live else "interrupted")

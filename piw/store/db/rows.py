@@ -17,6 +17,7 @@ from typing import Any, Literal
 from piw.store.db.dialect import SQLITE, Connection, Dialect, dumps, loads
 from piw.store.db.holders import holder_is_dead
 from piw.store.db.idempotency import StartKey
+from piw.store.db.serve_keys import serve_key
 
 LEASE_MS = int(os.environ.get("PIW_TEST_LEASE_MS", "") or 30_000)
 """How long a claim lasts unless its holder renews it (``PIW_TEST_LEASE_MS`` shortens it for the tests that stop
@@ -24,12 +25,22 @@ a host past its lease)."""
 
 QueueStatus = Literal["queued", "starting", "running", "parked", "done", "failed", "cancelled"]
 FinalStatus = Literal["done", "failed", "cancelled"]
-ParkReason = Literal["source_changed", "trace_corrupt", "needs-origin-session", "interrupted", "disk_full"]
+ParkReason = Literal[
+    "source_changed",
+    "import_timeout",
+    "bundle_linked",
+    "trace_corrupt",
+    "needs-origin-session",
+    "interrupted",
+    "disk_full",
+]
 QUEUE_STATUSES: tuple[str, ...] = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 HELD_STATUSES = frozenset({"starting", "running"})
 PARK_REASONS: tuple[str, ...] = (
     "source_changed",
+    "import_timeout",
+    "bundle_linked",
     "trace_corrupt",
     "needs-origin-session",
     "interrupted",
@@ -231,8 +242,14 @@ def insert_run(
     conn: Connection, run: NewRun, status: str, now: int, *, ignore: bool, dialect: Dialect = SQLITE
 ) -> int:
     """Insert ``run``'s row with ``status`` (``ignore``: leave an existing row alone); rows inserted."""
+    columns: tuple[str, ...] = _INSERTED
+    routed: tuple[str, ...] = ()
+    if (
+        dialect.name == "postgres"
+    ):  # hosts claim by serve key (piw.store.db.serve_keys); SQLite has one machine
+        columns, routed = (*_INSERTED, "serve_key"), (serve_key(run.workflow_source, run.definition_digest),)
     cursor = conn.execute(
-        dialect.insert("run_queue", _INSERTED, ignore=ignore),
+        dialect.insert("run_queue", columns, ignore=ignore),
         (
             run.run_id,
             run.workflow_ref,
@@ -247,6 +264,7 @@ def insert_run(
             run.parent_run_id,
             now,
             now,
+            *routed,
         ),
     )
     return cursor.rowcount

@@ -1,7 +1,7 @@
 """Part B of the run database: decisions, checkpoint answers, idempotency and the outbox (§10.3).
 
-Parametrised by implementation like ``test_queue.py`` (a PostgreSQL database joins ``DATABASE_IMPLEMENTATIONS`` there
-and must pass these too). Time is the injected clock; concurrency uses real threads and real processes.
+Parametrised by implementation like ``test_queue.py`` (``QUEUE_IMPLEMENTATIONS``: SQLite and PostgreSQL, each must
+pass these). Time is the injected clock; concurrency uses real threads and real processes.
 """
 
 from __future__ import annotations
@@ -16,27 +16,25 @@ from typing import Any
 
 import pytest
 
-from piw.store.db.database import close_databases
 from piw.store.db.decisions import AnswerRecord, NewDecision
 from piw.store.db.outbox import DELIVERY_LEASE_MS, NewNotification
 from piw.store.db.rows import NewRun
 from piw.store.db.run_database import RunDatabase, open_run_database
-from tests.store.db.test_queue import DATABASE_IMPLEMENTATIONS, FakeClock
 from tests.support.paths import REPO
+from tests.support.run_databases import QUEUE_IMPLEMENTATIONS, FakeClock, run_database_factory
 
 MakeDatabase = Callable[..., RunDatabase]
 
 
-@pytest.fixture(params=DATABASE_IMPLEMENTATIONS, ids=lambda impl: impl.__name__.strip("_"))
+@pytest.fixture(params=QUEUE_IMPLEMENTATIONS)
 def make_database(request: pytest.FixtureRequest, piw_home: Path) -> MakeDatabase:
     clock = FakeClock()
-    impl = request.param
+    databases = run_database_factory(request, request.param, piw_home, clock)
 
     def make() -> RunDatabase:
-        return impl(piw_home, clock)
+        return databases()
 
     make.clock = clock  # type: ignore[attr-defined]
-    request.addfinalizer(close_databases)
     return make
 
 

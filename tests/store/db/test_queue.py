@@ -1,7 +1,8 @@
 """The run queue protocol (``persistence.md`` §10.2), parametrised by implementation.
 
-Every test here takes ``make_queue``; a second implementation (PostgreSQL, for many machines) joins the
-``DATABASE_IMPLEMENTATIONS`` list and must pass the same suite. Time is an injected clock: no test sleeps.
+Every test here takes ``make_queue``, once per implementation of ``QUEUE_IMPLEMENTATIONS`` (SQLite, and PostgreSQL
+for many machines, ``tests/support/run_databases.py``): each must pass the same suite. Time is an injected clock: no
+test sleeps.
 """
 
 from __future__ import annotations
@@ -16,45 +17,25 @@ from pathlib import Path
 import pytest
 
 from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound
-from piw.store.db.database import close_databases
 from piw.store.db.holders import holder_is_dead, runner_id
 from piw.store.db.lease import Lease
 from piw.store.db.queue import RENEW_MS, RunQueue
 from piw.store.db.rows import LEASE_MS, NewRun
-from piw.store.db.run_database import RunDatabase, open_run_database
+from tests.support.run_databases import QUEUE_IMPLEMENTATIONS, FakeClock, run_database_factory
 
-
-class FakeClock:
-    def __init__(self, start: int = 1_700_000_000_000) -> None:
-        self.now = start
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
-def _sqlite(home: Path, clock: FakeClock) -> RunDatabase:
-    return open_run_database(home, clock)
-
-
-DATABASE_IMPLEMENTATIONS: list[Callable[[Path, FakeClock], RunDatabase]] = [_sqlite]
-"""Each makes the run database of a home (queue, decisions, outbox) with an injected clock."""
 MakeQueue = Callable[..., RunQueue]
 
 
-@pytest.fixture(params=DATABASE_IMPLEMENTATIONS, ids=lambda impl: impl.__name__.strip("_"))
+@pytest.fixture(params=QUEUE_IMPLEMENTATIONS)
 def make_queue(request: pytest.FixtureRequest, piw_home: Path) -> MakeQueue:
     """A queue factory: every queue it makes shares one store and one clock (``clock`` attribute)."""
     clock = FakeClock()
-    impl = request.param
+    databases = run_database_factory(request, request.param, piw_home, clock)
 
     def make() -> RunQueue:
-        return impl(piw_home, clock).queue
+        return databases().queue
 
     make.clock = clock  # type: ignore[attr-defined]
-    request.addfinalizer(close_databases)
     return make
 
 
