@@ -156,7 +156,14 @@ class ClaimLost(PiwError):
     """The writer lost its claim on the run; nothing more may be written."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(f"Claim lost ({reason}); another process now owns this run.")
+        if reason == "missing":  # no row at all: the database was deleted or replaced, nobody took the run
+            message = (
+                "Claim lost (missing): the run's row is gone from piw.sqlite (was the database deleted or "
+                "replaced?); nothing more was written."
+            )
+        else:
+            message = f"Claim lost ({reason}); another process now owns this run."
+        super().__init__(message)
         self.reason = reason
 
 

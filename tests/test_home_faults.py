@@ -175,7 +175,9 @@ def test_a_full_disk_parks_the_run_and_it_resumes_once_there_is_space(
         )
         (row,) = cli.json("runs", env=env)
         assert row["runId"] == run_id and row["status"] == "running"
-        assert "running (interrupted)" in cli("runs", env=env).stdout
+        assert (
+            "running (parked: disk full)" in cli("runs", env=env).stdout
+        )  # a host retries it (docs/detached.md)
         assert not log.exists()  # the action after the blobs never ran
         still_full = cli("resume", run_id, env=env)
         assert still_full.returncode == 75 and "the run is parked" in still_full.stderr

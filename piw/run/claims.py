@@ -33,6 +33,7 @@ from piw.store.db.queue import RENEW_MS
 from piw.store.db.rows import FINAL_QUEUE_STATUS, ParkReason
 from piw.store.fold import TERMINAL_STATUSES, RunState
 from piw.store.run_store import RunStore
+from piw.store.storage import disk_full_retry_s
 
 Stop = Literal["paused", "queued", "shutdown"] | ParkReason
 """Why a loop stopped short of a terminal event: a pause, a detached run handed to the queue, a holder
@@ -122,13 +123,7 @@ class ClaimControl:
             lease.stop()
             return
         if isinstance(error, StorageFull | HomeUnavailable):
-            # The disk is full (piw.sqlite may be on it too): park the run for 'piw resume' once there is space
-            # (no host retries it on its own), or, if not even the row can be written, leave the lease to
-            # expire: a dead holder on this host is taken over at once.
-            try:
-                lease.park("interrupted", error=str(error))
-            except Exception:
-                lease.stop()
+            self._park_on_storage(lease, error)
             return
         try:
             if state.status in TERMINAL_STATUSES:
@@ -144,6 +139,19 @@ class ClaimControl:
             else:
                 lease.park("interrupted", error=None if error is None else _describe(error))
         except ClaimLost:
+            lease.stop()
+
+    @staticmethod
+    def _park_on_storage(lease: Lease, error: StorageFull | HomeUnavailable) -> None:
+        """A full disk parks the run ``disk_full``, claimable again after the back-off (a host retries it once
+        there may be room; ``docs/detached.md``); a home that turned read-only parks it for a person. If not even
+        the row can be written (piw.sqlite on the full disk), the lease is left to expire and is taken over then."""
+        try:
+            if isinstance(error, StorageFull):
+                lease.park("disk_full", delay_ms=int(disk_full_retry_s() * 1000), error=str(error))
+            else:
+                lease.park("interrupted", error=str(error))
+        except Exception:
             lease.stop()
 
 

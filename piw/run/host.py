@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import BundleLinked, DatabaseBusy, PiwError, StoreBusy
+from piw.errors import BundleLinked, DatabaseBusy, PiwError, StorageFull, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
@@ -42,6 +42,7 @@ from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.fold import RunState
 from piw.store.place import runs_home
 from piw.store.run_store import open_run_stores
+from piw.store.storage import disk_full_retry_s, storage_error
 from piw.store.trace import resolve_durability
 from piw.store.writer import Listener
 from piw.terminal import single_line
@@ -93,6 +94,7 @@ class Host:
         self._threads: dict[str, threading.Thread] = {}
         self._delivered: set[str] = set()
         self._leases: dict[str, Lease] = {}
+        self._full_since: float | None = None
         self._check_database = watch_database(self.queue, home, self._held, options.report)
         self.presence = open_presence(home, self.queue, self.runner, options.concurrency, options.workflows)
 
@@ -119,16 +121,8 @@ class Host:
         try:
             while not self._stop.is_set():
                 self._reap()
-                self._housekeeping()
                 limit_reached = options.max_runs is not None and self.result.claimed >= options.max_runs
-                claimed = False
-                if not limit_reached and len(self._threads) < max(1, options.concurrency):
-                    sent = holder_clock()  # the claimed lease's local deadline starts before the request
-                    claim = self._claim_next()
-                    if claim is not None:
-                        self._launch(claim, sent)
-                        claimed = True
-                if claimed:
+                if self._pass(limit_reached):
                     continue
                 if not self._threads and (limit_reached or options.once):
                     break
@@ -142,10 +136,42 @@ class Host:
                 self.presence.stop()
         return self.result
 
+    def _pass(self, limit_reached: bool) -> bool:
+        """Housekeeping, then claim one run if there is room; whether one was claimed. A full disk (piw.sqlite
+        cannot be written) is waited out: the host says so, backs off and tries again (``docs/detached.md``)."""
+        try:
+            self._housekeeping()
+            if limit_reached or len(self._threads) >= max(1, self.options.concurrency):
+                return False
+            sent = holder_clock()  # the claimed lease's local deadline starts before the request
+            claim = self._claim_next()
+        except Exception as exc:
+            full = storage_error(exc, self.home)
+            if not isinstance(full, StorageFull):
+                raise
+            self._back_off(full)
+            return False
+        if claim is None:
+            return False
+        self._full_since = None
+        self._launch(claim, sent)
+        return True
+
+    def _back_off(self, full: StorageFull) -> None:
+        wait_s = disk_full_retry_s()
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            self.options.report(
+                f"disk full ({full}); this host waits {wait_s:g} s between tries and keeps serving"
+            )
+        self._stop.wait(wait_s)
+
     def _claim_next(self) -> Claim | None:
         try:
             return self.queue.claim_next(self.runner)
         except StoreBusy as exc:  # a database locked or out of reach just now: the next pass tries again
+            if isinstance(storage_error(exc, self.home), StorageFull):
+                raise  # a full disk: backed off above, with one line
             log.warning("host: claiming failed: %s", exc)
             return None
 
@@ -210,6 +236,8 @@ class Host:
         try:
             state = self._run(lease)
             outcome = self._describe(run_id, state)
+        except StorageFull:
+            outcome = f"parked (disk full): this host tries it again in {disk_full_retry_s():g} s"
         except PiwError as exc:
             outcome = f"error: {exc}"
         except Exception as exc:  # a bug must not take the host down: the run is parked for a person
@@ -233,6 +261,8 @@ class Host:
             reason = row.park_reason or ("paused" if row.pause_requested else None)
             if reason == "needs-origin-session":
                 return f"parked (needs-origin-session): continue it in a terminal with 'piw resume {run_id}'"
+            if reason == "disk_full":
+                return f"parked (disk full): this host tries it again in {disk_full_retry_s():g} s"
             if reason is None:  # this host is stopping: the row is claimable again at once
                 return (
                     f"parked (host stopped): the next 'piw host' continues it, or 'piw resume {run_id}' here"

@@ -10,11 +10,24 @@ stays what it is. The engine parks a run on ``StorageFull``; the CLI prints eith
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 from piw.errors import HomeUnavailable, StorageFull, StoreBusy, StoreError
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+DISK_FULL_RETRY_S = 30.0
+"""How long a host waits before it retries a run parked on a full disk (``PIW_DISK_FULL_RETRY_S``)."""
+
+
+def disk_full_retry_s() -> float:
+    """The back-off after a full disk, in seconds (``PIW_DISK_FULL_RETRY_S``, default 30)."""
+    try:
+        return max(0.1, float(os.environ.get("PIW_DISK_FULL_RETRY_S", "") or DISK_FULL_RETRY_S))
+    except ValueError:
+        return DISK_FULL_RETRY_S
+
+
 _DENIED = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 

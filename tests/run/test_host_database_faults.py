@@ -104,3 +104,11 @@ def test_a_deleted_database_is_recreated_and_every_unfinished_run_goes_on(
         except subprocess.TimeoutExpired:
             os.kill(host.pid, signal.SIGKILL)
             host.wait()
+
+
+def test_a_lost_row_is_not_blamed_on_another_process() -> None:
+    from piw.errors import ClaimLost
+
+    assert "another process" not in str(ClaimLost("missing"))
+    assert "piw.sqlite" in str(ClaimLost("missing"))
+    assert str(ClaimLost("expired")) == "Claim lost (expired); another process now owns this run."

@@ -220,7 +220,7 @@ class SqliteQueue:
             candidates = conn.execute(
                 "SELECT run_id, status, claim_generation, claim_expires_at, runner_id FROM run_queue "
                 "WHERE (status IN ('queued', 'parked') AND available_at <= ? AND pause_requested = 0 "
-                "       AND cancel_requested = 0 AND park_reason IS NULL) "
+                "       AND cancel_requested = 0 AND (park_reason IS NULL OR park_reason = 'disk_full')) "
                 "   OR (status IN ('starting', 'running') AND pause_requested = 0 AND cancel_requested = 0) "
                 "ORDER BY CASE WHEN affinity_runner_id = ? THEN 0 ELSE 1 END, created_at, run_id",
                 (now, runner),

@@ -32,6 +32,7 @@ ParkReason = Literal[
     "trace_corrupt",
     "needs-origin-session",
     "interrupted",
+    "disk_full",
 ]
 QUEUE_STATUSES: tuple[str, ...] = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
@@ -52,7 +53,11 @@ PARK_REASONS: tuple[str, ...] = (
     "trace_corrupt",
     "needs-origin-session",
     "interrupted",
+    "disk_full",
 )
+RETRIED_PARK_REASONS: tuple[str, ...] = ("disk_full",)
+"""Reasons a host retries on its own once the row's ``available_at`` has passed (the disk may have room again);
+every other reason waits for a person (``piw resume``)."""
 
 
 def claim_is_live(status: object, expires: object, holder: object, now: int) -> bool:
