@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import PiwError, StoreBusy
+from piw.errors import DatabaseUnavailable, PiwError, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
@@ -136,7 +136,7 @@ class Host:
     def _claim_next(self) -> Claim | None:
         try:
             return self.queue.claim_next(self.runner)
-        except StoreBusy as exc:  # a database locked or out of reach just now: the next pass tries again
+        except (StoreBusy, DatabaseUnavailable) as exc:  # locked or out of reach just now: the next pass retries
             log.warning("host: claiming failed: %s", exc)
             return None
 
