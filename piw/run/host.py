@@ -136,7 +136,10 @@ class Host:
     def _claim_next(self) -> Claim | None:
         try:
             return self.queue.claim_next(self.runner)
-        except (StoreBusy, DatabaseUnavailable) as exc:  # locked or out of reach just now: the next pass retries
+        except (
+            StoreBusy,
+            DatabaseUnavailable,
+        ) as exc:  # locked or out of reach just now: the next pass retries
             log.warning("host: claiming failed: %s", exc)
             return None
 
