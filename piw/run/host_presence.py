@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from piw.store.db.rows import QueueRow
-from piw.store.db.serve_keys import key_of_file, serve_key, served_workflows, workflow_files
+from piw.store.db.serve_keys import serve_key, serve_key_of
 
 log = logging.getLogger(__name__)
 
@@ -130,3 +130,39 @@ def open_presence(
     from piw.store.pg.hosts import HostRegistration
 
     return HostPresence(home, queue, HostRegistration(place.db, runner, concurrency, __version__), folders)
+
+
+def workflow_files(home: Path, folders: Iterable[Path] = ()) -> list[Path]:
+    """Every workflow file a host looks at: ``--workflows`` folders first, then the discovery paths
+    (``./.piw/workflows``, ``$PIW_HOME/workflows``, the built-ins, the examples), every version (no name shadows
+    another here: each file serves its own key)."""
+    from piw.workflow.loader import SUFFIX, search_paths
+
+    paths: list[Path] = []
+    for folder in [*folders, *(folder for _, folder in search_paths(home))]:
+        if Path(folder).is_dir():
+            paths.extend(sorted(Path(folder).glob(f"*{SUFFIX}")))
+    return paths
+
+
+def key_of_file(path: Path, home: Path) -> str | None:
+    """The serve key of the workflow in ``path``, or ``None`` when it does not load (with a warning: its runs are
+    simply not served here)."""
+    from piw.run.runner import tools_known
+    from piw.workflow.loader import load_workflow
+
+    try:
+        return serve_key_of(load_workflow(path, home, tools_known()))
+    except Exception as exc:
+        log.warning("workflow %s is not served: %s", path, exc)
+        return None
+
+
+def served_workflows(home: Path, folders: Iterable[Path] = ()) -> dict[str, Path]:
+    """Serve key → workflow file of every workflow this host can load (:func:`workflow_files`)."""
+    keys: dict[str, Path] = {}
+    for path in workflow_files(home, folders):
+        key = key_of_file(path, home)
+        if key is not None:
+            keys.setdefault(key, path)
+    return keys

@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import PIW_COMMAND
-from tests.support.hosts import HostProcess, base_env, database_url, db_trace
+from tests.support.hosts import FULL, HostProcess, base_env, database_url, db_trace
 from tests.support.pg import PgServer
 from tests.support.runs import WorkflowMaker
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not FULL, reason="runs in the .ci/run multi-host phase (PIW_MULTIHOST_FULL=1)"),
+]
 
 GATED = """
 from piw import checkpoint, compute, define_workflow, edge

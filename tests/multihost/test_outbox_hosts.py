@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hosts import HostProcess, database_url, queue_in, wait_for
+from tests.support.hosts import FULL, HostProcess, database_url, queue_in, wait_for
 from tests.support.pg import PgServer
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not FULL, reason="runs in the .ci/run multi-host phase (PIW_MULTIHOST_FULL=1)"),
+]
 
 FLOW = """
 from piw import define_workflow, edge, notify
