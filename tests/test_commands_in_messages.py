@@ -105,6 +105,8 @@ def named_commands(text: str) -> Iterator[tuple[str, list[str]]]:
     for match in COMMAND.finditer(text):
         name, rest = match.group("name"), match.group("rest")
         quoted = match.group("quote") is not None or match.start() == 0
+        if name == "import" and text[: match.start()].rstrip().endswith("from"):
+            continue  # Python ('from piw import agent'), not the 'piw import' command
         if name in SPEC_COMMANDS or name in _commands() or (quoted and name != "import"):
             yield name, OPTION.findall(rest)
 
