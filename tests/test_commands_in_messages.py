@@ -112,6 +112,8 @@ def named_commands(text: str) -> Iterator[tuple[str, list[str]]]:
         if name == "import" and text[: match.start()].endswith("from "):
             continue  # Python's 'from piw import …', not the command
         quoted = match.group("quote") is not None or match.start() == 0
+        if name == "import" and text[: match.start()].rstrip().endswith("from"):
+            continue  # Python ('from piw import agent'), not the 'piw import' command
         if name in SPEC_COMMANDS or name in _commands() or (quoted and name != "import"):
             yield name, OPTION.findall(rest)
 

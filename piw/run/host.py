@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piw.errors import BundleLinked, DatabaseBusy, PiwError, StorageFull, StoreBusy
+from piw.errors import BundleLinked, DatabaseBusy, DatabaseUnavailable, PiwError, StorageFull, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
 from piw.run.delivery import deliver_untargeted
@@ -169,7 +169,7 @@ class Host:
     def _claim_next(self) -> Claim | None:
         try:
             return self.queue.claim_next(self.runner)
-        except StoreBusy as exc:  # a database locked or out of reach just now: the next pass tries again
+        except (StoreBusy, DatabaseUnavailable) as exc:  # locked or out of reach just now: the next pass retries
             if isinstance(storage_error(exc, self.home), StorageFull):
                 raise  # a full disk: backed off above, with one line
             log.warning("host: claiming failed: %s", exc)

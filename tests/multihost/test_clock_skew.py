@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hosts import (
+    FULL,
     HostProcess,
     database_url,
     db_trace,
@@ -26,7 +27,10 @@ from tests.support.hosts import (
 from tests.support.pg import PgServer
 from tests.support.runs import WorkflowMaker
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not FULL, reason="runs in the .ci/run multi-host phase (PIW_MULTIHOST_FULL=1)"),
+]
 
 SKEW = """
 import os, time

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hosts import (
+    FULL,
     HostProcess,
     database_url,
     db_trace,
@@ -118,3 +119,49 @@ def test_05_sigstop_a_host_past_its_lease_and_on_sigcont_it_writes_nothing_and_s
     assert [seq for seq, _, _ in trace] == list(range(1, len(trace) + 1))
     assert [line["type"] for _, _, line in trace][-1] == "run_completed"
     assert len(marks(work)) == 2 and marks(after) == ["x"]  # the step in flight ran twice, nothing else did
+
+
+@pytest.mark.skipif(not FULL, reason="runs in the .ci/run multi-host phase (PIW_MULTIHOST_FULL=1)")
+def test_05_a_host_cut_off_from_the_database_kills_its_shell_at_its_deadline(
+    pg_server: PgServer, pg_setting: object, make_workflow: WorkflowMaker, tmp_path: Path
+) -> None:
+    """The partition variant: host A reaches the database through a proxy the test freezes. A cannot renew, so at
+    its own deadline, while its lease is still unexpired on the server, it kills its shell group and stops."""
+    from tests.support.proxy import TcpProxy
+
+    schema = str(pg_setting.schema)  # type: ignore[attr-defined]
+    url = database_url(pg_server, schema)
+    proxy = TcpProxy(int(url.split(":")[-1].split("/")[0])).start()
+    flow = gated_flow(make_workflow, tmp_path)
+    work, after, gate = tmp_path / "work.marks", tmp_path / "after.marks", tmp_path / "gate"
+    (run_id,) = queue_in(tmp_path / "enqueuer", url, flow, [{}])
+    via_proxy = url.replace(f":{proxy.target_port}/", f":{proxy.port}/")
+    host_a = HostProcess("host-a", tmp_path / "a", ("--database", via_proxy, "--max-runs", "1")).start()
+    host_b: HostProcess | None = None
+    try:
+        wait_for(lambda: marks(work), what="host A's shell step")
+        shell_a = int(marks(work)[0])
+        rows_before = db_trace(pg_server, schema, run_id)
+        proxy.freeze()  # the partition: A's renewals wait forever
+        wait_for(lambda: not pid_alive(shell_a), timeout=20, what="host A to kill its shell group")
+        live = pg_server.execute(
+            "SELECT claim_expires_at > (extract(epoch from clock_timestamp()) * 1000)::bigint "
+            f'FROM "{schema}".run_queue WHERE run_id = %s',
+            (run_id,),
+        )[0][0]
+        assert live  # killed at A's own deadline, before its lease ran out for anyone else
+        proxy.drop()  # A's connections fail now (it retries them for a while: the test does not wait for that)
+        assert db_trace(pg_server, schema, run_id) == rows_before and marks(after) == []
+        host_a.kill()
+        gate.write_text("open")
+        host_b = HostProcess("host-b", tmp_path / "b", ("--database", url, "--max-runs", "1")).start()
+        code, out_b, err_b = host_b.finish()
+        assert code == 0, err_b
+        assert f"{run_id}  completed" in out_b
+    finally:
+        proxy.drop()
+        gate.write_text("open")
+        host_a.kill()
+        if host_b is not None:
+            host_b.kill()
+    assert len(marks(work)) == 2 and marks(after) == ["x"]

@@ -21,6 +21,9 @@ from typing import Any
 from tests.support.cli import PIW_COMMAND
 from tests.support.runs import WorkflowMaker
 
+FULL = os.environ.get("PIW_MULTIHOST_FULL") == "1"
+"""The ``.ci/run`` multi-host phase: full counts, and the scenarios kept out of the gate to keep it fast."""
+
 TEST_LEASE_MS = 2_000
 """The multi-host tests' lease: takeover within 2 s plus a poll, so no scenario waits out 30 s."""
 

@@ -4,7 +4,8 @@
 A run's serve key is the SHA-256 of its workflow's identity *without the path*: a file's content hash (or a
 built-in's id and revision) and the definition digest of its flattened graph, mounted children included. So a host
 whose copy of the same file lives at another path serves the run, and a host with another version of it never claims
-it. Resume still compares the hashes itself: a key only routes, it never lets a mismatch run.
+it. Resume still compares the hashes itself: a key only routes, it never lets a mismatch run. Which keys a host
+serves is the run layer's business (``piw.run.host_presence``).
 """
 
 from __future__ import annotations
