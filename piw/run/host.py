@@ -169,7 +169,8 @@ class Host:
     def _claim_next(self) -> Claim | None:
         try:
             return self.queue.claim_next(self.runner)
-        except (StoreBusy, DatabaseUnavailable) as exc:  # locked or out of reach just now: the next pass retries
+        # A database locked or out of reach just now: the next pass retries.
+        except (StoreBusy, DatabaseUnavailable) as exc:
             if isinstance(storage_error(exc, self.home), StorageFull):
                 raise  # a full disk: backed off above, with one line
             log.warning("host: claiming failed: %s", exc)
