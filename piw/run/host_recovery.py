@@ -21,27 +21,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from piw.errors import PiwError
+from piw.run.runner import row_of_bundle
 from piw.store.db.lease import Lease
 from piw.store.db.queue import SqliteQueue
-from piw.store.db.rows import NewRun
 from piw.store.fold import RunState
 
 log = logging.getLogger(__name__)
-
-
-def new_row_of(state: RunState, home: Path) -> NewRun:
-    """A queue row for a run that has a bundle (resumed from its trace, so no input is needed)."""
-    from piw.run.runner import workflow_path_of
-
-    source = state.workflow_source or {}
-    return NewRun(
-        run_id=state.run_id,
-        workflow_ref=str(workflow_path_of(source, state.workflow_name, home)) if source else "",
-        workflow_source=source,
-        definition_digest=state.definition_digest,
-        input=None,
-        origin_session_id=(state.origin_session or {}).get("id"),
-    )
 
 
 def _unfinished(home: Path, skip: Iterable[str]) -> list[RunState]:
@@ -68,13 +53,13 @@ def restore(home: Path, queue: SqliteQueue, leases: dict[str, Lease]) -> str:
     kept = []
     for run_id, lease in leases.items():
         try:
-            queue.restore_claim(new_row_of(load_state(open_bundle(home, run_id)), home), lease.claim)
+            queue.restore_claim(row_of_bundle(load_state(open_bundle(home, run_id)), home), lease.claim)
             kept.append(run_id)
         except PiwError as exc:
             log.warning("run %s: its claim could not be put back: %s", run_id, exc)
     requeued = []
     for state in _unfinished(home, leases):
-        queue.ensure(new_row_of(state, home))
+        queue.ensure(row_of_bundle(state, home))
         if state.paused:
             queue.request_pause(state.run_id)
         requeued.append(state.run_id)

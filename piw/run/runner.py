@@ -303,16 +303,19 @@ def ensure_row(queue: RunQueue, state: RunState, home: Path) -> None:
     """A run started before the database existed (or after it was moved aside) gets a parked row."""
     if queue.get(state.run_id) is not None:
         return
+    queue.ensure(row_of_bundle(state, home))
+
+
+def row_of_bundle(state: RunState, home: Path) -> NewRun:
+    """A queue row for a run that has a bundle (resumed from its trace, so no input is needed)."""
     source = state.workflow_source or {}
-    queue.ensure(
-        NewRun(
-            run_id=state.run_id,
-            workflow_ref=str(workflow_path_of(source, state.workflow_name, home)) if source else "",
-            workflow_source=source,
-            definition_digest=state.definition_digest,
-            input=None,
-            origin_session_id=(state.origin_session or {}).get("id"),
-        )
+    return NewRun(
+        run_id=state.run_id,
+        workflow_ref=str(workflow_path_of(source, state.workflow_name, home)) if source else "",
+        workflow_source=source,
+        definition_digest=state.definition_digest,
+        input=None,
+        origin_session_id=(state.origin_session or {}).get("id"),
     )
 
 

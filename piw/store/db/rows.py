@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from piw.store.db.dialect import SQLITE, Connection, Dialect, dumps, loads
 from piw.store.db.holders import holder_is_dead
@@ -46,15 +46,7 @@ FINAL_QUEUE_STATUS: dict[str, FinalStatus] = {
 """The queue row status a run ends with, by the status its fold ended in (a waiting run is done: its answer
 starts a continuation)."""
 HELD_STATUSES = frozenset({"starting", "running"})
-PARK_REASONS: tuple[str, ...] = (
-    "source_changed",
-    "import_timeout",
-    "bundle_linked",
-    "trace_corrupt",
-    "needs-origin-session",
-    "interrupted",
-    "disk_full",
-)
+PARK_REASONS: tuple[str, ...] = get_args(ParkReason)
 RETRIED_PARK_REASONS: tuple[str, ...] = ("disk_full",)
 """Reasons a host retries on its own once the row's ``available_at`` has passed (the disk may have room again);
 every other reason waits for a person (``piw resume``)."""
