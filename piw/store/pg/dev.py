@@ -129,8 +129,20 @@ def _initdb(bindir: Path, folder: Path, password: str) -> None:
         owner = pwd.getpwnam("postgres")
         os.chown(pwfile, owner.pw_uid, owner.pw_gid)
     try:
-        _tool(bindir, "initdb", "-D", str(data), "-U", DEV_USER, f"--pwfile={pwfile}",
-              "--auth-host=scram-sha-256", "--auth-local=reject", "-E", "UTF8", "--no-instructions")  # fmt: skip
+        _tool(
+            bindir,
+            "initdb",
+            "-D",
+            str(data),
+            "-U",
+            DEV_USER,
+            f"--pwfile={pwfile}",
+            "--auth-host=scram-sha-256",
+            "--auth-local=reject",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        )
     finally:
         pwfile.unlink(missing_ok=True)
 
@@ -175,8 +187,19 @@ def start(home: Path) -> tuple[DevServer, bool]:
         _initdb(bindir, folder, password)
     for attempt in range(3):
         _configure(server)
-        done = _tool(bindir, "pg_ctl", "-D", str(server.data), "-l", str(server.data / "server.log"), "-w",
-                     "-t", "60", "start", check=False)  # fmt: skip
+        done = _tool(
+            bindir,
+            "pg_ctl",
+            "-D",
+            str(server.data),
+            "-l",
+            str(server.data / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+            check=False,
+        )
         if done.returncode == 0:
             break
         if attempt == 2:
