@@ -22,6 +22,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import orjson
 
@@ -76,6 +77,23 @@ def database_password(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterabl
     table = raw.get("database")
     if isinstance(table, Mapping):
         yield from filter(None, [resolve_reference(table.get("password"), env)])
+        yield from _url_password(table.get("url"))
+    yield from _url_password(env.get("PIW_DATABASE"))
+
+
+def _url_password(url: object) -> Iterable[str]:
+    """The password inside a ``postgresql://user:PASSWORD@host/db`` URL (``PIW_DATABASE`` or ``[database] url``),
+    as written and percent-decoded."""
+    if not isinstance(url, str) or "@" not in url:
+        return
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return
+    if password:
+        yield password
+        yield unquote(password)
 
 
 class Redactor:

@@ -145,6 +145,14 @@ def test_secret_sources_cover_literals_references_headers_and_a_database_passwor
     )
 
 
+def test_a_password_inside_a_database_url_is_a_secret(home: Path) -> None:
+    (home / "config.toml").write_text(
+        '[database]\nurl = "postgresql://piw:config-pass-7777@127.0.0.1:5432/piw"\n', encoding="utf-8"
+    )
+    env = {"PIW_DATABASE": "postgresql://piw:env%40pass-8888@127.0.0.1/piw"}
+    assert set(home_secrets(home, env)) == {"config-pass-7777", "env%40pass-8888", "env@pass-8888"}
+
+
 @pytest.mark.parametrize("secret", ["abc", "x" * (MIN_SECRET_LENGTH - 1)])
 def test_a_secret_shorter_than_the_minimum_is_left_alone(secret: str) -> None:
     assert Redactor([secret]).text(f"a {secret} b") == f"a {secret} b"
