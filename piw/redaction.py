@@ -265,7 +265,8 @@ def _redact_container(value: Any, redactor: Redactor) -> Any:
 
 class RedactingListener:
     """Wraps an agent-loop listener (the live display, origin delivery): streamed deltas go through a
-    :class:`StreamRedactor` per content block, every other event is redacted whole (``agent-steps.md`` §4 events)."""
+    :class:`StreamRedactor` per content block, every other event is redacted whole
+    (``docs/design/agent-steps.md`` §4)."""
 
     def __init__(self, inner: Callable[[Any], None], redactor: Redactor) -> None:
         self.inner = inner
