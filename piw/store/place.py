@@ -17,7 +17,6 @@ it was. This module imports neither psycopg nor the fold: ``piw --help`` stays f
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,8 +25,6 @@ from piw.errors import PiwError
 
 # The protocols below name what they return only in words (``Any`` to the type checker): this module sits under
 # the bundle, the run database and the stores, which all look their place up here, so it imports none of them.
-
-log = logging.getLogger(__name__)
 
 
 class Mirrors(Protocol):
@@ -148,4 +145,6 @@ def refresh_mirrors(home: Path, limit: int | None = None) -> None:
     try:
         place.mirrors.refresh(min(limit or REFRESH_LIMIT, REFRESH_LIMIT))
     except PiwError as exc:  # a run being created, or a row that cannot be read: listed when it can
-        log.warning("mirrors not refreshed: %s", exc)
+        import logging  # only on this path: ``piw --help`` imports this module and nothing else logs here
+
+        logging.getLogger(__name__).warning("mirrors not refreshed: %s", exc)
