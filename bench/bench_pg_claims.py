@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from piw.store.db.run_database import open_pg_run_database  # noqa: E402
 from piw.store.pg.connection import PgDatabase  # noqa: E402
+from piw.store.pg.run_database import open_pg_run_database  # noqa: E402
 from piw.store.pg.setting import DatabaseSetting  # noqa: E402
 
 SEED = (

@@ -109,7 +109,7 @@ def appends(url: str, writers: int, events: int, sync: bool) -> tuple[float, flo
 
 def per_step(url: str, kind: str, steps: int, folder: Path, database: bool) -> float:
     """Median ms per step of a ``steps``-step loop under ``effects``, in SQLite or database mode."""
-    from piw.store import place
+    from piw.store.pg import place
 
     run_folder = folder / f"{kind}-{'pg' if database else 'sqlite'}"
     run_folder.mkdir()
