@@ -45,23 +45,28 @@ class Notifier:
         """A line of ``run_id`` committed; ``urgent``: a run-scoped event, sent without waiting."""
         with self._cond:
             self._due.add(run_id)
-            if urgent:
-                self._urgent = True
-                self._cond.notify()
+            self._urgent = self._urgent or urgent
+            self._cond.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="piw-notify", daemon=True)
                 self._thread.start()
 
     def _run(self) -> None:
+        sent_at = -COALESCE_S
         while True:
             with self._cond:
-                if not self._due:
-                    self._cond.wait(timeout=COALESCE_S)
-                if not self._urgent:
-                    self._cond.wait(timeout=COALESCE_S)
-                due, self._due, self._urgent = sorted(self._due), set(), False
-            if due:
-                self.send(due)
+                due, self._due, self._urgent = self._next(sent_at)
+            self.send(due)
+            sent_at = time.monotonic()
+
+    def _next(self, sent_at: float) -> tuple[list[str], set[str], bool]:
+        """Wait (holding the condition) until runs are due and the window after the last notice has passed (or an
+        urgent event came): the first line after a quiet spell is announced at once, a busy run once per window."""
+        while not self._due:
+            self._cond.wait()
+        while not self._urgent and (left := sent_at + COALESCE_S - time.monotonic()) > 0:
+            self._cond.wait(timeout=left)
+        return sorted(self._due), set(), False
 
     def send(self, run_ids: list[str]) -> None:
         from piw.store.pg.mirror import autocommit
