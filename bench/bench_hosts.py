@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import secrets
-import shutil
 import signal
 import statistics
 import sys
@@ -141,12 +140,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--runs", type=int, default=1000)
     args = parser.parse_args()
-    from tests.support.pg import start_server
+    from tests.support.pg import throwaway_server
 
-    server = start_server()
-    server.execute("ALTER SYSTEM SET fsync = on")
-    server.execute("SELECT pg_reload_conf()")
-    try:
+    with throwaway_server() as server:
+        server.durable()
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(scratch)
             floor = fsync_append_ms(folder)
@@ -163,9 +160,6 @@ def main() -> None:
                 f"{figures['events_per_s']:,.0f} events/s; fenced append under that load "
                 f"p50 {figures['p50_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms"
             )
-    finally:
-        server.stop()
-        shutil.rmtree(server.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -79,26 +79,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20_000)
     parser.add_argument("--url", default=None, help="an existing server (default: a throwaway one)")
     args = parser.parse_args()
-    server = None
-    url = args.url
-    if url is None:
-        from tests.support.pg import start_server
+    from tests.support.pg import server_url
 
-        server = start_server()
-        url = server.url()
-    try:
+    with server_url(args.url) as (url, _server):
         print(f"claims with FOR UPDATE SKIP LOCKED, {args.runs:,} queued rows each")
         for claimers, keys in ((1, None), (4, None), (4, ["k", "other"])):
             rate, total, duplicates = run(url, args.runs, claimers, keys)
             routed = " (serve_key = ANY of 2 keys)" if keys else ""
             print(f"  {claimers} claimer{'s' if claimers > 1 else ' '}: {rate:8,.0f} claims/s  "
                   f"({total:,} claimed, {duplicates} duplicates){routed}")  # fmt: skip
-    finally:
-        if server is not None:
-            import shutil
-
-            server.stop()
-            shutil.rmtree(server.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

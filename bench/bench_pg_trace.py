@@ -130,17 +130,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--url", default=None, help="an existing server (default: a throwaway one, fsync on)")
     args = parser.parse_args()
-    server = None
-    url = args.url
-    if url is None:
-        from tests.support.pg import start_server
+    from tests.support.pg import server_url
 
-        server = start_server()
-        server.execute("ALTER SYSTEM SET fsync = on")
-        server.execute("ALTER SYSTEM SET full_page_writes = on")
-        server.execute("SELECT pg_reload_conf()")
-        url = server.url()
-    try:
+    with server_url(args.url) as (url, server):
+        if server is not None:
+            server.durable()
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(scratch)
             floor = fsync_append_ms(folder)
@@ -161,12 +155,6 @@ def main() -> None:
                 remote = per_step(url, kind, args.steps, folder, database=True)
                 print(f"  {kind:8s} SQLite mode {local:.3f} ms  database mode {remote:.3f} ms  "
                       f"= {remote / local:.2f} × SQLite")  # fmt: skip
-    finally:
-        if server is not None:
-            import shutil
-
-            server.stop()
-            shutil.rmtree(server.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -102,23 +102,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--url", default=None, help="an existing server (default: a throwaway one)")
     args = parser.parse_args()
-    server = None
-    url = args.url
-    if url is None:
-        from tests.support.pg import start_server
+    from tests.support.pg import server_url
 
-        server = start_server()
-        url = server.url()
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            schema_url = url + ("&" if "?" in url else "?") + f"schema=bench_{secrets.token_hex(4)}"
-            latencies = sorted(measure(schema_url, args.steps, Path(scratch)))
-    finally:
-        if server is not None:
-            import shutil
-
-            server.stop()
-            shutil.rmtree(server.root, ignore_errors=True)
+    with server_url(args.url) as (url, _server), tempfile.TemporaryDirectory() as scratch:
+        schema_url = url + ("&" if "?" in url else "?") + f"schema=bench_{secrets.token_hex(4)}"
+        latencies = sorted(measure(schema_url, args.steps, Path(scratch)))
     p95 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.95))]
     print(
         f"cross-host watch (LISTEN/NOTIFY, another PIW_HOME), {len(latencies)} steps: "

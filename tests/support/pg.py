@@ -13,6 +13,7 @@ by name. ``pg_server.secret_url()`` connects as a role that must give its passwo
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -82,6 +83,13 @@ class PgServer:
 
     def stop(self, mode: str = "immediate") -> None:
         self.pg_ctl("-m", mode, "-w", "stop", check=False)
+
+    def durable(self) -> None:
+        """Turn the test server's shortcuts off (``fsync``, ``full_page_writes``), for benchmarks whose commits
+        must reach the disk."""
+        self.execute("ALTER SYSTEM SET fsync = on")
+        self.execute("ALTER SYSTEM SET full_page_writes = on")
+        self.execute("SELECT pg_reload_conf()")
 
     def restart(self, mode: str = "immediate") -> None:
         """``pg_ctl restart -m MODE`` (chaos tests): every connection drops, committed rows stay."""
@@ -190,15 +198,32 @@ def _mkdir_owned(path: Path, like: Path) -> None:
     os.chown(path, info.st_uid, info.st_gid)
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    """A throwaway PostgreSQL for this test session (worker): skips without binaries unless required."""
+@contextlib.contextmanager
+def throwaway_server() -> Iterator[PgServer]:
+    """:func:`start_server`, stopped (``-m immediate``) and removed when the block ends (tests and ``bench/``)."""
     server = start_server()
     try:
         yield server
     finally:
         server.stop("immediate")
         shutil.rmtree(server.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def server_url(url: str | None = None) -> Iterator[tuple[str, PgServer | None]]:
+    """``(url, None)`` for a server someone gave (``--url``), else a throwaway one's ``(url, server)``."""
+    if url is not None:
+        yield url, None
+        return
+    with throwaway_server() as server:
+        yield server.url(), server
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A throwaway PostgreSQL for this test session (worker): skips without binaries unless required."""
+    with throwaway_server() as server:
+        yield server
 
 
 @pytest.fixture
