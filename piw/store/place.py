@@ -79,6 +79,8 @@ _PLACES: dict[str, Place] = {}
 """``PIW_HOME`` → its database place, for the homes a command resolved into database mode."""
 _ROOTS: dict[str, Any] = {}
 """Mirror root → its mirrors (a bundle path tells its root: ``root/runs/<runId>``)."""
+_HOMES: dict[str, Path] = {}
+"""Mirror root → the home it belongs to."""
 
 
 def _key(home: Path) -> str:
@@ -93,13 +95,22 @@ def register(home: Path, place: Place | None) -> None:
         _PLACES[_key(home)] = place
 
 
-def register_mirrors(mirrors: Mirrors) -> None:
-    """Remember a mirror set by its root, so a bundle's path finds it (:func:`mirrors_at`)."""
+def register_mirrors(mirrors: Mirrors, home: Path) -> None:
+    """Remember a mirror set by its root, so a bundle's path finds it (:func:`mirrors_at`) and the home it belongs
+    to (:func:`home_of`)."""
     _ROOTS[str(mirrors.root)] = mirrors
+    _HOMES[str(mirrors.root)] = home
 
 
 def unregister_mirrors(root: Path) -> None:
     _ROOTS.pop(str(root), None)
+    _HOMES.pop(str(root), None)
+
+
+def home_of(root: Path) -> Path:
+    """The ``PIW_HOME`` whose runs live under ``root`` (a bundle's ``path.parent.parent``): the home itself, or for a
+    mirror root ``PIW_HOME/pg/<database id>`` the home it mirrors for, whose ``config.toml`` names the secrets."""
+    return _HOMES.get(os.fspath(root), root) if _HOMES else root
 
 
 def registered(home: Path) -> Place | None:

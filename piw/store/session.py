@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from piw.errors import TraceCorrupt
 from piw.redaction import Redactor, redactor_for
+from piw.store.place import home_of
 from piw.store.trace import Durability, FileLayer, LineAppender, iter_lines, truncate_tail
 from piw.wire import dumps_line, now_iso
 
@@ -129,7 +130,7 @@ class SessionLog:
         fence: Callable[[], None] | None = None,
         appender: LineSink | None = None,
     ) -> None:
-        self._redactor = redactor_for(path.parents[3]) if len(path.parents) > 3 else Redactor(())
+        self._redactor = redactor_for(home_of(path.parents[3])) if len(path.parents) > 3 else Redactor(())
         """``home/runs/RUN/session/entries.ndjson``: the home's secrets never enter the conversation."""
         self._fence = fence or (lambda: None)
         """Checked before every write (the run's claim: appends are fenced, ``docs/bundle-format.md`` §8)."""

@@ -23,6 +23,7 @@ from piw.redaction import redactor_for
 from piw.store.artifacts import externalize_plain
 from piw.store.fold import RunState, fold_more
 from piw.store.foldcache import CheckpointTrail
+from piw.store.place import home_of
 from piw.store.trace import NODE_TERMINAL_TYPES, RUN_TERMINAL_TYPES, Scope, TraceEvent, decode_event
 from piw.wire import is_plain, now_iso
 
@@ -81,7 +82,7 @@ class RunWriter:
         """Upserts the run's ``runs`` index row (write order step 5); a failure is logged, never fatal."""
         self.state = state
         self.manifest = manifest
-        self.redactor = redactor_for(bundle.path.parent.parent)
+        self.redactor = redactor_for(home_of(bundle.path.parent.parent))
         """Configured secrets leave every payload before it is stored (``docs/guarantees.md``, "Redaction")."""
         self.listeners: list[Listener] = []
         self._mutex = threading.RLock()

@@ -62,7 +62,7 @@ class DatabasePlace:
 
                 self._mirrors = PgMirrors.open(db, self.home)
                 self._mirrors.queue = lambda: self.run_database().queue
-                register_mirrors(self._mirrors)
+                register_mirrors(self._mirrors, self.home)
             return self._mirrors
 
     def run_database(self) -> RunDatabase:
