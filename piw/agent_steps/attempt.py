@@ -41,6 +41,7 @@ from piw.providers.messages import (
 )
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.store.fold import update_to_json
+from piw.store.place import home_of
 from piw.store.session import SessionEntry, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
@@ -344,7 +345,8 @@ class AttemptRun:
 
     def _registry_tools(self) -> list[LoopTool]:
         """The node's ``tools=`` from the registry, scoped to the working directory and the attempt's clock."""
-        home = self.attempt.writer.bundle.path.parent.parent  # bundles live in $PIW_HOME/runs/<id>
+        # Bundles live in $PIW_HOME/runs/<id> (in database mode, mirrors in $PIW_HOME/pg/<database id>/runs/<id>).
+        home = home_of(self.attempt.writer.bundle.path.parent.parent)
         context = ToolContext(
             cwd=self.settings.cwd,
             timeout_s=self.deadline.remaining(),
