@@ -31,15 +31,6 @@ def loaded_workflow(home: Path, state: RunState) -> LoadedWorkflow:
     return workflow
 
 
-def answer_launch(
-    home: Path, run_id: str, provider: str | None = None, model: str | None = None, script: str | None = None
-) -> LaunchOptions:
-    """The flags, else what the waiting run was started with: its continuation runs as ``piw resume`` would."""
-    from piw.run.runner import recorded_launch
-
-    return LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
-
-
 def preflight(
     home: Path, state: RunState, workflow: LoadedWorkflow, claim: AnswerClaim, launch: LaunchOptions
 ) -> None:
@@ -122,6 +113,8 @@ def decide_detached(
 
 
 def _submit(home: Path, state: RunState, workflow: LoadedWorkflow, claim: AnswerClaim) -> AnswerReceipt:
-    launch = answer_launch(home, state.run_id)
+    from piw.run.runner import recorded_launch
+
+    launch = recorded_launch(home, state.run_id)  # what the waiting run was started with, as 'piw resume' uses
     preflight(home, state, workflow, claim, launch)
     return record(home, claim, state, detach=True, launch=launch)
