@@ -115,6 +115,8 @@ def decide_detached(
 def _submit(home: Path, state: RunState, workflow: LoadedWorkflow, claim: AnswerClaim) -> AnswerReceipt:
     from piw.run.runner import recorded_launch
 
-    launch = recorded_launch(home, state.run_id)  # what the waiting run was started with, as 'piw resume' uses
+    launch = recorded_launch(
+        home, state.run_id
+    )  # what the waiting run was started with, as 'piw resume' uses
     preflight(home, state, workflow, claim, launch)
     return record(home, claim, state, detach=True, launch=launch)
