@@ -12,7 +12,9 @@ from tests.support.cli import Cli
 from tests.support.runs import WorkflowMaker
 
 
-def test_waiting_lists_open_gates_with_commands_and_api_routes(cli: Cli, make_workflow: WorkflowMaker) -> None:
+def test_waiting_lists_open_gates_with_commands_and_api_routes(
+    cli: Cli, make_workflow: WorkflowMaker
+) -> None:
     assert cli("waiting").stdout.strip() == "Nothing waits for an answer."
     gate = waiting_run(cli, make_workflow("gate", GATE))["runId"]
     ask = waiting_run(cli, make_workflow("ask", ASK))["runId"]
