@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -35,10 +35,12 @@ def create_app(
     *,
     guard: WebGuard | None = None,
     cors_origins: Sequence[str] = (),
+    routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
     """The API over ``home``'s runs. ``guard`` (the bound address) refuses requests for other hosts; ``None``
     accepts any ``Host`` (tests that build the app in process). ``cors_origins``: the web origins allowed to call
-    it from a browser (none by default: no CORS header is ever sent)."""
+    it from a browser (none by default: no CORS header is ever sent). ``routers`` are mounted as they are (they
+    do their own access checks: the channels' answer page takes single-use answer tokens)."""
     from piw import __version__
 
     app = FastAPI(
@@ -55,6 +57,8 @@ def create_app(
     app.add_exception_handler(RequestValidationError, invalid_request)
     for module in (reads, acts, events):
         app.include_router(module.router)
+    for router in routers:
+        app.include_router(router)
 
     @app.middleware("http")
     async def checked(request: Request, call_next):  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from piw.errors import UsageError
 from piw.store.db.database import now_ms
@@ -50,6 +51,20 @@ def session_token(home: Path, host: str) -> tuple[str, TokenRow] | None:
     return token, TokenRow("session", "operate", token_digest(token), now_ms())
 
 
+def extra_routers(home: Path) -> list[Any]:
+    """The channels' answer page (issue 31.3), when this piw has it: ``answer_router(home)`` of
+    ``piw.channels.page_routes``."""
+    import importlib
+
+    try:
+        module = importlib.import_module("piw.channels.page_routes")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("piw.channels", "piw.channels.page_routes"):
+            raise
+        return []
+    return [module.answer_router(home)]
+
+
 def serve(
     home: Path,
     host: str,
@@ -69,7 +84,7 @@ def serve(
     guard = WebGuard(host, bound, allowed_hosts=tuple(allowed_hosts))
     session = session_token(home, host)
     authenticator = Authenticator(home, session=session[1] if session else None)
-    app = create_app(home, authenticator, guard=guard, cors_origins=cors_origins)
+    app = create_app(home, authenticator, guard=guard, cors_origins=cors_origins, routers=extra_routers(home))
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     print(f"Serving the piw API on http://{host_with_port(shown, bound)} (Ctrl-C stops).", flush=True)
     if session is not None:
