@@ -4,7 +4,8 @@
     ├── UsageError                bad arguments or input given on the command line (exit 2)
     │   ├── InputInvalid          ``--input`` is not valid JSON or fails the workflow's input model
     │   └── AnswerInvalid         an answer does not fit the checkpoint's choices or answer model, or the run
-    │                             is not waiting for one; nothing was recorded
+    │       │                     is not waiting for one; nothing was recorded
+    │       └── RequestChanged    a decision named a request digest other than the open request's (stale)
     ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
     ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
     │   └── ImportTimeout         importing a workflow file ran past its deadline (an endless loop at import)
@@ -272,3 +273,7 @@ class NeedsKey(ProviderError):
 
 class ScriptExhausted(ProviderError):
     """The scripted provider has no reply left for a request."""
+
+
+class RequestChanged(AnswerInvalid):
+    """A decision was answered with the digest of a request other than the open one (stale); nothing was recorded."""

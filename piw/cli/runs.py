@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
@@ -104,21 +103,22 @@ def _detach(
     budget: Budget | None = None,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
-    from piw.agent_steps.factory import agent_executor_factory
-    from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
+    from piw.run.runner import new_origin_session
+    from piw.run.starting import queue_detached
     from piw.store.db.idempotency import Adopted
 
     home = piw_home()
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
-    # The provider the host will use must exist and be requestable now, not fail later in the host.
-    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
-    options = ForegroundOptions(
-        launch=launch.recorded(),
+    state = queue_detached(
+        home,
+        workflow,
+        raw_input,
+        title,
+        launch,
         origin_session=new_origin_session() if from_terminal and not no_origin else None,
         idempotency_key=idempotency_key,
         budget=budget,
     )
-    state = queue_run(workflow, home, raw_input, title, options, check=factory)
     if isinstance(state, Adopted):
         return report_adopted(state, as_json)
     if as_json:

@@ -23,7 +23,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, PiwError, RunNotFound, UsageError
+from piw.errors import (
+    AnswerInvalid,
+    ContinuationExists,
+    DecisionResolved,
+    PiwError,
+    RequestChanged,
+    RunNotFound,
+    UsageError,
+)
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import new_decision
 from piw.run.launch import LaunchOptions
@@ -176,7 +184,7 @@ def claim_decision(
             f"{wait.answer_command()}"
         )
     if seen_sha256 is not None and seen_sha256 != wait.request_sha256:
-        raise AnswerInvalid(
+        raise RequestChanged(
             f"The request of decision {wait.node_id} is {wait.request_sha256}, not {seen_sha256}; look at it again "
             f"with 'piw inspect {wait.run_id}' before deciding."
         )

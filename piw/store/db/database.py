@@ -180,6 +180,19 @@ TABLES: dict[str, TableSpec] = {
         pk=("scope", "key"),
         not_null=("request_sha256",),
     ),
+    # piw serve: API tokens, only the SHA-256 of each secret (docs/serve.md, piw.store.db.tokens).
+    "api_tokens": TableSpec(
+        columns={
+            "name": str,
+            "scope": str,
+            "token_sha256": str,
+            "created_at": int,
+            "expires_at": int,
+            "revoked_at": int,
+        },
+        pk="name",
+        not_null=("scope", "token_sha256", "created_at"),
+    ),
 }
 
 INDEXES: tuple[str, ...] = (
@@ -193,6 +206,8 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS human_decisions_open ON human_decisions(status, expires_at)",
     "CREATE INDEX IF NOT EXISTS human_decisions_run ON human_decisions(run_id, node_id)",
     "CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)",
+    # piw serve: a token is found by its digest (docs/serve.md).
+    "CREATE UNIQUE INDEX IF NOT EXISTS api_tokens_digest ON api_tokens(token_sha256)",
 )
 
 
