@@ -195,7 +195,9 @@ class ChildRunner:
             payload["error"] = result.error
         if conversation:
             payload["conversation"] = conversation
-        if parent.active and not parent.cancel.is_set():  # an interrupted or timed-out action records no more
+        refused = not result.ok and parent.budget is not None and parent.budget.stop is not None
+        if parent.active and not parent.cancel.is_set() and not refused:
+            # an interrupted or timed-out action records no more, nor does a child its budget stopped
             parent.writer.append(
                 "node",
                 "child_step_finished",
