@@ -45,6 +45,10 @@ BudgetOption = Annotated[
         help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
     ),
 ]
+PlanOption = Annotated[
+    bool,
+    typer.Option("--plan", help="Print the projected requests, tokens and cost; send no model request."),
+]
 RunJsonOption = Annotated[
     bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
 ]

@@ -16,12 +16,14 @@ from piw.cli.foreground import (
     BudgetOption,
     Following,
     ModelOption,
+    PlanOption,
     ProviderOption,
     RunJsonOption,
     ScriptOption,
     VerboseOption,
     report_adopted,
 )
+from piw.cli.plan import print_plan, projection_of
 from piw.errors import PiwError, UsageError
 from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
@@ -69,6 +71,7 @@ def run(
         ),
     ] = None,
     database: DatabaseOption = None,
+    plan: PlanOption = False,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
@@ -76,6 +79,8 @@ def run(
     from piw.workflow.loader import parse_input_option
 
     raw_input = parse_input_option(input)
+    if plan:
+        return print_plan(projection_of(workflow, piw_home(), raw_input, provider, model, script), as_json)
     limits = parse_budget(budget) if budget is not None else None
     key = _checked_key(idempotency_key)
     home = command_home(database)

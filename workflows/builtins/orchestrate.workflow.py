@@ -270,7 +270,7 @@ workflow = define_workflow(
         "plan_assistant": agent(prompt=planner_prompt, expected_output=assistant_message(max_chars=16_000)),
         "parse_plan": compute(parse_plan),
         "validate": compute(validate),
-        "fan_out": action(fan_out, timeout_s=fan_out_timeout),
+        "fan_out": action(fan_out, timeout_s=fan_out_timeout, fan_out=lambda ctx: spec_of(ctx).max_tasks),
         "reduce": compute(reduce),
         "completed": compute(completed),
         "failed": compute(failed),
