@@ -137,6 +137,12 @@ class ChildRunner:
             finally:
                 self._track(-1)
 
+    def fan_out(self, children: int) -> int:
+        """``ctx.start_fan_out``: the fan-out gate (``piw.agent_steps.fan_out``)."""
+        from piw.agent_steps.fan_out import start_fan_out
+
+        return start_fan_out(self.attempt, children)
+
     def _track(self, delta: int) -> None:
         with self.keys_lock:
             self.in_flight += delta

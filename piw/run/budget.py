@@ -117,6 +117,45 @@ class BudgetGate:
                 self.stop["note"] = COST_CHECK
             return reason
 
+    def fan_out(self, owner: Spender, children: int, per_child: dict[str, float]) -> str | None:
+        """The fan-out gate: ``None`` when ``children`` children at ``per_child`` (``requests``, ``tokens``,
+        ``cost``, each optional) fit in what the budget has left; otherwise the refusal, recorded in
+        :attr:`stop` with the children, the projection and what is left, before any child request is sent."""
+        limits = self.limits()
+        if limits is None or children <= 0:
+            return None
+        with self._lock:
+            if self.stop is not None:
+                return str(self.stop["reason"])
+            spent = dict(self.writer.state.spent or {})
+            used = _with_held(spent, self._held.values())
+            projection = {key: value * children for key, value in per_child.items()}
+            projection["agentSteps"] = float(children)
+            left = _left(limits, used)
+            over = next(
+                (key for key, room in left.items() if key in projection and projection[key] > room), None
+            )
+            if over is None:
+                return None
+            room = left[over]
+            fits = int(room // per_child[over]) if over != "agentSteps" and per_child.get(over) else int(room)
+            fits = max(0, min(fits, children - 1))
+            reason = (
+                f"the fan-out of {children} children is projected at {_projected(projection)}, and the budget has "
+                f"{_amount(over, room)} left"
+            )
+            self.stop = {
+                "reason": reason,
+                "limit": SPENT_TO_LIMIT[over],
+                "limits": limits.to_wire(),
+                "spent": _public_spent(spent),
+                "byNode": dict(self.writer.state.spent_by_node),
+                "blockedNode": owner.node_id,
+                "blockedAttemptId": owner.attempt_id,
+                "fanOut": {"children": children, "projection": projection, "remaining": left, "fits": fits},
+            }
+            return reason
+
     def cancel_when_idle(self, cancel: threading.Event) -> None:
         """Set ``cancel`` now, or once the requests still in flight are recorded (a refused sibling waits)."""
         with self._lock:
@@ -196,6 +235,42 @@ def _with_held(spent: dict[str, Any], held: Any) -> dict[str, Any]:
         total["cost"] = float(total.get("cost", 0.0)) + item.cost
         total["agentSteps"] = int(total.get("agentSteps", 0)) + (1 if item.first else 0)
     return total
+
+
+SPENT_TO_LIMIT = {
+    "requests": "modelRequests",
+    "tokens": "tokens",
+    "cost": "costUsd",
+    "agentSteps": "agentSteps",
+}
+
+
+def _left(limits: Budget, used: dict[str, Any]) -> dict[str, float]:
+    """What each limited dimension has left (keys of ``spent``)."""
+    left: dict[str, float] = {}
+    if limits.max_model_requests is not None:
+        left["requests"] = max(0.0, limits.max_model_requests - float(used.get("requests", 0)))
+    if limits.max_tokens is not None:
+        left["tokens"] = max(0.0, limits.max_tokens - float(used.get("tokens", 0)))
+    if limits.max_cost_usd is not None:
+        left["cost"] = max(0.0, limits.max_cost_usd - float(used.get("cost", 0.0)))
+    if limits.max_agent_steps is not None:
+        left["agentSteps"] = max(0.0, limits.max_agent_steps - float(used.get("agentSteps", 0)))
+    return left
+
+
+def _amount(key: str, value: float) -> str:
+    if key == "cost":
+        return f"${value:.4f}"
+    words = {"requests": "request", "tokens": "token", "agentSteps": "agent step"}
+    count = round(value)
+    return f"{count:,} {words[key]}{'' if count == 1 else 's'}"
+
+
+def _projected(projection: dict[str, float]) -> str:
+    return " · ".join(
+        _amount(key, projection[key]) for key in ("requests", "tokens", "cost") if key in projection
+    )
 
 
 def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:
