@@ -36,6 +36,11 @@ BudgetOption = Annotated[
         help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
     ),
 ]
+PlanOption = Annotated[
+    bool,
+    typer.Option("--plan", help="Print the projected requests, tokens and cost; send no model request."),
+]
+
 Start = Callable[["ForegroundOptions"], "RunState | Adopted"]
 """Starts, resumes or continues the run with the options the foreground gives it (``piw.run.runner``); a start
 its idempotency key adopts returns the run the key started instead."""

@@ -15,8 +15,10 @@ from piw.cli.follow_flags import FollowFlags, follow_flags
 from piw.cli.foreground import (
     BudgetOption,
     Following,
+    PlanOption,
     report_adopted,
 )
+from piw.cli.plan import print_plan, projection_of
 from piw.errors import PiwError, UsageError
 from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
@@ -59,6 +61,7 @@ def run(
             "a different request under the key is refused.",
         ),
     ] = None,
+    plan: PlanOption = False,
     *,
     flags: FollowFlags,
 ) -> int:
@@ -68,6 +71,11 @@ def run(
     from piw.workflow.loader import parse_input_option
 
     raw_input = parse_input_option(input)
+    if plan:
+        return print_plan(
+            projection_of(workflow, piw_home(), raw_input, flags.provider, flags.model, flags.script),
+            flags.as_json,
+        )
     limits = parse_budget(budget) if budget is not None else None
     key = _checked_key(idempotency_key)
     home = flags.home()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
+from piw.providers.prices import ModelPrice, unknown_price_model
 
 TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
@@ -88,6 +89,8 @@ class ProviderConfig(_Strict):
     """USD per million input tokens for every model of this provider that sets no ``cost`` of its own."""
     price_per_mtok_out: float | None = Field(default=None, ge=0)
     """USD per million output tokens (with ``price_per_mtok_in``)."""
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    """``[providers.NAME.prices]``: per model input/output/cached USD per million tokens (``piw.providers.prices``)."""
 
     @model_validator(mode="after")
     def _prices_together(self) -> ProviderConfig:
@@ -96,10 +99,15 @@ class ProviderConfig(_Strict):
         return self
 
     def priced(self, model: ModelConfig | None, model_id: str) -> ModelConfig | None:
-        """``model`` with the provider's prices as its ``cost`` when it sets none (budgets need a price)."""
-        if self.price_per_mtok_in is None or self.price_per_mtok_out is None:
-            return model
+        """``model`` with the provider's prices as its ``cost`` when it sets none (budgets need a price): its
+        ``prices`` entry first, then ``price_per_mtok_in``/``_out``."""
         if model is not None and model.cost is not None:
+            return model
+        table = self.prices.get(model_id)
+        if table is not None:
+            cost = ModelCost(input=table.input, output=table.output, cache_read=table.cached)
+            return (model or ModelConfig(id=model_id)).model_copy(update={"cost": cost})
+        if self.price_per_mtok_in is None or self.price_per_mtok_out is None:
             return model
         cost = ModelCost(input=self.price_per_mtok_in, output=self.price_per_mtok_out)
         return (model or ModelConfig(id=model_id)).model_copy(update={"cost": cost})
@@ -189,6 +197,10 @@ class PiwConfig(_Strict):
         for name in value:
             if not _PROVIDER_NAME.match(name):
                 raise ValueError(f"provider name {name!r} may hold only letters, digits, '_', '.' and '-'")
+        for name, settings in value.items():  # a price for a model the provider does not list is a typo
+            problem = unknown_price_model(name, settings.prices, [model.id for model in settings.models])
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
 

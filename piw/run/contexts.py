@@ -68,6 +68,14 @@ def node_context(
                 raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
             return attempt.child_runner(make_runner)(prompt, **kwargs)
 
+        def fan_out(children: int) -> int:  # ctx.start_fan_out: the budget's fan-out gate (docs/planning.md)
+            attempt = holder_ref[0] if holder_ref else None
+            make_runner = getattr(agent, "child_runner", None)
+            if attempt is None or make_runner is None:
+                return children
+            return int(attempt.child_runner(make_runner).fan_out(children))
+
+        run_agent.fan_out = fan_out  # type: ignore[attr-defined]
         extra: dict[str, Any] = {"waiter": options.waiter} if options.waiter else {}
         return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
     return NodeContext(**common)

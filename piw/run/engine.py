@@ -181,6 +181,10 @@ class Engine:
         resume_at = blocked_node(parent, state) if spec.node_id == BUDGET_WAIT else None
         if resume_at is not None:
             payload["continuedFrom"]["resumeAt"] = resume_at
+            if isinstance(spec.answer, dict) and isinstance(spec.answer.get("maxTasks"), int):
+                payload["continuedFrom"]["fanOutLimit"] = spec.answer[
+                    "maxTasks"
+                ]  # ctx.start_fan_out reads it
         self.control.claim.hold(lease)
         run = self._create(spec.run_id, payload)
         if not begin:

@@ -89,6 +89,13 @@ class ActionContext(NodeContext):
             raise RuntimeError("run_agent needs an agent provider; start the run with --provider")
         return self.agent_runner(prompt, **kwargs)
 
+    def start_fan_out(self, children: int) -> int:
+        """Announce ``children`` ``run_agent`` children about to start; returns how many may (fewer after a budget
+        answer's ``maxTasks``). When their projected spend would cross the run's budget, the run parks on it
+        before any child request (``Cancelled`` is raised here: docs/planning.md)."""
+        gate = getattr(self.agent_runner, "fan_out", None)
+        return int(gate(children)) if gate is not None else children
+
     def sleep(self, seconds: float) -> None:
         """Sleep, returning early with ``Cancelled`` when the attempt is cancelled, parked or past its deadline."""
         if self.waiter(self.cancelled, max(0.0, seconds)) or self.cancelled.is_set():

@@ -137,6 +137,8 @@ class ActionNode:
     shell: ShellSpec | None = None
     status_detail: str | None = None
     node_type: Literal["action"] = "action"
+    fan_out: int | Callable[[NodeContext], int] | None = None
+    """The most ``ctx.run_agent`` children one visit starts (a bound ``piw run --plan`` uses: docs/planning.md)."""
 
 
 @dataclass(frozen=True)
@@ -346,15 +348,25 @@ def action(
     timeout_s: TimeoutArg = None,
     *,
     status_detail: str | None = None,
+    fan_out: int | Callable[[NodeContext], int] | None = None,
 ) -> ActionNode:
-    """A side-effecting function; ``effect="idempotent"`` labels one that is safe to repeat."""
+    """A side-effecting function; ``effect="idempotent"`` labels one that is safe to repeat; ``fan_out`` bounds
+    the ``ctx.run_agent`` children of one visit (a number, or a function of the context)."""
     if not callable(run):
         raise DefinitionError("action run must be a function of the action context")
     if effect is not None and not isinstance(effect, str):
         raise DefinitionError("effect must be a string label such as 'idempotent'")
     _check_timeout(timeout_s)
     _check_status_detail(status_detail)
-    return ActionNode(run, effect, timeout_s, None, status_detail)
+    if (
+        fan_out is not None
+        and not callable(fan_out)
+        and (isinstance(fan_out, bool) or not isinstance(fan_out, int) or fan_out < 0)
+    ):
+        raise DefinitionError(
+            "action fan_out must be a whole number of 0 or more, or a function of the context"
+        )
+    return ActionNode(run, effect, timeout_s, None, status_detail, fan_out=fan_out)
 
 
 def shell(
