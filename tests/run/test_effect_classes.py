@@ -8,72 +8,14 @@ a file, which is what a user would check.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.cli import Cli
+from tests.support.effects import count, effect_flow, effect_input, killed_mid_action
 from tests.support.runs import WorkflowMaker, trace_lines
-
-FLOW = """
-import json, time
-from pathlib import Path
-from piw import action, compute, define_workflow, edge
-
-def send(ctx):
-    Path(ctx.input["keys"]).open("a").write(ctx.idempotency_key + "\\n")
-    count = Path(ctx.input["counter"])
-    count.write_text(str(int(count.read_text() or 0) + 1) if count.exists() else "1")
-    if not Path(ctx.input["release"]).exists():
-        time.sleep(60)  # killed here
-    return {"sent": True}
-
-def check(ctx):
-    checks = Path(ctx.input["checks"])
-    checks.write_text(str(int(checks.read_text() or 0) + 1) if checks.exists() else "1")
-    if Path(ctx.input["counter"]).exists() and not Path(ctx.input["missing"]).exists():
-        return {"sent": True, "found": "by check"}
-    return None
-
-workflow = define_workflow(
-    name="mail", start_at="draft",
-    nodes={
-        "draft": compute(lambda c: {"to": "a@example.org"}),
-        "send": action(send, effect=EFFECT),
-        "after": compute(lambda c: {"after": c.outputs["send"]}),
-    },
-    edges=[edge("draft", "send"), edge("send", "after")],
-)
-"""
-
-
-def _flow(make_workflow: WorkflowMaker, effect: str) -> Path:
-    return make_workflow("mail", FLOW.replace("EFFECT", effect))
-
-
-def _input(tmp_path: Path) -> dict[str, str]:
-    names = ("counter", "release", "checks", "missing", "keys")
-    return {name: str(tmp_path / f"{name}.txt") for name in names}
-
-
-def _count(path: str) -> int:
-    return int(Path(path).read_text()) if Path(path).exists() else 0
-
-
-def _killed_mid_action(cli: Cli, flow: Path, raw: dict[str, str]) -> str:
-    """Start the run as a real process, SIGKILL it once the action has counted its effect; the run id."""
-    process = cli.popen("run", str(flow), "--input", json.dumps(raw))
-    deadline = time.monotonic() + 60
-    while _count(raw["counter"]) == 0:
-        assert process.poll() is None and time.monotonic() < deadline, "the action never started"
-        time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
-    return sorted((cli.home / "runs").iterdir())[-1].name
 
 
 def _types(home: Path, run_id: str) -> list[str]:
@@ -83,14 +25,14 @@ def _types(home: Path, run_id: str) -> list[str]:
 def test_once_killed_mid_action_parks_outcome_unknown_and_resolve_done_never_reruns(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:
-    raw = _input(tmp_path)
-    run_id = _killed_mid_action(cli, _flow(make_workflow, '"once"'), raw)
+    raw = effect_input(tmp_path)
+    run_id = killed_mid_action(cli, effect_flow(make_workflow, '"once"'), raw)
     Path(raw["release"]).write_text("")  # a rerun would now finish: it must not happen
 
     resumed = cli("resume", run_id)
     assert resumed.returncode == 1, resumed.stderr
     assert "outcome" in resumed.stdout.lower() and f"piw resolve {run_id}" in resumed.stdout
-    assert _count(raw["counter"]) == 1
+    assert count(raw["counter"]) == 1
     unknown = [e for e in trace_lines(cli.home, run_id) if e["type"] == "effect_outcome_unknown"]
     assert len(unknown) == 1 and unknown[0]["nodeId"] == "send"
     assert unknown[0]["payload"]["effect"] == "once" and unknown[0]["payload"]["effectStartedAt"]
@@ -111,7 +53,7 @@ def test_once_killed_mid_action_parks_outcome_unknown_and_resolve_done_never_rer
     payload = json.loads(done.stdout)
     assert payload["status"] == "completed"
     assert payload["finalOutput"] == {"after": {"sent": True, "id": "m-1"}}
-    assert _count(raw["counter"]) == 1  # the effect ran once
+    assert count(raw["counter"]) == 1  # the effect ran once
     types = _types(cli.home, run_id)
     assert types.count("node_started") == 3 and "effect_resolved" in types
 
@@ -119,14 +61,14 @@ def test_once_killed_mid_action_parks_outcome_unknown_and_resolve_done_never_rer
 def test_resolve_retry_reruns_with_the_same_idempotency_key(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:
-    raw = _input(tmp_path)
-    run_id = _killed_mid_action(cli, _flow(make_workflow, '"once"'), raw)
+    raw = effect_input(tmp_path)
+    run_id = killed_mid_action(cli, effect_flow(make_workflow, '"once"'), raw)
     Path(raw["release"]).write_text("")
     assert cli("resume", run_id).returncode == 1
     done = cli("resolve", run_id, "retry", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "completed"
-    assert _count(raw["counter"]) == 2
+    assert count(raw["counter"]) == 2
     keys = Path(raw["keys"]).read_text().split()
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0].startswith("piw-")
 
@@ -134,54 +76,54 @@ def test_resolve_retry_reruns_with_the_same_idempotency_key(
 def test_resolve_skip_goes_on_with_a_null_output(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:
-    raw = _input(tmp_path)
-    run_id = _killed_mid_action(cli, _flow(make_workflow, '"once"'), raw)
+    raw = effect_input(tmp_path)
+    run_id = killed_mid_action(cli, effect_flow(make_workflow, '"once"'), raw)
     assert cli("resume", run_id).returncode == 1
     done = cli("resolve", run_id, "skip", "--json")
     assert json.loads(done.stdout)["finalOutput"] == {"after": None}
-    assert _count(raw["counter"]) == 1
+    assert count(raw["counter"]) == 1
 
 
 @pytest.mark.parametrize("missing", [False, True])
 def test_reconcile_calls_check_exactly_once(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path, missing: bool
 ) -> None:
-    raw = _input(tmp_path)
+    raw = effect_input(tmp_path)
     if missing:
         Path(raw["missing"]).write_text("")  # the check finds nothing: the node runs again
-    run_id = _killed_mid_action(cli, _flow(make_workflow, '"reconcile", check=check'), raw)
+    run_id = killed_mid_action(cli, effect_flow(make_workflow, '"reconcile", check=check'), raw)
     Path(raw["release"]).write_text("")
     done = cli("resume", run_id, "--json")
     assert done.returncode == 0, done.stderr
     payload: dict[str, Any] = json.loads(done.stdout)
-    assert _count(raw["checks"]) == 1
+    assert count(raw["checks"]) == 1
     reconciled = [e for e in trace_lines(cli.home, run_id) if e["type"] == "effect_reconciled"]
     assert len(reconciled) == 1 and reconciled[0]["payload"]["found"] is not missing
     if missing:
-        assert payload["finalOutput"] == {"after": {"sent": True}} and _count(raw["counter"]) == 2
+        assert payload["finalOutput"] == {"after": {"sent": True}} and count(raw["counter"]) == 2
     else:
         assert payload["finalOutput"] == {"after": {"sent": True, "found": "by check"}}
-        assert _count(raw["counter"]) == 1
+        assert count(raw["counter"]) == 1
 
 
 def test_retry_is_the_default_and_idempotent_keeps_meaning_retry(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:
-    raw = _input(tmp_path)
-    run_id = _killed_mid_action(cli, _flow(make_workflow, '"idempotent"'), raw)
+    raw = effect_input(tmp_path)
+    run_id = killed_mid_action(cli, effect_flow(make_workflow, '"idempotent"'), raw)
     Path(raw["release"]).write_text("")
     done = cli("resume", run_id, "--json")
     assert json.loads(done.stdout)["status"] == "completed"
-    assert _count(raw["counter"]) == 2
+    assert count(raw["counter"]) == 2
     assert "effect_started" not in _types(cli.home, run_id)
 
 
 def test_resolve_refuses_a_run_whose_outcome_is_known(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:
-    raw = _input(tmp_path)
+    raw = effect_input(tmp_path)
     Path(raw["release"]).write_text("")
-    done = cli("run", str(_flow(make_workflow, '"once"')), "--input", json.dumps(raw), "--json")
+    done = cli("run", str(effect_flow(make_workflow, '"once"')), "--input", json.dumps(raw), "--json")
     run_id = json.loads(done.stdout)["runId"]
     before = (cli.home / "runs" / run_id / "trace.ndjson").read_bytes()
     refused = cli("resolve", run_id, "done")
