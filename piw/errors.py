@@ -41,6 +41,8 @@
     └── ProviderError             provider configuration or selection problems
         ├── NeedsKey              an ``$ENV`` key reference is unset
         └── ScriptExhausted       the scripted provider received more requests than it has replies
+    OutcomeUnknown (ResumeRefused) a ``once`` effect was interrupted; only ``piw resolve`` continues the run
+    NotOutcomeUnknown (UsageError) ``piw resolve`` on a run whose outcome is not unknown; nothing changed
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -277,3 +279,12 @@ class ScriptExhausted(ProviderError):
 
 class RequestChanged(AnswerInvalid):
     """A decision was answered with the digest of a request other than the open one (stale); nothing was recorded."""
+
+
+class OutcomeUnknown(ResumeRefused):
+    """An ``effect="once"`` action was interrupted mid-way: nobody knows whether it happened, so the run is parked
+    with status ``unknown`` until a person answers ``piw resolve RUN done|retry|skip`` (``docs/effects.md``)."""
+
+
+class NotOutcomeUnknown(UsageError):
+    """``piw resolve`` named a run whose outcome is not unknown; nothing was changed."""

@@ -44,6 +44,7 @@ COMMAND_MODULES: dict[str, str] = {
     "serve": "piw.cli.serve",
     "tokens": "piw.cli.tokens",
     "waiting": "piw.cli.waits",
+    "resolve": "piw.cli.resolve",
 }
 
 

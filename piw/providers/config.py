@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
+from piw.providers.rate_limit_config import RateLimit
 
 TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
@@ -120,6 +121,8 @@ class ProviderConfig(_Strict):
     """``llamacpp`` only: the context size in tokens (default 4096)."""
     n_threads: int | None = Field(default=None, gt=0)
     """``llamacpp`` only: CPU threads (default 2; on a loaded 2-core machine 1 can be faster)."""
+    rate_limit: RateLimit | None = None
+    """A limit shared by every caller of this provider on the machine (or the database): ``docs/rate-limits.md``."""
 
     @field_validator("models", mode="before")
     @classmethod

@@ -15,6 +15,7 @@ from piw.run.options import RunOptions
 from piw.store.fold import RunState, result_to_json
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode
+from piw.workflow.effects import idempotency_key
 from piw.workflow.graph import FlatGraph
 
 
@@ -77,7 +78,11 @@ def node_context(
 
         run_agent.fan_out = fan_out  # type: ignore[attr-defined]
         extra: dict[str, Any] = {"waiter": options.waiter} if options.waiter else {}
-        return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
+        visit = state.node_stats.get(node_id, (0, 0.0))[0] + 1  # an abandoned attempt ends no visit
+        key = idempotency_key(run.run_id, node_id, visit)
+        return ActionContext(
+            **common, publisher=publish, agent_runner=run_agent, idempotency_key=key, **extra
+        )
     return NodeContext(**common)
 
 

@@ -210,7 +210,7 @@ class Engine:
             manifest = Manifest.model_validate(bundle.read_manifest())
             trace = read_run_trace(store) if trace is None else read_on(store, trace)
             state = trace.state
-            refuse_unresumable(trace, run_id)
+            refuse_unresumable(trace, run_id, self.options.resolution)
             check_source(self.workflow, state)
             store.fence()
             damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there

@@ -76,6 +76,9 @@ class ActionContext(NodeContext):
     agent_runner: Callable[..., Any] | None = field(default=None, repr=False)
     waiter: Callable[[threading.Event, float], bool] = field(default=_event_wait, repr=False)
     """How ``sleep`` waits on the cancel event (the engine clock's companion: injectable in tests)."""
+    idempotency_key: str = ""
+    """The same for every attempt of this visit of the node (a rerun after a crash, ``piw resolve RUN retry``),
+    another for the next visit: hand it to an API that deduplicates requests (``docs/effects.md``)."""
 
     def publish_update(self, type: str, key: str, data: Mapping[str, Any]) -> UpdateReceipt:
         """Record a durable update for ``(type, key)``; returns once the event is durable."""

@@ -193,6 +193,25 @@ TABLES: dict[str, TableSpec] = {
         pk="name",
         not_null=("scope", "token_sha256", "created_at"),
     ),
+    # Shared provider rate limits: one token bucket per provider and the requests in flight (docs/rate-limits.md).
+    "rate_limits": TableSpec(
+        columns={
+            "bucket": str,
+            "requests": float,  # request tokens left (requests_per_minute)
+            "tokens": float,  # model tokens left (tokens_per_minute); below 0 after a large request
+            "refilled_at": int,
+            "paused_until": int,  # a 429 with Retry-After: every caller waits until then
+            "pause_reason": str,
+        },
+        pk="bucket",
+        not_null=("requests", "tokens", "refilled_at", "paused_until"),
+        defaults={"paused_until": 0},
+    ),
+    "rate_limit_slots": TableSpec(
+        columns={"slot_id": str, "bucket": str, "holder": str, "acquired_at": int, "expires_at": int},
+        pk="slot_id",
+        not_null=("bucket", "holder", "expires_at"),
+    ),
 }
 
 INDEXES: tuple[str, ...] = (
@@ -208,6 +227,7 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)",
     # piw serve: a token is found by its digest (docs/serve.md).
     "CREATE UNIQUE INDEX IF NOT EXISTS api_tokens_digest ON api_tokens(token_sha256)",
+    "CREATE INDEX IF NOT EXISTS rate_limit_slots_bucket ON rate_limit_slots(bucket)",
 )
 
 

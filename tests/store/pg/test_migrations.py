@@ -26,6 +26,7 @@ TABLES = {
     "schema_migrations", "run_queue", "run_bundles", "trace_events", "session_entries", "artifacts", "runs",
     "notifications", "human_decisions", "idempotency", "hosts",
     "api_tokens",  # 0004 (docs/serve.md)
+    "rate_limits", "rate_limit_slots",  # 0002 (docs/rate-limits.md)
 }  # fmt: skip
 
 
