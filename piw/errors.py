@@ -37,9 +37,11 @@
     │   ├── AttemptInactive       an update or submission arrived for an attempt that is not active
     │   └── ShellLineTooLong      a shell node's update line passed its byte limit; the action fails
     ├── UpdateRejected            an update failed validation or limits; nothing was written
-    └── ProviderError             provider configuration or selection problems
-        ├── NeedsKey              an ``$ENV`` key reference is unset
-        └── ScriptExhausted       the scripted provider received more requests than it has replies
+    ├── ProviderError             provider configuration or selection problems
+    │   ├── NeedsKey              an ``$ENV`` key reference is unset
+    │   └── ScriptExhausted       the scripted provider received more requests than it has replies
+    └── ToolServerError           an agent step names an MCP server that ``config.toml`` does not configure, or
+                                  the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -272,3 +274,7 @@ class NeedsKey(ProviderError):
 
 class ScriptExhausted(ProviderError):
     """The scripted provider has no reply left for a request."""
+
+
+class ToolServerError(PiwError):
+    """An MCP server a step names is not configured, or the ``mcp`` SDK is missing; nothing was started."""
