@@ -235,3 +235,42 @@ def start_servers(
             servers.live.append(server_listing(ref, started.config.transport, None, failure))
     servers.listing = [dict(entry) for entry in recorded] if recorded is not None else servers.live
     return servers
+
+
+def probe_servers(
+    configs: Mapping[str, McpServerConfig], *, cwd: Path, env: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Start every configured server (in parallel), list its tools and stop it: what ``piw mcp list`` shows.
+
+    Each entry is ``{name, transport, where, tools: [{name, offeredAs, description}]}``, or with ``error`` (and
+    ``stderrTail``) instead of ``tools`` when the server did not start.
+    """
+    connections = {
+        name: McpConnection(name, config, cwd=cwd, env=env) for name, config in sorted(configs.items())
+    }
+    for connection in connections.values():
+        connection.begin()
+    out: list[dict[str, Any]] = []
+    for name, connection in connections.items():
+        entry: dict[str, Any] = {
+            "name": name,
+            "transport": connection.config.transport,
+            "where": connection.config.describe(),
+        }
+        try:
+            tools = connection.wait_ready()
+            entry["tools"] = [
+                {
+                    "name": tool["name"],
+                    "offeredAs": tool_name(name, tool["name"]),
+                    "description": tool["description"],
+                }
+                for tool in tools
+            ]
+        except McpFailure as failure:
+            entry["error"] = failure.message
+            entry["stderrTail"] = failure.stderr_tail or None
+        finally:
+            connection.close()
+        out.append(entry)
+    return out

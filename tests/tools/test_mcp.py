@@ -273,3 +273,24 @@ def test_secrets_in_a_servers_env_never_reach_the_trace_the_conversation_or_json
         assert "stdio-secret-77d1e0" not in (run.bundle / name).read_text(encoding="utf-8"), name
     shown = piw_cli(home, "inspect", run.run_id, "--view", "conversation", "--json")
     assert "stdio-secret-77d1e0" not in shown.stdout + shown.stderr
+
+
+def test_a_call_past_the_servers_timeout_is_a_tool_error_and_the_step_goes_on(
+    home: Path, tmp_path: Path
+) -> None:
+    workflow = write_workflow(
+        tmp_path / "wf", "notes", FLOW.replace('only=["search", "crash"]', 'only=["slow"]')
+    )
+    with OpenAIStub() as stub:
+        config(home, stub, stdio_table(tmp_path / "calls.txt").replace("timeout_s = 5", "timeout_s = 1"))
+        stub.respond = sequence(
+            StubReply.tool("notes__slow", {"seconds": 30}), submit_reply({"note": "late"})
+        )
+        started = time.monotonic()
+        run = start_configured(home, workflow)
+        elapsed = time.monotonic() - started
+    assert run.state is not None and run.state.status == "completed"
+    [result] = [r for r in tool_results(run.bundle) if r["toolName"] == "notes__slow"]
+    assert result["isError"] and "slow" in result["content"], result
+    assert "1 s" in result["content"] or "timed out" in result["content"].lower(), result
+    assert elapsed < 30  # the call was abandoned, not waited out
