@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from piw.errors import PiwError
+from piw.errors import NeedsKey, PiwError
 from piw.toolservers.config import McpServerConfig
 
 STDERR_TAIL_CHARS = 2_000
@@ -233,7 +233,12 @@ class McpConnection:
         inner = leaf_error(exc)
         if isinstance(inner, McpFailure):
             return inner
-        if isinstance(inner, PiwError):  # an unset $NAME in env or headers
+        if isinstance(inner, NeedsKey):  # an unset $NAME in env or headers
+            return McpFailure(
+                f"MCP server {self.name!r} was not started: environment variable {inner.variable} is not set "
+                f"(named in [mcp.{self.name}] of config.toml)."
+            )
+        if isinstance(inner, PiwError):
             return McpFailure(f"MCP server {self.name!r} was not started: {inner}")
         where = self.config.describe() if self.config.transport == "http" else self.config.command[0]  # type: ignore[index]
         return McpFailure(
