@@ -106,7 +106,7 @@ class AgentWiring:
             return AgentExecutor(_settings(load_config(home), _recorded(home, self.replay_from), listeners))
         try:
             config = load_config(home)
-            check_servers(servers_named(workflow), config.mcp)
+            check_servers(servers_named(workflow), config.mcp, config.agent.backend)
             selection = select_provider(config, launch.provider, launch.model)
             check_requestable(selection)
         except ProviderError:

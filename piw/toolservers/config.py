@@ -105,12 +105,21 @@ def check_server_names(value: dict[str, McpServerConfig]) -> dict[str, McpServer
     return value
 
 
-def check_servers(named: Mapping[str, Sequence[str]], configured: Mapping[str, McpServerConfig]) -> None:
+def check_servers(
+    named: Mapping[str, Sequence[str]], configured: Mapping[str, McpServerConfig], backend: str = "piw"
+) -> None:
     """Refuse, before any run exists, a step that names an unconfigured server or a machine without the SDK.
 
-    ``named`` maps a node id to the servers its ``mcp(...)`` references name.
+    ``named`` maps a node id to the servers its ``mcp(...)`` references name. The ``pi-rpc`` backend runs the
+    model's tools inside Pi, which cannot reach piw's MCP connections, so it is refused too.
     """
     from piw.errors import ToolServerError
+
+    if backend != "piw" and any(named.values()):
+        raise ToolServerError(
+            f"MCP tools need the piw agent backend; [agent] backend = {backend!r} cannot offer them "
+            "(docs/tools-mcp.md)."
+        )
 
     for node_id, servers in named.items():
         for server in servers:

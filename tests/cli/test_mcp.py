@@ -95,4 +95,10 @@ def test_show_lists_a_steps_mcp_servers_and_run_refuses_an_unconfigured_one(
     refused = piw_cli(home, "run", str(workflow), "--provider", "scripted")
     assert refused.returncode == 2
     assert "Step look uses mcp('web') but config.toml has no [mcp.web] table" in refused.stderr
+    write_config(
+        home,
+        '[agent]\nbackend = "pi-rpc"\n[mcp.notes]\nurl = "http://127.0.0.1:9/mcp"\n[mcp.web]\nurl = "http://127.0.0.1:9/w"\n',
+    )
+    refused = piw_cli(home, "run", str(workflow), "--provider", "scripted")
+    assert refused.returncode == 2 and "MCP tools need the piw agent backend" in refused.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
