@@ -24,14 +24,9 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.database import DatabaseOption, command_home
+from piw.cli.follow_flags import FollowFlags, follow_flags
 from piw.cli.foreground import (
     Following,
-    ModelOption,
-    ProviderOption,
-    RunJsonOption,
-    ScriptOption,
-    VerboseOption,
 )
 from piw.errors import ContinuationNotStarted, PiwError, RunLocked, UsageError
 from piw.run.launch import LaunchOptions
@@ -60,15 +55,6 @@ def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
     workflow = load_run_workflow(state, home)
     check_source(workflow, state)
     return workflow
-
-
-def _launch(
-    home: Path, run_id: str, provider: str | None, model: str | None, script: str | None
-) -> LaunchOptions:
-    """The flags, else what the waiting run was started with: its continuation runs as ``piw resume`` would."""
-    from piw.run.runner import recorded_launch
-
-    return LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
 
 
 def _preflight(
@@ -254,6 +240,7 @@ def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
 
 
 @app.command()
+@follow_flags
 def answer(
     run_id: Annotated[str, typer.Argument(help="The waiting run (id, unique prefix, latest, -1).")],
     answer_json: Annotated[
@@ -264,17 +251,13 @@ def answer(
         ),
     ],
     detach: DetachOption = False,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
-    as_json: RunJsonOption = False,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Answer a waiting checkpoint; its one continuation run follows the checkpoint's edge here."""
     from piw.run.answers import claim_answer, now_text, parse_answer_json, read_wait
 
-    home = command_home(database)
+    home = flags.home()
     run_id = resolve_run_id(home, run_id)
     text = answer_json
     if text.startswith("@"):
@@ -286,14 +269,17 @@ def answer(
     value = parse_answer_json(text, wait)
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
-    launch = _launch(home, run_id, provider, model, script)
+    launch = flags.launch_of(home, run_id)
     repeat = f"piw answer {run_id} {shlex.quote(answer_json)}"
     return _continue(
-        Answering(home, state, workflow, claim, repeat), Following(as_json, launch, verbose), detach
+        Answering(home, state, workflow, claim, repeat),
+        Following(flags.as_json, launch, flags.verbose),
+        detach,
     )
 
 
 @app.command()
+@follow_flags
 def decide(
     run_id: Annotated[str, typer.Argument(help="The run waiting for a decision (id, prefix, latest, -1).")],
     choice: Annotated[str, typer.Argument(help="One of the decision's choices.")],
@@ -306,26 +292,24 @@ def decide(
         typer.Option("--request-sha256", help="Refuse unless the request is the one with this digest."),
     ] = None,
     detach: DetachOption = False,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
-    as_json: RunJsonOption = False,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Decide a human_decision gate as a person; the continuation run follows the chosen edge here."""
     from piw.run.answers import claim_decision, now_text, parse_texts, read_wait
 
-    home = command_home(database)
+    home = flags.home()
     run_id = resolve_run_id(home, run_id)
     wait, state = read_wait(home, run_id)
     texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}
     claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
     workflow = _loaded(home, state)
-    launch = _launch(home, run_id, provider, model, script)
+    launch = flags.launch_of(home, run_id)
     repeat = shlex.join(
         ["piw", "decide", run_id, choice, *(part for value in text or [] for part in ("--text", value))]
     )
     return _continue(
-        Answering(home, state, workflow, claim, repeat), Following(as_json, launch, verbose), detach
+        Answering(home, state, workflow, claim, repeat),
+        Following(flags.as_json, launch, flags.verbose),
+        detach,
     )

@@ -12,14 +12,10 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.database import DatabaseOption, command_home
+from piw.cli.follow_flags import FollowFlags, follow_flags
 from piw.cli.foreground import (
     BudgetOption,
     Following,
-    ModelOption,
-    ProviderOption,
-    RunJsonOption,
-    ScriptOption,
-    VerboseOption,
     report_adopted,
 )
 from piw.errors import PiwError, UsageError
@@ -38,6 +34,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
+@follow_flags
 def run(
     workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
     input: Annotated[
@@ -47,12 +44,7 @@ def run(
         ),
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
     budget: BudgetOption = None,
-    as_json: RunJsonOption = False,
     detach: Annotated[
         bool, typer.Option("--detach", help="Queue the run for 'piw host' instead of running it here.")
     ] = False,
@@ -68,7 +60,8 @@ def run(
             "a different request under the key is refused.",
         ),
     ] = None,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
@@ -78,13 +71,13 @@ def run(
     raw_input = parse_input_option(input)
     limits = parse_budget(budget) if budget is not None else None
     key = _checked_key(idempotency_key)
-    home = command_home(database)
+    home = flags.home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
-    launch = LaunchOptions.given(provider, model, script)
+    launch = flags.launch()
     if detach:
-        return _detach(workflow, raw_input, title, launch, no_origin, as_json, key, limits)
-    return Following(as_json, launch, verbose).follow(
+        return _detach(workflow, raw_input, title, launch, no_origin, flags.as_json, key, limits)
+    return Following(flags.as_json, launch, flags.verbose).follow(
         lambda options: start_run(
             workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
         )
@@ -140,27 +133,26 @@ def _detach(
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
+@follow_flags
 def resume(
     run_id: Annotated[
         str, typer.Argument(help="The run to continue (an id, a unique prefix, latest or -N).")
     ],
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
-    as_json: RunJsonOption = False,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Continue an interrupted, parked or paused run from its trace; completed steps are not run again.
 
     The provider, model and script default to the ones the run was started with.
     """
-    from piw.run.runner import recorded_launch, resume_run
+    from piw.run.runner import resume_run
 
-    home = command_home(database)
+    home = flags.home()
     run_id = resolve_run_id(home, run_id)
-    launch = LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
-    return Following(as_json, launch, verbose).follow(lambda options: resume_run(run_id, home, options))
+    launch = flags.launch_of(home, run_id)
+    return Following(flags.as_json, launch, flags.verbose).follow(
+        lambda options: resume_run(run_id, home, options)
+    )
 
 
 @app.command()

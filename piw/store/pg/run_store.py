@@ -209,7 +209,8 @@ class PgRunStore:
     def __init__(self, db: Any, mirrors: Mirrors, bundle: Bundle, durability: Durability = "effects") -> None:
         self.db = db
         self.mirrors = mirrors
-        self._bundle = bundle
+        self.bundle = bundle
+        self.run_id = bundle.run_id
         self.durability = durability
         self._claim: Fence | None = None
         self._mirror: MirrorWriter | None = None
@@ -223,14 +224,6 @@ class PgRunStore:
         self._read_at: tuple[int, int] | None = None
         self._artifacts = ArtifactStore(bundle.path, fsync=lambda fd: None)
         self._created = False
-
-    @property
-    def run_id(self) -> str:
-        return self._bundle.run_id
-
-    @property
-    def bundle(self) -> Bundle:
-        return self._bundle
 
     # ---- who may write -----------------------------------------------------------------------------------
 
@@ -400,7 +393,7 @@ class PgRunStore:
 
     def open_session(self) -> SessionLog:
         return SessionLog(
-            self._bundle.session_path, self.durability, fence=self.fence, appender=_SessionSink(self)
+            self.bundle.session_path, self.durability, fence=self.fence, appender=_SessionSink(self)
         )
 
     def append_session(self, line: bytes, sync: bool) -> None:
