@@ -38,9 +38,11 @@
     │   ├── AttemptInactive       an update or submission arrived for an attempt that is not active
     │   └── ShellLineTooLong      a shell node's update line passed its byte limit; the action fails
     ├── UpdateRejected            an update failed validation or limits; nothing was written
-    └── ProviderError             provider configuration or selection problems
-        ├── NeedsKey              an ``$ENV`` key reference is unset
-        └── ScriptExhausted       the scripted provider received more requests than it has replies
+    ├── ProviderError             provider configuration or selection problems
+    │   ├── NeedsKey              an ``$ENV`` key reference is unset
+    │   └── ScriptExhausted       the scripted provider received more requests than it has replies
+    └── ToolServerError           an agent step names an MCP server that ``config.toml`` does not configure, or
+                                  the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
     OutcomeUnknown (ResumeRefused) a ``once`` effect was interrupted; only ``piw resolve`` continues the run
     NotOutcomeUnknown (UsageError) ``piw resolve`` on a run whose outcome is not unknown; nothing changed
 
@@ -288,3 +290,7 @@ class OutcomeUnknown(ResumeRefused):
 
 class NotOutcomeUnknown(UsageError):
     """``piw resolve`` named a run whose outcome is not unknown; nothing was changed."""
+
+
+class ToolServerError(PiwError):
+    """An MCP server a step names is not configured, or the ``mcp`` SDK is missing; nothing was started."""

@@ -45,6 +45,7 @@ COMMAND_MODULES: dict[str, str] = {
     "tokens": "piw.cli.tokens",
     "waiting": "piw.cli.waits",
     "resolve": "piw.cli.resolve",
+    "mcp": "piw.cli.mcp",
 }
 
 

@@ -83,9 +83,9 @@ def render(info: Any, width: int) -> list[str]:
             lines += [" " * (name_width + 2) + part for part in body]
     lines += ["", f"Graph (start {definition.start_at}, at most {definition.max_steps:,} steps)"]
     id_width = min(max(len(line.id) for line in info.graph) + 2, 26)
-    kind_width = min(max(len(line.kind) for line in info.graph) + 2, 40)
+    kind_width = min(max(len(line.label) for line in info.graph) + 2, 40)
     for line in info.graph:
-        head = f"  {line.id.ljust(id_width)}{line.kind.ljust(kind_width)}"
+        head = f"  {line.id.ljust(id_width)}{line.label.ljust(kind_width)}"
         routes = line.route_texts()
         lines.append(head + routes[0])
         lines += [" " * len(head) + route for route in routes[1:]]

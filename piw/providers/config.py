@@ -20,8 +20,9 @@ from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
 from piw.providers.rate_limit_config import RateLimit
+from piw.toolservers.config import McpServerConfig, check_server_names
 
-TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database")
+TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database", "mcp")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -191,6 +192,8 @@ class PiwConfig(_Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     database: DatabaseTable | None = None
+    mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
+    """``[mcp.NAME]``: MCP tool servers agent steps may name (``piw.toolservers.config``, ``docs/tools-mcp.md``)."""
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 
@@ -205,6 +208,11 @@ class PiwConfig(_Strict):
             if problem is not None:
                 raise ValueError(problem)
         return value
+
+    @field_validator("mcp")
+    @classmethod
+    def _mcp_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        return check_server_names(value)
 
 
 def config_path(piw_home: Path) -> Path:

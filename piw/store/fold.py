@@ -234,6 +234,13 @@ class _Folder:
         if current is not None and current.prompt is None:
             self.current = replace(current, prompt=event.payload.get("prompt"))
 
+    def mcp_tools_listed(self, event: TraceEvent) -> None:
+        """The first listing of the attempt's MCP servers is the one it keeps (``docs/tools-mcp.md``)."""
+        current = self._current_for(event)
+        servers = event.payload.get("servers")
+        if current is not None and current.mcp_tools is None and isinstance(servers, list):
+            self.current = replace(current, mcp_tools=tuple(servers))
+
     def assistant_completion_recorded(self, event: TraceEvent) -> None:
         current = self._current_for(event)
         if current is not None:
@@ -379,6 +386,7 @@ _HANDLERS = {
     "include_exited": _Folder.include_exited,
     "node_started": _Folder.node_started,
     "agent_prompt_sent": _Folder.agent_prompt_sent,
+    "mcp_tools_listed": _Folder.mcp_tools_listed,
     "assistant_completion_recorded": _Folder.assistant_completion_recorded,
     "child_step_finished": _Folder.child_step_finished,
     "update_published": _Folder.update_published,

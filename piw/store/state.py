@@ -204,6 +204,8 @@ class CurrentAttempt:
     status_detail: str | None = None
     timeout_ms: int | None = None
     prompt: str | None = None
+    mcp_tools: tuple[dict[str, Any], ...] | None = None
+    """The MCP tools the attempt's first visit listed (``mcp_tools_listed``): a resume offers these again."""
     children: tuple[dict[str, Any], ...] = ()
     assistant_completion: dict[str, Any] | None = None
     process_group: dict[str, Any] | None = None

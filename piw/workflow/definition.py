@@ -28,6 +28,7 @@ from piw.workflow.gates import (
     RequestArg,
     make_human_decision,
 )
+from piw.workflow.tool_refs import McpTools
 
 if TYPE_CHECKING:
     from piw.updates.shell_lines import ShellLine
@@ -66,6 +67,8 @@ class AgentNode:
     timeout_s: TimeoutArg = 900.0
     status_detail: str | None = None
     tools: tuple[str, ...] = ()
+    mcp: tuple[McpTools, ...] = ()
+    """MCP servers whose tools this step offers (``mcp("NAME")`` in ``tools=``; ``docs/tools-mcp.md``)."""
     updates: bool = False
     """Offer the ``update``/``status`` actions of the ``workflow`` tool (and their lines in the contract)."""
     context: Literal["run", "step"] = "run"
@@ -252,7 +255,7 @@ def agent(
     expected_output: AssistantMessage,
     timeout_s: TimeoutArg = ...,
     status_detail: str | None = ...,
-    tools: Sequence[str] = ...,
+    tools: Sequence[str | McpTools] = ...,
     context: Literal["run", "step"] = ...,
     max_output_tokens: int | None = ...,
 ) -> AgentNode: ...
@@ -264,7 +267,7 @@ def agent(
     validate: Validator | None = ...,
     timeout_s: TimeoutArg = ...,
     status_detail: str | None = ...,
-    tools: Sequence[str] = ...,
+    tools: Sequence[str | McpTools] = ...,
     updates: bool = ...,
     context: Literal["run", "step"] = ...,
     max_output_tokens: int | None = ...,
@@ -276,7 +279,7 @@ def agent(
     validate: Validator | None = None,
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
-    tools: Sequence[str] = (),
+    tools: Sequence[str | McpTools] = (),
     updates: bool = False,
     context: Literal["run", "step"] = "run",
     max_output_tokens: int | None = None,
@@ -294,9 +297,13 @@ def agent(
         raise DefinitionError("validate must be a function (value, ctx) -> value")
     _check_timeout(timeout_s)
     _check_status_detail(status_detail)
-    if isinstance(tools, str) or not all(isinstance(name, str) for name in tools):
-        raise DefinitionError("tools must be a sequence of tool names")
-    if "workflow" in tools:
+    if isinstance(tools, str) or not all(isinstance(name, str | McpTools) for name in tools):
+        raise DefinitionError("tools must be a sequence of tool names and mcp(...) servers")
+    servers = tuple(item for item in tools if isinstance(item, McpTools))
+    names = tuple(item for item in tools if isinstance(item, str))
+    if len({ref.server for ref in servers}) != len(servers):
+        raise DefinitionError("tools names the same mcp server twice; use one mcp(NAME, only=[...])")
+    if "workflow" in names:
         raise DefinitionError("tools must not list 'workflow': it is reserved and offered by piw itself")
     if not isinstance(updates, bool):
         raise DefinitionError(f"updates must be True or False, got {updates!r}")
@@ -314,7 +321,8 @@ def agent(
         validate,
         timeout_s,
         status_detail,
-        tuple(tools),
+        names,
+        servers,
         updates=updates,
         context=context,
         max_output_tokens=max_output_tokens,
