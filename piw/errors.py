@@ -37,9 +37,11 @@
     │   ├── AttemptInactive       an update or submission arrived for an attempt that is not active
     │   └── ShellLineTooLong      a shell node's update line passed its byte limit; the action fails
     ├── UpdateRejected            an update failed validation or limits; nothing was written
-    └── ProviderError             provider configuration or selection problems
-        ├── NeedsKey              an ``$ENV`` key reference is unset
-        └── ScriptExhausted       the scripted provider received more requests than it has replies
+    ├── ProviderError             provider configuration or selection problems
+    │   ├── NeedsKey              an ``$ENV`` key reference is unset
+    │   └── ScriptExhausted       the scripted provider received more requests than it has replies
+    └── TelemetryError            an OTLP endpoint is malformed, its collector refused the spans, or ``piw[otel]``
+                                  is not installed (``docs/telemetry.md``)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -272,3 +274,7 @@ class NeedsKey(ProviderError):
 
 class ScriptExhausted(ProviderError):
     """The scripted provider has no reply left for a request."""
+
+
+class TelemetryError(PiwError):
+    """OpenTelemetry export failed: a malformed endpoint, a collector that refused the spans, no ``piw[otel]``."""
