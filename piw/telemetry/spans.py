@@ -96,7 +96,7 @@ class SpanBuilder:
     redactor: Redactor
     include_content: bool = False
     resolve: Callable[[Any], Any] = lambda value: value
-    """Loads artifact refs in content (a long prompt or output is stored as an artifact, bundle-format.md §9)."""
+    """Loads artifact refs in content (a long prompt or output is an artifact, ``docs/bundle-format.md`` §9)."""
 
     @property
     def trace_id(self) -> int:
