@@ -41,8 +41,10 @@
     ├── ProviderError             provider configuration or selection problems
     │   ├── NeedsKey              an ``$ENV`` key reference is unset
     │   └── ScriptExhausted       the scripted provider received more requests than it has replies
-    └── ToolServerError           an agent step names an MCP server that ``config.toml`` does not configure, or
-                                  the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
+    ├── ToolServerError           an agent step names an MCP server that ``config.toml`` does not configure, or
+    │                             the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
+    └── TelemetryError            an OTLP endpoint is malformed, its collector refused the spans, or ``piw[otel]``
+                                  is not installed (``docs/telemetry.md``)
     OutcomeUnknown (ResumeRefused) a ``once`` effect was interrupted; only ``piw resolve`` continues the run
     NotOutcomeUnknown (UsageError) ``piw resolve`` on a run whose outcome is not unknown; nothing changed
 
@@ -294,3 +296,7 @@ class NotOutcomeUnknown(UsageError):
 
 class ToolServerError(PiwError):
     """An MCP server a step names is not configured, or the ``mcp`` SDK is missing; nothing was started."""
+
+
+class TelemetryError(PiwError):
+    """OpenTelemetry export failed: a malformed endpoint, a collector that refused the spans, no ``piw[otel]``."""

@@ -20,9 +20,19 @@ from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
 from piw.providers.rate_limit_config import RateLimit
+from piw.telemetry.table import TelemetryTable
 from piw.toolservers.config import McpServerConfig, check_server_names
 
-TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database", "mcp")
+TOP_LEVEL_KEYS = (
+    "default",
+    "durability",
+    "import_timeout_s",
+    "providers",
+    "agent",
+    "database",
+    "mcp",
+    "telemetry",
+)
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -194,6 +204,7 @@ class PiwConfig(_Strict):
     database: DatabaseTable | None = None
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
     """``[mcp.NAME]``: MCP tool servers agent steps may name (``piw.toolservers.config``, ``docs/tools-mcp.md``)."""
+    telemetry: TelemetryTable = Field(default_factory=TelemetryTable)
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from piw.progress import format_remaining, parse_instant
 from piw.store.fold import RunState
+from piw.store.telemetry_status import telemetry_line
 from piw.views.base import (
     OUTCOME_MARKS,
     STATUS_STYLES,
@@ -115,9 +116,12 @@ class StateView(View):
         notice: str | None = None,
         at: int | None = None,
         forks: tuple[str, ...] = (),
+        telemetry: dict[str, Any] | None = None,
     ) -> None:
         self.state, self.now, self.live, self.notice, self.at = state, now, live, notice, at
         self.forks = forks
+        self.telemetry = telemetry
+        """The run's ``telemetry.json`` (live OpenTelemetry export, ``docs/telemetry.md``), when it has one."""
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         state = self.state
@@ -161,6 +165,9 @@ class StateView(View):
         yield _row("totals", Text(totals_line(state)))
         if state.budget:
             yield _row("budget", Text(spent_line(state.spent, state.budget)))
+        if self.telemetry is not None:
+            dropped = bool(self.telemetry.get("dropped"))
+            yield _row("telemetry", safe(telemetry_line(self.telemetry), "yellow" if dropped else ""))
 
     def _error(self, console: Console, width: int) -> Iterator[Text]:
         """The error, wrapped over up to four lines (it is usually the one thing a reader came for)."""
