@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 from piw.errors import ArtifactDamaged, ResumeRefused, RunInterrupted, UsageError
+from piw.channels.book import channel_posts
 from piw.run.continuation import (
     ContinuationSpec,
     blocked_node,
@@ -77,7 +78,9 @@ class Engine:
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(self.options.outbox),
-            "checkpoint": CheckpointExecutor(self.options.decisions),
+            "checkpoint": CheckpointExecutor(
+                self.options.decisions, channel_posts(home, self.options.decisions)
+            ),
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }
 
