@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from piw.errors import NeedsKey, ProviderError
 from piw.channels.config import ChannelTable
+from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 
 TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database", "channels")

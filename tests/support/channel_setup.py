@@ -11,7 +11,9 @@ workflow = define_workflow(
     name="gate",
     start_at="approve",
     nodes={
-        "approve": human_decision("ops", ["ship", "hold"], {"title": "Ship <b>1.2</b> & tag it?", "summary": "All green."}),
+        "approve": human_decision(
+            "ops", ["ship", "hold"], {"title": "Ship <b>1.2</b> & tag it?", "summary": "All green."}
+        ),
         "after": compute(lambda ctx: {"got": ctx.outputs["approve"]["choice"]}),
     },
     edges=[edge("approve", "after")],
@@ -30,7 +32,10 @@ def write_channels(home: Path, tables: str) -> None:
 
 
 def webhook_table(url: str, name: str = "hook", extra: str = "") -> str:
-    return f'[channels.{name}]\nkind = "webhook"\nurl = "{url}/hook"\nsecret = "${SECRET_ENV}"\naudiences = ["ops"]\n{extra}\n'
+    return (
+        f'[channels.{name}]\nkind = "webhook"\nurl = "{url}/hook"\nsecret = "${SECRET_ENV}"\n'
+        f'audiences = ["ops"]\n{extra}\n'
+    )
 
 
 def telegram_table(base_url: str, name: str = "tg", extra: str = "") -> str:
