@@ -34,8 +34,9 @@ from piw.redaction import resolve_reference
 log = logging.getLogger(__name__)
 
 Report = Callable[[str], None]
-RETRY_RUNNING_MS = 1_000
-"""A post whose run has not stopped at its gate yet is looked at again this much later."""
+YOUNG_POST_MS = 10_000
+"""A post whose run has not stopped at its gate yet is looked at again on the next pass while it is this young
+(the run is about to wait); an older one (its run was interrupted at the gate) less and less often."""
 
 
 def _secret(channel: AnyChannel) -> str | None:
@@ -111,7 +112,8 @@ class ChannelDuty:
             wait, _state = read_wait(self.home, post.run_id)
         except AnswerInvalid as exc:
             if "still running" in str(exc):
-                store.postpone(post, store.clock() + RETRY_RUNNING_MS)
+                age = store.clock() - (post.created_at or 0)
+                store.postpone(post, store.clock() + (0 if age < YOUNG_POST_MS else min(60_000, age // 4)))
             else:
                 store.mark_closed(post)
             return False
