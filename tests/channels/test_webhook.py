@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from piw.channels.answer import answer_with_token
+from piw.channels.store import open_channel_store
 from piw.errors import AnswerTokenRefused
 from piw.store.db.run_database import open_run_database
 from tests.support.channel_setup import GATE, SECRET, SECRET_ENV, webhook_table, write_channels
@@ -62,6 +63,9 @@ def test_a_waiting_gate_is_posted_once_signed_and_answered_with_its_token(
     assert len(receiver.received) == 1
 
     monkeypatch.setenv(SECRET_ENV, SECRET)
+    later = open_channel_store(cli.home, clock=lambda: 2**62)  # past every token's expiry
+    with pytest.raises(AnswerTokenRefused):
+        answer_with_token(cli.home, tokens["ship"], None, {}, "webhook hook: late", store=later)
     receipt = answer_with_token(cli.home, tokens["ship"], None, {}, "webhook hook: alice")
     decision = open_run_database(cli.home).decisions.get_decision(body["decisionId"])
     assert decision is not None and decision.status == "resolved"
