@@ -3,9 +3,11 @@
     PiwError                      base; the CLI turns it into ``Error: …`` and an exit code
     ├── UsageError                bad arguments or input given on the command line (exit 2)
     │   ├── InputInvalid          ``--input`` is not valid JSON or fails the workflow's input model
-    │   └── AnswerInvalid         an answer does not fit the checkpoint's choices or answer model, or the run
-    │       │                     is not waiting for one; nothing was recorded
-    │       └── RequestChanged    a decision named a request digest other than the open request's (stale)
+    │   ├── AnswerInvalid         an answer does not fit the checkpoint's choices or answer model, or the run
+    │   │   │                     is not waiting for one; nothing was recorded
+    │   │   └── RequestChanged    a decision named a request digest other than the open request's (stale)
+    │   └── AnswerTokenRefused    a channel's answer link or button was already used, expired, or belongs to
+    │                             a wait that is over (``docs/channels.md``)
     ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
     ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
     │   └── ImportTimeout         importing a workflow file ran past its deadline (an endless loop at import)
@@ -300,3 +302,7 @@ class ToolServerError(PiwError):
 
 class TelemetryError(PiwError):
     """OpenTelemetry export failed: a malformed endpoint, a collector that refused the spans, no ``piw[otel]``."""
+
+
+class AnswerTokenRefused(UsageError):
+    """A channel's answer token is unknown, used, expired or stale; nothing was recorded (``docs/channels.md``)."""

@@ -91,6 +91,10 @@ class Following:
             display.close()
         if isinstance(state, Adopted):
             return state, report_adopted(state, self.as_json)
+        if state.status == "waiting":  # announced on its channels (docs/channels.md, "Who posts")
+            from piw.channels.duty import post_waiting
+
+            post_waiting(piw_home(), state.run_id)
         return state, _finish(state, self.as_json, extra, verbose=self.verbose)
 
     def _foreground(self) -> tuple[ForegroundOptions, LiveDisplay]:

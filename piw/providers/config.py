@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from piw.channels.config import ChannelTable
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
@@ -32,6 +33,7 @@ TOP_LEVEL_KEYS = (
     "database",
     "mcp",
     "telemetry",
+    "channels",
 )
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -205,6 +207,7 @@ class PiwConfig(_Strict):
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
     """``[mcp.NAME]``: MCP tool servers agent steps may name (``piw.toolservers.config``, ``docs/tools-mcp.md``)."""
     telemetry: TelemetryTable = Field(default_factory=TelemetryTable)
+    channels: ChannelTable = Field(default_factory=dict)  # docs/channels.md
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

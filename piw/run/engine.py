@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from piw.channels.book import channel_posts
 from piw.errors import ArtifactDamaged, ResumeRefused, RunInterrupted, UsageError
 from piw.run.continuation import (
     ContinuationSpec,
@@ -77,7 +78,9 @@ class Engine:
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(self.options.outbox),
-            "checkpoint": CheckpointExecutor(self.options.decisions),
+            "checkpoint": CheckpointExecutor(
+                self.options.decisions, channel_posts(home, self.options.decisions)
+            ),
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }
 

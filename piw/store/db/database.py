@@ -212,6 +212,51 @@ TABLES: dict[str, TableSpec] = {
         pk="slot_id",
         not_null=("bucket", "holder", "expires_at"),
     ),
+    # Channels (docs/channels.md): one post per wait and channel, the answer tokens its buttons carry (hashes
+    # only), and each Telegram bot's getUpdates offset with the lease of the one host that polls it.
+    "channel_posts": TableSpec(
+        columns={
+            "post_id": str,
+            "decision_id": str,
+            "run_id": str,
+            "node_id": str,
+            "channel": str,
+            "request_sha256": str,
+            "status": str,
+            "sends": int,
+            "attempts": int,
+            "due_at": int,
+            "last_error": str,
+            "lease_token": str,
+            "lease_expires_at": int,
+            "sent_at": int,
+            "created_at": int,
+        },
+        pk="post_id",
+        not_null=("decision_id", "run_id", "channel", "status"),
+        defaults={"status": "pending", "sends": 0, "attempts": 0},
+    ),
+    "answer_tokens": TableSpec(
+        columns={
+            "token_sha256": str,
+            "post_id": str,
+            "decision_id": str,
+            "run_id": str,
+            "request_sha256": str,
+            "channel": str,
+            "choice": str,
+            "expires_at": int,
+            "used_at": int,
+            "used_by": str,
+            "created_at": int,
+        },
+        pk="token_sha256",
+        not_null=("decision_id", "run_id", "channel", "expires_at"),
+    ),
+    "channel_cursors": TableSpec(
+        columns={"channel": str, "cursor": int, "holder": str, "lease_expires_at": int},
+        pk="channel",
+    ),
 }
 
 INDEXES: tuple[str, ...] = (
@@ -228,6 +273,10 @@ INDEXES: tuple[str, ...] = (
     # piw serve: a token is found by its digest (docs/serve.md).
     "CREATE UNIQUE INDEX IF NOT EXISTS api_tokens_digest ON api_tokens(token_sha256)",
     "CREATE INDEX IF NOT EXISTS rate_limit_slots_bucket ON rate_limit_slots(bucket)",
+    # Channels (docs/channels.md): one post per decision and channel; due posts; a post's tokens.
+    "CREATE UNIQUE INDEX IF NOT EXISTS channel_posts_one_per_wait ON channel_posts(decision_id, channel)",
+    "CREATE INDEX IF NOT EXISTS channel_posts_due ON channel_posts(due_at) WHERE due_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS answer_tokens_decision ON answer_tokens(decision_id)",
 )
 
 

@@ -27,6 +27,7 @@ TABLES = {
     "notifications", "human_decisions", "idempotency", "hosts",
     "api_tokens",  # 0004 (docs/serve.md)
     "rate_limits", "rate_limit_slots",  # 0002 (docs/rate-limits.md)
+    "channel_posts", "answer_tokens", "channel_cursors",  # 0005 (docs/channels.md)
 }  # fmt: skip
 
 
