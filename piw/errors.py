@@ -37,9 +37,12 @@
     │   ├── AttemptInactive       an update or submission arrived for an attempt that is not active
     │   └── ShellLineTooLong      a shell node's update line passed its byte limit; the action fails
     ├── UpdateRejected            an update failed validation or limits; nothing was written
-    └── ProviderError             provider configuration or selection problems
-        ├── NeedsKey              an ``$ENV`` key reference is unset
-        └── ScriptExhausted       the scripted provider received more requests than it has replies
+    ├── ProviderError             provider configuration or selection problems
+    │   ├── NeedsKey              an ``$ENV`` key reference is unset
+    │   └── ScriptExhausted       the scripted provider received more requests than it has replies
+    └── CaseError                 ``piw test``: a test case cannot be recorded or used (exit 2)
+        └── BrokenCase            a case folder's file or field is malformed, its workflow is missing, or its
+                                  recorded replies ran out; names the file and the field
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -272,3 +275,17 @@ class NeedsKey(ProviderError):
 
 class ScriptExhausted(ProviderError):
     """The scripted provider has no reply left for a request."""
+
+
+class CaseError(PiwError):
+    """A run cannot be recorded as a test case, or a test case cannot be used (``docs/testing.md``)."""
+
+
+class BrokenCase(CaseError):
+    """A case folder cannot be run: one line naming the file and the field (``piw test`` exits 2)."""
+
+    def __init__(self, file: str, field: str, reason: str) -> None:
+        super().__init__(f"{file}: {field}: {reason}")
+        self.file = file
+        self.field = field
+        self.reason = reason

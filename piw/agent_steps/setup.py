@@ -102,7 +102,9 @@ class AgentWiring:
         home, listeners, launch = self.home, self.listeners, self.launch
         needs_agent = any(isinstance(gnode.node, AgentNode) for gnode in workflow.graph.nodes.values())
         if launch.provider == RECORDED_PROVIDER:
-            return AgentExecutor(_settings(load_config(home), _recorded(home, self.replay_from), listeners))
+            return AgentExecutor(
+                agent_settings(load_config(home), _recorded(home, self.replay_from), listeners)
+            )
         try:
             config = load_config(home)
             selection = select_provider(config, launch.provider, launch.model)
@@ -124,7 +126,7 @@ class AgentWiring:
         replies = script_path or configured
         if scripted and replies is not None:
             check_replies(workflow, replies)
-        settings = _settings(config, instance, listeners, selection)
+        settings = agent_settings(config, instance, listeners, selection)
         if config.agent.backend == "pi-rpc":
             from piw.agent_steps.pi_rpc import build_pi_rpc_executor
 
@@ -132,7 +134,7 @@ class AgentWiring:
         return AgentExecutor(settings)
 
 
-def _settings(
+def agent_settings(
     config: PiwConfig,
     instance: Provider,
     listeners: list[LoopListener],
