@@ -180,7 +180,14 @@ def bake_off(
                 result = _graded(case, observed, row.label, time.perf_counter() - started)
                 _count(row, observed, result)
                 if progress:
-                    progress(f"{result.verdict.upper():<6} {case.name} on {row.label}  ({observed.run_id})")
+                    why = (
+                        f" {result.differences[0].headline()}: {result.differences[0].text.splitlines()[0]}"
+                        if result.differences
+                        else ""
+                    )
+                    progress(
+                        f"{result.verdict.upper():<6} {case.name} on {row.label}  ({observed.run_id}){why}"
+                    )
                 if observed.status == "waiting" and observed.state and observed.state.waiting_on == "budget":
                     report.stopped = "the bake-off's budget is spent"
                     return report
