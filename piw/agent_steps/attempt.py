@@ -46,6 +46,7 @@ from piw.store.session import SessionEntry, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 from piw.workflow.definition import AgentNode
+from piw.workflow.schemas import json_schema
 from piw.workflow.user_code import call_user
 
 STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
@@ -158,7 +159,7 @@ def _wants_object(node: AgentNode) -> bool:
     if expected is None:
         return True
     if isinstance(expected, type) and issubclass(expected, BaseModel):
-        return expected.model_json_schema().get("type") == "object"
+        return json_schema(expected).get("type") == "object"
     return False
 
 
