@@ -1,8 +1,9 @@
 """``piw test [DIR…]``: every case run offline against its recorded replies, in parallel, each one graded.
 
 Each case runs in its own throwaway ``PIW_HOME`` (in memory where the system has ``/dev/shm``, no fsync: the home
-is deleted after), so cases never share a run database and leave nothing behind. A broken case (a malformed file, a missing workflow, replies that ran out) is
-one line naming the file and the field; the other cases still run (``docs/testing.md``).
+is deleted after), so cases never share a run database and leave nothing behind. A broken case (a malformed file,
+a missing workflow, replies that ran out) is one line naming the file and the field; the other cases still run
+(``docs/testing.md``).
 """
 
 from __future__ import annotations
