@@ -34,7 +34,9 @@ def _say(line: str = "") -> None:
 def test(
     args: Annotated[
         list[str] | None,
-        typer.Argument(help="Case folders (default: piw-tests), or 'record RUN'.", show_default=False),
+        typer.Argument(
+            help="Case folders (default: piw-tests), or 'record RUN'.", show_default=False, metavar="DIR"
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="record: the case's name.")] = None,
     directory: Annotated[
