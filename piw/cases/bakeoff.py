@@ -4,8 +4,8 @@ Each provider (``NAME`` or ``NAME/MODEL`` from ``config.toml``) runs every case 
 time, as ordinary runs in ``PIW_HOME`` (``piw inspect`` shows any of them). Per provider the table gives cases
 passed, first-try valid structured steps (a submit step whose first submission was accepted), model requests,
 tokens, cost and the p50/p95 latency of its requests, with a confidence note when the sample is small.
-``--budget`` is the product's budget (``docs/fork-replay-budgets.md``), spread over the whole bake-off: each run gets what is
-left, and the bake-off stops when it is spent (``docs/testing.md``, "A bake-off").
+``--budget`` is the product's budget (``docs/fork-replay-budgets.md``), spread over the whole bake-off: each run gets
+what is left, and the bake-off stops when it is spent (``docs/testing.md``, "A bake-off").
 """
 
 from __future__ import annotations
