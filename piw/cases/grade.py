@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from piw.cases.execute import Observed
-from piw.cases.files import CASE_FILE, EXPECTED_FILE, Case, NodeExpectation, shown
+from piw.cases.files import EXPECTED_FILE, Case, NodeExpectation, shown
 from piw.cases.record import node_digests
 from piw.errors import BrokenCase
 
@@ -75,6 +75,11 @@ def grade(case: Case, observed: Observed) -> list[Difference]:
         if lines:
             found.append(Difference("final", None, "\n".join(lines)))
     changed = definition_changes(case, observed.snapshot)
+    ref = case.case.workflow
+    revision = observed.state.workflow_source.get("revision") if observed.state else None
+    if ref.builtin is not None and revision is not None and str(revision) != ref.revision:
+        moved = f"built-in {ref.builtin} is at revision {revision}; the case was recorded at revision {ref.revision}"
+        changed = f"{moved}; {changed}" if changed else moved
     if changed:
         found.append(Difference("definition", None, changed))
     return found
@@ -230,7 +235,3 @@ def _short(value: Any, limit: int = 120) -> str:
 
 def _kind(value: Any) -> str:
     return type(value).__name__
-
-
-def case_file(case: Case) -> str:
-    return shown(case.folder / CASE_FILE)

@@ -7,8 +7,9 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from piw.testing import OpenAIStub
-from tests.support.cases import edit, recorded_triage
+from tests.support.cases import edit, recorded_triage, triage_project
 from tests.support.cli import Cli
+from tests.support.paths import REPO
 
 
 def _configure(home: Path, stub: OpenAIStub) -> None:
@@ -178,3 +179,46 @@ def test_record_refuses_an_unknown_run_and_test_an_empty_folder(cli: Cli) -> Non
     (cli.cwd / "piw-tests").mkdir()
     empty = cli("test")
     assert empty.returncode == 2 and "No test cases" in empty.stderr
+
+
+def test_a_built_in_workflow_is_recorded_by_id_and_revision_and_replays(cli: Cli) -> None:
+    source = REPO / "workflows" / "builtins" / "plain-summary.input.json"
+    ran = cli("run", "plain-summary", "--provider", "scripted", "--input", f"@{source}", "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert cli("test", "record", "latest", "--name", "summary").returncode == 0
+    case = json.loads((cli.cwd / "piw-tests" / "summary" / "case.json").read_text())
+    assert case["workflow"]["builtin"] == "plain-summary" and case["workflow"]["revision"]
+
+    edit(
+        cli.cwd / "piw-tests" / "summary" / "case.json",
+        f'"revision": "{case["workflow"]["revision"]}"',
+        '"revision": "0"',
+    )
+    done = cli("test")
+    assert done.returncode == 1
+    assert "built-in plain-summary is at revision" in done.stdout and "recorded at revision 0" in done.stdout
+
+
+def test_a_configured_secret_in_the_run_never_enters_the_case(cli: Cli) -> None:
+    secret = "sk-live-7f3a9c2e4b1d8f6a"
+    (cli.home / "config.toml").write_text(
+        '[providers.paid]\nbase_url = "http://127.0.0.1:9/v1"\napi_key = "$PAID_KEY"\nmodels = ["m"]\n'
+    )
+    env = {"PAID_KEY": secret}
+    triage_project(cli)
+    ran = cli(
+        "run",
+        "workflows/triage.workflow.py",
+        "--provider",
+        "scripted",
+        "--input",
+        json.dumps({"text": f"It crashes; my key is {secret}"}),
+        env=env,
+    )
+    assert ran.returncode == 0, ran.stderr
+    recorded = cli("test", "record", "latest", "--name", "secret", env=env)
+
+    assert recorded.returncode == 0, recorded.stderr
+    for path in (cli.cwd / "piw-tests" / "secret").iterdir():
+        assert secret not in path.read_text(encoding="utf-8")
+    assert cli("test", env=env).returncode == 0
