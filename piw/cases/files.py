@@ -104,8 +104,21 @@ class Case:
 
     @property
     def project(self) -> Path:
-        """The folder a case's workflow path is relative to: the one holding the test directory."""
-        return self.folder.resolve().parent.parent
+        """The folder a case's workflow path is relative to (:func:`project_of` its test directory)."""
+        return project_of(self.folder.resolve().parent)
+
+
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", ".git", ".piw")
+
+
+def project_of(tests_dir: Path) -> Path:
+    """The project a test directory belongs to: the nearest folder at or above the one holding it with a
+    ``pyproject.toml``, ``setup.py``, ``.git`` or ``.piw``; else the folder holding it."""
+    holder = tests_dir.resolve().parent
+    for folder in (holder, *holder.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return holder
 
 
 def shown(path: Path) -> str:

@@ -8,6 +8,7 @@ prompt that changed, or nodes whose definition changed — comes from the replay
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 from collections.abc import Iterator, Sequence
@@ -224,8 +225,20 @@ def _walk(path: str, expected: Any, now: Any) -> Iterator[str]:
         if len(expected) != len(now):
             yield f"{path}: expected {len(expected)} items, got {len(now)}"
         return
+    if isinstance(expected, str) and isinstance(now, str) and expected != now and _long(expected, now):
+        yield f"{path}: the text differs:"
+        diff = difflib.unified_diff(
+            expected.splitlines(), now.splitlines(), "expected", "got", lineterm="", n=1
+        )
+        yield from (f"  {line}" for line in diff)
+        return
     if expected != now or type(expected) is not type(now):
         yield f"{path}: expected {_short(expected)}, got {_short(now)}"
+
+
+def _long(*texts: str) -> bool:
+    """Text a line-by-line diff shows better than two quoted values: several lines, or longer than a line."""
+    return any("\n" in text or len(text) > 100 for text in texts)
 
 
 def _short(value: Any, limit: int = 120) -> str:

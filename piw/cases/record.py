@@ -20,6 +20,7 @@ from piw.cases.files import (
     NodeExpectation,
     RecordedStep,
     WorkflowRef,
+    project_of,
     step_json,
     write_case,
 )
@@ -54,7 +55,7 @@ def record_case(home: Path, run_id: str, tests_dir: Path, name: str | None = Non
         raise CaseError(
             f"Run {run_id} is {state.status}; record a run that has finished (wait for it, or 'piw resume' it)."
         )
-    project = tests_dir.resolve().parent
+    project = project_of(tests_dir)
     places = Places(project, home, run_id)
     case_name = slugify(name or f"{state.workflow_name}-{run_id.rsplit('-', 1)[-1]}")
     folder = tests_dir / case_name
@@ -84,8 +85,9 @@ def _workflow_ref(state: RunState, project: Path) -> WorkflowRef:
         relative = path.resolve().relative_to(project)
     except ValueError:
         raise CaseError(
-            f"The run's workflow file {path} is outside the project {project} (the folder holding the test "
-            "directory); keep the workflow in the project, or pass --dir inside the project that holds it."
+            f"The run's workflow file {path} is outside the project {project} (the nearest folder above the test "
+            "directory with a pyproject.toml, setup.py, .git or .piw); keep the workflow in the project, or pass "
+            "--dir inside the project that holds it."
         ) from None
     return WorkflowRef(path=relative.as_posix())
 

@@ -222,3 +222,31 @@ def test_a_configured_secret_in_the_run_never_enters_the_case(cli: Cli) -> None:
     for path in (cli.cwd / "piw-tests" / "secret").iterdir():
         assert secret not in path.read_text(encoding="utf-8")
     assert cli("test", env=env).returncode == 0
+
+
+def test_a_changed_reply_text_is_shown_as_a_line_diff(cli: Cli) -> None:
+    case = recorded_triage(cli)
+    edit(
+        case / "replies.ndjson",
+        "Thanks for the report! We can reproduce",
+        "Thanks for the report!\\nWe are sorry about the crash, it is a known problem.\\nWe can reproduce",
+    )
+
+    done = cli("test")
+
+    assert done.returncode == 1
+    assert "output of bug:" in done.stdout and "$: the text differs:" in done.stdout
+    assert "+We are sorry about the crash, it is a known problem." in done.stdout
+
+
+def test_a_nested_test_folder_finds_the_project_by_its_pyproject(cli: Cli) -> None:
+    triage_project(cli)
+    (cli.cwd / "pyproject.toml").write_text('[project]\nname = "mine"\n')
+    assert cli("run", "workflows/triage.workflow.py", "--provider", "scripted").returncode == 0
+
+    recorded = cli("test", "record", "latest", "--name", "bug", "--dir", "tests/piw")
+
+    assert recorded.returncode == 0, recorded.stderr
+    case = json.loads((cli.cwd / "tests" / "piw" / "bug" / "case.json").read_text())
+    assert case["workflow"] == {"path": "workflows/triage.workflow.py"}
+    assert cli("test", "tests/piw").returncode == 0
