@@ -175,6 +175,8 @@ def check_problem(
         verdict = function(output, rule.output)
     except AssertionError as exc:
         return f"{rule.check}: {exc}" if str(exc) else f"{rule.check} failed"
+    except Exception as exc:  # the check's own bug fails this node, not the whole test command
+        return f"{rule.check} raised {type(exc).__name__}: {exc}"
     if verdict is None or verdict is True:
         return None
     return f"{rule.check}: {verdict}" if isinstance(verdict, str) else f"{rule.check} returned {verdict!r}"

@@ -6,6 +6,7 @@ terminal only through :func:`piw.terminal.sanitize_terminal_text`.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,6 +72,14 @@ def results_json(results: Sequence[CaseResult]) -> dict[str, Any]:
     }
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+"""Characters XML 1.0 cannot hold at all (a model's output may contain them)."""
+
+
+def _xml(text: str | None) -> str:
+    return _NOT_XML.sub("\ufffd", text or "")
+
+
 def write_junit(path: Path, results: Sequence[CaseResult]) -> None:
     """JUnit XML: one ``testsuite`` named ``piw``, a ``testcase`` per case (``failure`` or ``error`` inside)."""
     tally = counts(results)
@@ -91,11 +100,11 @@ def write_junit(path: Path, results: Sequence[CaseResult]) -> None:
             time=f"{result.seconds:.3f}",
         )
         if result.verdict == "broken":
-            ElementTree.SubElement(element, "error", message=result.broken or "broken").text = result.broken
+            ElementTree.SubElement(element, "error", message=_xml(result.broken)).text = _xml(result.broken)
         elif result.verdict == "fail":
             headlines = ", ".join(d.headline() for d in result.differences)
             body = "\n".join(f"{d.headline()}:\n{d.text}" for d in result.differences)
-            ElementTree.SubElement(element, "failure", message=headlines).text = body
+            ElementTree.SubElement(element, "failure", message=_xml(headlines)).text = _xml(body)
     root = ElementTree.Element("testsuites")
     root.append(suite)
     ElementTree.indent(root)

@@ -19,6 +19,7 @@ from typing import Literal
 
 from piw.cases.execute import Observed, run_once
 from piw.cases.files import (
+    CASE_FILE,
     REPLIES_FILE,
     Case,
     CaseFile,
@@ -31,7 +32,7 @@ from piw.cases.files import (
 from piw.cases.grade import Difference, grade
 from piw.cases.places import Places
 from piw.cases.record import expected_of, node_digests, recorded_steps
-from piw.errors import BrokenCase, DefinitionError
+from piw.errors import BrokenCase, DefinitionError, PiwError
 from piw.providers.base import StepRef
 from piw.providers.case_replies import CaseReplyProvider, ReplayStep
 
@@ -84,9 +85,9 @@ def run_case(folder: Path) -> CaseResult:
             result = _replay(case, Path(scratch))
     except BrokenCase as exc:
         result = CaseResult(folder, case.name, "broken", broken=exc.message)
-    except DefinitionError as exc:
+    except (DefinitionError, PiwError) as exc:  # the workflow cannot load, or its run could not start
         result = CaseResult(
-            folder, case.name, "broken", broken=f"{shown(folder / 'case.json')}: workflow: {exc}"
+            folder, case.name, "broken", broken=f"{shown(folder / CASE_FILE)}: workflow: {exc}"
         )
     result.seconds = time.perf_counter() - started
     return result
