@@ -80,6 +80,8 @@ def test(
         raise UsageError("--name and --dir are options of 'piw test record RUN'.")
     if not live and (provider or repeat != 1 or budget):
         raise UsageError("--provider, --repeat and --budget apply to 'piw test --live'.")
+    if live and jobs is not None:
+        raise UsageError("--live runs one run at a time, so its budget holds; leave out -j.")
     folders = _case_folders(words)
     if live:
         if accept:

@@ -179,6 +179,13 @@ def test_record_refuses_an_unknown_run_and_test_an_empty_folder(cli: Cli) -> Non
     (cli.cwd / "piw-tests").mkdir()
     empty = cli("test")
     assert empty.returncode == 2 and "No test cases" in empty.stderr
+    for wrong, says in (
+        (("--provider", "x"), "apply to 'piw test --live'"),
+        (("--name", "x"), "options of 'piw test record RUN'"),
+        (("--live", "--provider", "x", "-j", "2"), "leave out -j"),
+    ):
+        misused = cli("test", *wrong)
+        assert misused.returncode == 2 and says in misused.stderr, wrong
 
 
 def test_a_built_in_workflow_is_recorded_by_id_and_revision_and_replays(cli: Cli) -> None:
