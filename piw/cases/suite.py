@@ -35,6 +35,7 @@ from piw.cases.record import expected_of, node_digests, recorded_steps
 from piw.errors import BrokenCase, DefinitionError, PiwError
 from piw.providers.base import StepRef
 from piw.providers.case_replies import CaseReplyProvider, ReplayStep
+from piw.store.db.database import close_database
 
 Verdict = Literal["pass", "fail", "broken"]
 
@@ -82,7 +83,10 @@ def run_case(folder: Path) -> CaseResult:
         )
     try:
         with tempfile.TemporaryDirectory(prefix="piw-test-", dir=scratch_root()) as scratch:
-            result = _replay(case, Path(scratch))
+            try:
+                result = _replay(case, Path(scratch))
+            finally:
+                close_database(Path(scratch))
     except BrokenCase as exc:
         result = CaseResult(folder, case.name, "broken", broken=exc.message)
     except (DefinitionError, PiwError) as exc:  # the workflow cannot load, or its run could not start
