@@ -7,7 +7,6 @@ terminal only through :func:`piw.terminal.sanitize_terminal_text`.
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +81,8 @@ def _xml(text: str | None) -> str:
 
 def write_junit(path: Path, results: Sequence[CaseResult]) -> None:
     """JUnit XML: one ``testsuite`` named ``piw``, a ``testcase`` per case (``failure`` or ``error`` inside)."""
+    import xml.etree.ElementTree as ElementTree  # (only with --junit: the XML parser is 10 ms of start-up)
+
     tally = counts(results)
     suite = ElementTree.Element(
         "testsuite",
