@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 class NodeResult:
     outcome: str
     output: Any
+    error: str | None = None
 
 
 @dataclass
@@ -112,7 +113,11 @@ def _offline_settings(provider: Provider) -> Any:
 
 def observe(bundle: Bundle, state: RunState, places: Places, loaded: list[LoadedWorkflow]) -> Observed:
     nodes = {
-        node_id: NodeResult(record.outcome, places.generalize_value(bundle.resolve(record.output)))
+        node_id: NodeResult(
+            record.outcome,
+            places.generalize_value(bundle.resolve(record.output)),
+            bundle.resolve(record.error),
+        )
         for node_id, record in state.results.items()
     }
     return Observed(

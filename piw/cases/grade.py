@@ -64,6 +64,8 @@ def grade(case: Case, observed: Observed) -> list[Difference]:
                 found.append(Difference("output", node_id, "the node did not run"))
             continue
         problem = _node_problem(case, observed, node_id, expectation, result.outcome, result.output)
+        if problem and result.error and result.outcome != expectation.outcome:
+            problem = f"{problem}: {result.error}"
         if problem:
             found.append(Difference("output", node_id, problem))
     last = expected.route[-1] if expected.route else None
