@@ -35,10 +35,10 @@ SMALL_SAMPLE = 10
 class TimedProvider:
     """Wraps a provider and keeps the wall time of each request (first byte asked → final event)."""
 
-    def __init__(self, inner: Provider) -> None:
+    def __init__(self, inner: Provider, latencies: list[float] | None = None) -> None:
         self.name = inner.name
         self.model = inner.model
-        self.latencies: list[float] = []
+        self.latencies: list[float] = [] if latencies is None else latencies
         self._inner = inner
         self._lock = threading.Lock()
 
@@ -152,12 +152,11 @@ def bake_off(
     wired = []
     for spec in providers:  # every provider is checked before anything runs
         config, selection = _selection(home, spec)
-        timed = TimedProvider(build_provider(selection, config, home))
-        row = Row(f"{selection.provider}/{selection.model}", latencies=timed.latencies)  # (the same list)
-        wired.append((row, timed, config, selection))
+        build_provider(selection, config, home)  # a provider that cannot be built fails before anything runs
+        wired.append((Row(f"{selection.provider}/{selection.model}"), config, selection))
     report = BakeOff([row for row, *_ in wired], repeat, broken=broken)
     spent = Budget(max_cost_usd=0.0, max_tokens=0, max_model_requests=0)
-    for row, timed, config, selection in wired:
+    for row, config, selection in wired:
         for case in cases:
             for _ in range(repeat):
                 left = _left(budget, spent)
@@ -165,6 +164,8 @@ def bake_off(
                     report.stopped = "the bake-off's budget is spent"
                     return report
                 started = time.perf_counter()
+                # A provider per run, as each piw run builds one: a scripted one starts its replies again.
+                timed = TimedProvider(build_provider(selection, config, home), row.latencies)
                 try:
                     observed = run_once(
                         case,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,17 @@ def test_a_bake_off_needs_a_known_provider(cli: Cli, tmp_path: Path) -> None:
     recorded_triage(cli)
     done = cli("test", "--live", "--provider", "nowhere")
     assert done.returncode == 2 and "Unknown provider 'nowhere'" in done.stderr
+
+
+def test_a_scripted_provider_answers_every_repeat_of_a_bake_off(cli: Cli) -> None:
+    """Each run gets a provider of its own, as each ``piw run`` does: a replies script starts again."""
+    recorded_triage(cli)
+    shutil.copy(EXAMPLES / "triage.replies.json", cli.home / "triage.replies.json")
+    (cli.home / "config.toml").write_text(
+        '[providers.recorded]\napi = "scripted"\nscript = "triage.replies.json"\n'
+    )
+
+    done = cli("test", "--live", "--provider", "recorded", "--repeat", "2")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _row(done.stdout, "recorded/scripted")[1:3] == ["2/2", "2/2"]
