@@ -45,8 +45,11 @@
     │   └── ScriptExhausted       the scripted provider received more requests than it has replies
     ├── ToolServerError           an agent step names an MCP server that ``config.toml`` does not configure, or
     │                             the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
-    └── TelemetryError            an OTLP endpoint is malformed, its collector refused the spans, or ``piw[otel]``
-                                  is not installed (``docs/telemetry.md``)
+    ├── TelemetryError            an OTLP endpoint is malformed, its collector refused the spans, or ``piw[otel]``
+    │                             is not installed (``docs/telemetry.md``)
+    └── CaseError                 ``piw test``: a test case cannot be recorded or used (exit 2)
+        └── BrokenCase            a case folder's file or field is malformed, its workflow is missing, or its
+                                  recorded replies ran out; names the file and the field
     OutcomeUnknown (ResumeRefused) a ``once`` effect was interrupted; only ``piw resolve`` continues the run
     NotOutcomeUnknown (UsageError) ``piw resolve`` on a run whose outcome is not unknown; nothing changed
 
@@ -306,3 +309,17 @@ class TelemetryError(PiwError):
 
 class AnswerTokenRefused(UsageError):
     """A channel's answer token is unknown, used, expired or stale; nothing was recorded (``docs/channels.md``)."""
+
+
+class CaseError(PiwError):
+    """A run cannot be recorded as a test case, or a test case cannot be used (``docs/testing.md``)."""
+
+
+class BrokenCase(CaseError):
+    """A case folder cannot be run: one line naming the file and the field (``piw test`` exits 2)."""
+
+    def __init__(self, file: str, field: str, reason: str) -> None:
+        super().__init__(f"{file}: {field}: {reason}")
+        self.file = file
+        self.field = field
+        self.reason = reason

@@ -47,6 +47,7 @@ from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.toolservers.config import McpServerConfig
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 from piw.workflow.definition import AgentNode
+from piw.workflow.schemas import json_schema
 from piw.workflow.user_code import call_user
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def _wants_object(node: AgentNode) -> bool:
     if expected is None:
         return True
     if isinstance(expected, type) and issubclass(expected, BaseModel):
-        return expected.model_json_schema().get("type") == "object"
+        return json_schema(expected).get("type") == "object"
     return False
 
 

@@ -46,6 +46,7 @@ COMMAND_MODULES: dict[str, str] = {
     "waiting": "piw.cli.waits",
     "resolve": "piw.cli.resolve",
     "mcp": "piw.cli.mcp",
+    "test": "piw.cli.testing",
 }
 
 

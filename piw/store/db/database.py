@@ -580,3 +580,12 @@ def close_databases() -> None:
         _OPEN.clear()
     for db in dbs:
         db.close()
+
+
+def close_database(home: Path) -> None:
+    """Close the database of ``home`` if this process opened it (``piw test`` closes each throwaway home's before
+    deleting it, so a long suite does not keep one open file per case)."""
+    with _OPEN_LOCK:
+        db = _OPEN.pop(database_path(home), None)
+    if db is not None:
+        db.close()
