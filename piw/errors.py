@@ -40,6 +40,10 @@
     └── ProviderError             provider configuration or selection problems
         ├── NeedsKey              an ``$ENV`` key reference is unset
         └── ScriptExhausted       the scripted provider received more requests than it has replies
+    UsageError families added by issue 33 (docs/schedules.md, docs/cli.md "Retention"):
+    ├── ScheduleExists            (UsageError) ``piw schedule add`` with a name that exists; nothing stored
+    ├── ScheduleNotFound          (UsageError) no schedule with that name
+    └── RunHeld                   (UsageError) ``piw rm`` of a run that is still held (running, waiting, parked)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -272,3 +276,15 @@ class NeedsKey(ProviderError):
 
 class ScriptExhausted(ProviderError):
     """The scripted provider has no reply left for a request."""
+
+
+class ScheduleExists(UsageError):
+    """``piw schedule add`` with a name that is taken; nothing was stored."""
+
+
+class ScheduleNotFound(UsageError):
+    """No schedule has that name."""
+
+
+class RunHeld(UsageError):
+    """A run named for removal is not finished (running, waiting, parked, outcome unknown); nothing was removed."""

@@ -41,6 +41,7 @@ COMMAND_MODULES: dict[str, str] = {
     "export": "piw.cli.portable",
     "import": "piw.cli.portable",
     "db": "piw.cli.db",
+    "schedule": "piw.cli.schedule",
 }
 
 

@@ -79,6 +79,8 @@ class ForegroundOptions:
     """Where a problem that does not stop the run is reported (the CLI prints ``Warning: …`` on stderr)."""
     idempotency_key: str | None = None
     """``piw run --idempotency-key``: a repeat of the same start adopts the run the key started (``Adopted``)."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire queuing this run (``piw host``, docs/schedules.md)."""
 
 
 def new_origin_session() -> dict[str, Any]:
@@ -109,6 +111,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             decisions=open_decision_book(database.decisions),
             outbox=database.outbox,
             budget=options.budget,
+            schedule=options.schedule,
             **clock,
         ),
     )
@@ -249,6 +252,7 @@ def queue_run(
         session_visible=False,
         budget=options.budget,
         idempotency_key=options.idempotency_key,
+        schedule=options.schedule,
     )
     with _closing(_engine(workflow, home, detached)) as engine:
         claimed = _claim_start(engine, home, raw_input, title, detached)

@@ -92,6 +92,10 @@ TABLES: dict[str, TableSpec] = {
             "damage_line": int,  # the trace's first damaged line; the row shows its readable prefix
             "usage_json": str,  # the run's usage, or its spend when it has a budget
             "trace_stamp": str,  # size:mtime_ns of trace.ndjson when the row was computed
+            # Finding runs (piw runs --search/--schedule, docs/cli.md): title and input as text, the schedule fire.
+            "search_text": str,
+            "schedule_name": str,
+            "fire_at": int,
         },
         pk="run_id",
         not_null=("workflow_name", "status"),
@@ -168,6 +172,43 @@ TABLES: dict[str, TableSpec] = {
         not_null=("run_id", "node_id", "status"),
         defaults={"status": "open"},
     ),
+    # Schedules and their fires (issue 33, docs/schedules.md; piw.store.db.schedules).
+    "schedules": TableSpec(
+        columns={
+            "name": str,
+            "workflow_ref": str,
+            "input_json": str,
+            "timing_json": str,
+            "missed": str,
+            "max_backlog": int,
+            "overlap": str,
+            "budget": str,
+            "title": str,
+            "paused": int,
+            "held_json": str,
+            "cursor_at": int,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk="name",
+        not_null=("workflow_ref", "timing_json", "missed", "max_backlog", "overlap", "paused", "cursor_at"),
+        defaults={"paused": 0},
+    ),
+    "schedule_fires": TableSpec(
+        columns={
+            "schedule_name": str,
+            "fire_at": int,
+            "state": str,
+            "run_id": str,
+            "claimer": str,
+            "claim_expires_at": int,
+            "note": str,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk=("schedule_name", "fire_at"),
+        not_null=("state",),
+    ),
     # Command-level idempotency records.
     "idempotency": TableSpec(
         columns={
@@ -193,6 +234,10 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS human_decisions_open ON human_decisions(status, expires_at)",
     "CREATE INDEX IF NOT EXISTS human_decisions_run ON human_decisions(run_id, node_id)",
     "CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)",
+    # Schedules: the fires a host looks at again (issue 33).
+    "CREATE INDEX IF NOT EXISTS schedule_fires_pending ON schedule_fires(state) "
+    "WHERE state IN ('claimed', 'queued')",
+    "CREATE INDEX IF NOT EXISTS schedule_fires_run ON schedule_fires(run_id)",
 )
 
 
