@@ -42,6 +42,8 @@ COMMAND_MODULES: dict[str, str] = {
     "import": "piw.cli.portable",
     "db": "piw.cli.db",
     "schedule": "piw.cli.schedule",
+    "gc": "piw.cli.gc",
+    "rm": "piw.cli.gc",
 }
 
 
