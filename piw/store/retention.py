@@ -152,10 +152,8 @@ def select_runs(
         kept_per_workflow[row.workflow_name] = seen + 1
         if keep_last is not None and seen < keep_last:
             continue
-        if row.status not in wanted and not ("running" in wanted and row.interrupted):
-            continue
-        if row.status == "running" and not row.interrupted:
-            continue  # a live run is never a candidate
+        if row.status not in wanted:
+            continue  # (a running one named by --status is skipped and said by remove_runs unless interrupted)
         ended = to_ms(row.finished_at) or to_ms(row.started_at)
         if older_than_ms is not None and (ended is None or ended > now_ms - older_than_ms):
             continue
@@ -199,6 +197,9 @@ def remove_runs(
         queued = queue.get(run_id)
         if queued is not None and queued.has_live_claim(now_ms()):
             result.skipped.append((run_id, "a process holds it (it is running); not removed"))
+            continue
+        if row.status == "running" and not row.interrupted:
+            result.skipped.append((run_id, f"it is {row.display_status}, not finished; not removed"))
             continue
         bundle = home / "runs" / run_id
         size = tree_bytes(bundle)
