@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
+from piw.store.retention_config import RetentionTable
 
-TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database")
+TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database", "retention")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -180,6 +181,7 @@ class PiwConfig(_Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     database: DatabaseTable | None = None
+    retention: RetentionTable | None = None  # piw.store.retention_config (issue 33)
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

@@ -9,6 +9,7 @@ on the rows the rest of the query kept.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,8 +44,19 @@ class RunQuery:
     limit: int | None = None
     """At most this many runs (the newest)."""
 
+    @functools.cached_property
+    def _run_statuses(self) -> frozenset[str]:
+        """The run statuses (the index's column) the status filter can keep: a waiting run may be listed as
+        ``waiting``, ``answered`` or ``cancelled`` (decided from its gate, later), a cancelled run as ``cancelled``."""
+        found = set(self.statuses)
+        if found & {"waiting", "answered", "cancelled"}:
+            found.add("waiting")
+        return frozenset(found)
+
     def keeps(self, values: tuple[Any, ...]) -> bool:
-        """Whether a raw index row passes every filter but the status one."""
+        """Whether a raw index row passes every filter (the status one as far as the row's own status tells)."""
+        if self.statuses and values[_STATUS] not in self._run_statuses:
+            return False
         if self.workflow is not None and values[_WORKFLOW] != self.workflow:
             return False
         if self.parent is not None and values[_PARENT] != self.parent:
@@ -63,6 +75,7 @@ class RunQuery:
         return True
 
 
+_STATUS = POSITION["status"]
 _WORKFLOW = POSITION["workflow_name"]
 _TITLE = POSITION["run_title"]
 _PARENT = POSITION["parent_run_id"]

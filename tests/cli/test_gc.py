@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from tests.support.cli import Cli
@@ -138,3 +139,29 @@ def cli_command() -> list[str]:
     from tests.support.cli import PIW_COMMAND
 
     return list(PIW_COMMAND)
+
+
+def test_the_host_applies_retention_once_a_day(
+    cli: Cli, make_workflow: WorkflowMaker, piw_home: Path
+) -> None:
+    from piw.run.retention_duty import DAY_MS, RetentionDuty
+
+    flow = make_workflow("hello", HELLO)
+    old = json.loads(cli("run", str(flow), "--json").stdout)["runId"]
+    (piw_home / "config.toml").write_text('[retention]\nolder_than = "0s"\nstatus = ["completed"]\n')
+    lines: list[str] = []
+    duty = RetentionDuty(piw_home, lines.append)
+    now = int(time.time() * 1000) + 1000
+    assert duty.tick(now) and not (piw_home / "runs" / old).exists()
+    assert any(f"Removed {old}" in line for line in lines)
+    newer = json.loads(cli("run", str(flow), "--json").stdout)["runId"]
+    assert not duty.tick(now + DAY_MS - 1)  # not twice a day, even from a new host (the stamp is on disk)
+    assert not RetentionDuty(piw_home, lines.append).tick(now + 60_000)
+    assert (piw_home / "runs" / newer).exists()
+    assert duty.tick(now + DAY_MS + 1) and not (piw_home / "runs" / newer).exists()
+
+
+def test_a_bad_retention_table_is_one_line_naming_the_key(cli: Cli, piw_home: Path) -> None:
+    (piw_home / "config.toml").write_text('[retention]\nolder_than = "soon"\n')
+    done = cli("providers")
+    assert done.returncode != 0 and "retention.older_than" in done.stderr

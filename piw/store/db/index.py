@@ -53,11 +53,25 @@ def to_ms(text: str | None) -> int | None:
 
 
 def from_ms(value: int | None) -> str | None:
-    """Epoch milliseconds back in the persisted timestamp format (``2026-12-01T10:35:34.123Z``)."""
+    """Epoch milliseconds back in the persisted timestamp format (``2026-12-01T10:35:34.123Z``).
+
+    The date part is formatted once per day and kept (listing 10,000 runs formats 30,000 times, and
+    ``strftime`` was a third of it)."""
     if value is None:
         return None
-    seconds, millis = divmod(value, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+    day, rest = divmod(value, 86_400_000)
+    date = _DAYS.get(day)
+    if date is None:
+        date = time.strftime("%Y-%m-%dT", time.gmtime(day * 86_400))
+        if len(_DAYS) < 100_000:
+            _DAYS[day] = date
+    seconds, millis = divmod(rest, 1000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    return f"{date}{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
+
+
+_DAYS: dict[int, str] = {}
 
 
 @dataclass(frozen=True)
