@@ -205,7 +205,6 @@ def runs(
     database: DatabaseOption = None,
 ) -> int:
     """List runs, newest first; the options narrow the list (docs/cli.md, "Finding runs")."""
-    from piw.cli.runs_table import print_runs
     from piw.store.history import find_runs
 
     home = command_home(database)
@@ -219,6 +218,8 @@ def runs(
         for line in warnings:
             sys.stderr.write(f"Warning: {line}\n")
         return 0
+    from piw.cli.runs_table import print_runs  # (rich's console: not needed for --json)
+
     console = make_console()
     for line in warnings:  # before the table: a held backlog spends nothing until someone decides
         console.print(f"⚠ {safe_text(line)}", soft_wrap=True)
