@@ -27,6 +27,7 @@ from piw.redaction import redacting_listeners, redactor_for
 from piw.run.executors import Executor
 from piw.run.launch import LaunchOptions
 from piw.store.bundle import open_bundle
+from piw.toolservers.config import check_servers
 from piw.workflow.definition import ActionNode, AgentNode
 from piw.workflow.loader import LoadedWorkflow
 
@@ -107,6 +108,7 @@ class AgentWiring:
             )
         try:
             config = load_config(home)
+            check_servers(servers_named(workflow), config.mcp, config.agent.backend)
             selection = select_provider(config, launch.provider, launch.model)
             check_requestable(selection)
         except ProviderError:
@@ -134,6 +136,15 @@ class AgentWiring:
         return AgentExecutor(settings)
 
 
+def servers_named(workflow: LoadedWorkflow) -> dict[str, list[str]]:
+    """Node id → the MCP servers its ``tools=(mcp(...), ...)`` name (agent steps only)."""
+    return {
+        node_id: [ref.server for ref in gnode.node.mcp]
+        for node_id, gnode in workflow.graph.nodes.items()
+        if isinstance(gnode.node, AgentNode) and gnode.node.mcp
+    }
+
+
 def agent_settings(
     config: PiwConfig,
     instance: Provider,
@@ -149,6 +160,7 @@ def agent_settings(
         model_max_tokens=model_settings.max_tokens if model_settings else None,
         tool_env=tuple(config.agent.tool_env),
         listeners=list(listeners),
+        mcp_servers=dict(config.mcp),
     )
 
 

@@ -283,6 +283,8 @@ def _agent_snapshot(node: AgentNode) -> dict[str, Any]:
         data["expectedOutput"] = expected
     if node.tools:
         data["tools"] = list(node.tools)
+    if node.mcp:
+        data["mcp"] = [ref.to_json() for ref in node.mcp]
     if node.updates:
         data["updates"] = True
     if node.context != "run":
