@@ -303,3 +303,14 @@ def test_a_step_visited_twice_replays_its_visits_in_order(cli: Cli) -> None:
         "piw-tests/loop/replies.ndjson: node draft: no recorded reply left for visit 2 of this step"
         in done.stdout
     )
+
+
+def test_replays_copy_an_empty_run_database_kept_in_the_home_and_remake_a_bad_one(cli: Cli) -> None:
+    recorded_triage(cli)
+    assert cli("test").returncode == 0
+    (template,) = (cli.home / "cache").glob("piw-test-home-*.sqlite")
+
+    template.write_bytes(b"not a database")  # damaged (or left by another piw): ignored and made again
+    again = cli.process("test")  # a new process looks the template up again
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert template.read_bytes().startswith(b"SQLite format 3")
