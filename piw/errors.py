@@ -52,6 +52,9 @@
                                   recorded replies ran out; names the file and the field
     OutcomeUnknown (ResumeRefused) a ``once`` effect was interrupted; only ``piw resolve`` continues the run
     NotOutcomeUnknown (UsageError) ``piw resolve`` on a run whose outcome is not unknown; nothing changed
+    ScheduleExists (UsageError)   ``piw schedule add`` with a name that exists; nothing stored
+    ScheduleNotFound (UsageError) no schedule with that name
+    RunHeld (UsageError)          ``piw rm`` of a run that is still held (running, waiting, parked)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -323,3 +326,15 @@ class BrokenCase(CaseError):
         self.file = file
         self.field = field
         self.reason = reason
+
+
+class ScheduleExists(UsageError):
+    """``piw schedule add`` with a name that is taken; nothing was stored."""
+
+
+class ScheduleNotFound(UsageError):
+    """No schedule has that name."""
+
+
+class RunHeld(UsageError):
+    """A run named for removal is not finished (running, waiting, parked, outcome unknown); nothing was removed."""

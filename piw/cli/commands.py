@@ -47,6 +47,9 @@ COMMAND_MODULES: dict[str, str] = {
     "resolve": "piw.cli.resolve",
     "mcp": "piw.cli.mcp",
     "test": "piw.cli.testing",
+    "schedule": "piw.cli.schedule",
+    "gc": "piw.cli.gc",
+    "rm": "piw.cli.gc",
 }
 
 

@@ -21,6 +21,7 @@ from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
 from piw.providers.rate_limit_config import RateLimit
+from piw.store.retention_config import RetentionTable
 from piw.telemetry.table import TelemetryTable
 from piw.toolservers.config import McpServerConfig, check_server_names
 
@@ -34,6 +35,7 @@ TOP_LEVEL_KEYS = (
     "mcp",
     "telemetry",
     "channels",
+    "retention",
 )
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -208,6 +210,7 @@ class PiwConfig(_Strict):
     """``[mcp.NAME]``: MCP tool servers agent steps may name (``piw.toolservers.config``, ``docs/tools-mcp.md``)."""
     telemetry: TelemetryTable = Field(default_factory=TelemetryTable)
     channels: ChannelTable = Field(default_factory=dict)  # docs/channels.md
+    retention: RetentionTable | None = None  # piw.store.retention_config (issue 33)
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

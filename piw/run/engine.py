@@ -267,6 +267,7 @@ class Engine:
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
             "budget": self._limits(),
+            "schedule": self.options.schedule,
             **(extra or {}),
         }
         return payload

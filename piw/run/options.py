@@ -40,6 +40,8 @@ class RunOptions:
     on_start: Callable[[Bundle], None] | None = None
     budget: Budget | None = None
     """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire starting this run, recorded in ``run_started`` (docs/schedules.md)."""
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
     outbox: Outbox | None = None

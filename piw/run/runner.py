@@ -81,6 +81,8 @@ class ForegroundOptions:
     """``piw run --idempotency-key``: a repeat of the same start adopts the run the key started (``Adopted``)."""
     resolution: dict[str, Any] | None = None
     """``piw resolve``: the answer for a run whose effect outcome is unknown (``piw.run.effects``)."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire queuing this run (``piw host``, docs/schedules.md)."""
 
 
 def new_origin_session() -> dict[str, Any]:
@@ -112,6 +114,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             outbox=database.outbox,
             budget=options.budget,
             resolution=options.resolution,
+            schedule=options.schedule,
             **clock,
         ),
     )
@@ -252,6 +255,7 @@ def queue_run(
         session_visible=False,
         budget=options.budget,
         idempotency_key=options.idempotency_key,
+        schedule=options.schedule,
     )
     with _closing(_engine(workflow, home, detached)) as engine:
         claimed = _claim_start(engine, home, raw_input, title, detached)

@@ -149,6 +149,9 @@ class _Folder:
         )
         if isinstance(payload.get("budget"), dict):
             self.fields["budget"] = dict(payload["budget"])
+        scheduled = payload.get("schedule")
+        if isinstance(scheduled, dict):
+            self.fields["schedule"] = {"name": scheduled.get("name"), "fireAt": scheduled.get("fireAt")}
         forked = payload.get("forkedFrom")
         if isinstance(forked, dict):
             self.fields["forked_from"] = {"runId": forked.get("runId"), "seq": forked.get("seq")}

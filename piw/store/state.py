@@ -226,6 +226,8 @@ class RunState:
     parent_run_id: str | None = None
     forked_from: dict[str, Any] | None = None
     """``{runId, seq}`` of the run this one was forked from (``piw fork``)."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire that started this run (``run_started.schedule``, docs/schedules.md)."""
     carried_step_count: int = 0
     human_decision: dict[str, Any] | None = None
     workflow_source: dict[str, Any] = field(default_factory=dict)

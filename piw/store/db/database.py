@@ -92,6 +92,10 @@ TABLES: dict[str, TableSpec] = {
             "damage_line": int,  # the trace's first damaged line; the row shows its readable prefix
             "usage_json": str,  # the run's usage, or its spend when it has a budget
             "trace_stamp": str,  # size:mtime_ns of trace.ndjson when the row was computed
+            # Finding runs (piw runs --search/--schedule, docs/cli.md): title and input as text, the schedule fire.
+            "search_text": str,
+            "schedule_name": str,
+            "fire_at": int,
         },
         pk="run_id",
         not_null=("workflow_name", "status"),
@@ -167,6 +171,43 @@ TABLES: dict[str, TableSpec] = {
         pk="decision_id",
         not_null=("run_id", "node_id", "status"),
         defaults={"status": "open"},
+    ),
+    # Schedules and their fires (issue 33, docs/schedules.md; piw.store.db.schedules).
+    "schedules": TableSpec(
+        columns={
+            "name": str,
+            "workflow_ref": str,
+            "input_json": str,
+            "timing_json": str,
+            "missed": str,
+            "max_backlog": int,
+            "overlap": str,
+            "budget": str,
+            "title": str,
+            "paused": int,
+            "held_json": str,
+            "cursor_at": int,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk="name",
+        not_null=("workflow_ref", "timing_json", "missed", "max_backlog", "overlap", "paused", "cursor_at"),
+        defaults={"paused": 0},
+    ),
+    "schedule_fires": TableSpec(
+        columns={
+            "schedule_name": str,
+            "fire_at": int,
+            "state": str,
+            "run_id": str,
+            "claimer": str,
+            "claim_expires_at": int,
+            "note": str,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk=("schedule_name", "fire_at"),
+        not_null=("state",),
     ),
     # Command-level idempotency records.
     "idempotency": TableSpec(
@@ -277,6 +318,10 @@ INDEXES: tuple[str, ...] = (
     "CREATE UNIQUE INDEX IF NOT EXISTS channel_posts_one_per_wait ON channel_posts(decision_id, channel)",
     "CREATE INDEX IF NOT EXISTS channel_posts_due ON channel_posts(due_at) WHERE due_at IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS answer_tokens_decision ON answer_tokens(decision_id)",
+    # Schedules: the fires a host looks at again (issue 33).
+    "CREATE INDEX IF NOT EXISTS schedule_fires_pending ON schedule_fires(state) "
+    "WHERE state IN ('claimed', 'queued')",
+    "CREATE INDEX IF NOT EXISTS schedule_fires_run ON schedule_fires(run_id)",
 )
 
 
