@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,16 +12,14 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.database import DatabaseOption, command_home
+from piw.cli.follow_flags import FollowFlags, follow_flags
 from piw.cli.foreground import (
     BudgetOption,
     Following,
-    ModelOption,
-    ProviderOption,
-    RunJsonOption,
-    ScriptOption,
-    VerboseOption,
+    PlanOption,
     report_adopted,
 )
+from piw.cli.plan import print_plan, projection_of
 from piw.errors import PiwError, UsageError
 from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
@@ -41,6 +38,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
+@follow_flags
 def run(
     workflow: Annotated[str, typer.Argument(help="A workflow file path, or a name to discover.")],
     input: Annotated[
@@ -50,12 +48,7 @@ def run(
         ),
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for this run.")] = None,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
     budget: BudgetOption = None,
-    as_json: RunJsonOption = False,
     detach: Annotated[
         bool, typer.Option("--detach", help="Queue the run for 'piw host' instead of running it here.")
     ] = False,
@@ -71,7 +64,9 @@ def run(
             "a different request under the key is refused.",
         ),
     ] = None,
-    database: DatabaseOption = None,
+    plan: PlanOption = False,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Start a run and follow it until it ends, waits, or is interrupted. With --detach, queue it for a host."""
     from piw.run.runner import start_run
@@ -79,15 +74,20 @@ def run(
     from piw.workflow.loader import parse_input_option
 
     raw_input = parse_input_option(input)
+    if plan:
+        return print_plan(
+            projection_of(workflow, piw_home(), raw_input, flags.provider, flags.model, flags.script),
+            flags.as_json,
+        )
     limits = parse_budget(budget) if budget is not None else None
     key = _checked_key(idempotency_key)
-    home = command_home(database)
+    home = flags.home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
-    launch = LaunchOptions.given(provider, model, script)
+    launch = flags.launch()
     if detach:
-        return _detach(workflow, raw_input, title, launch, no_origin, as_json, key, limits)
-    return Following(as_json, launch, verbose).follow(
+        return _detach(workflow, raw_input, title, launch, no_origin, flags.as_json, key, limits)
+    return Following(flags.as_json, launch, flags.verbose).follow(
         lambda options: start_run(
             workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
         )
@@ -114,21 +114,22 @@ def _detach(
     budget: Budget | None = None,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
-    from piw.agent_steps.factory import agent_executor_factory
-    from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
+    from piw.run.runner import new_origin_session
+    from piw.run.starting import queue_detached
     from piw.store.db.idempotency import Adopted
 
     home = piw_home()
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
-    # The provider the host will use must exist and be requestable now, not fail later in the host.
-    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
-    options = ForegroundOptions(
-        launch=launch.recorded(),
+    state = queue_detached(
+        home,
+        workflow,
+        raw_input,
+        title,
+        launch,
         origin_session=new_origin_session() if from_terminal and not no_origin else None,
         idempotency_key=idempotency_key,
         budget=budget,
     )
-    state = queue_run(workflow, home, raw_input, title, options, check=factory)
     if isinstance(state, Adopted):
         return report_adopted(state, as_json)
     if as_json:
@@ -143,27 +144,26 @@ def _detach(
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
+@follow_flags
 def resume(
     run_id: Annotated[
         str, typer.Argument(help="The run to continue (an id, a unique prefix, latest or -N).")
     ],
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
-    as_json: RunJsonOption = False,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Continue an interrupted, parked or paused run from its trace; completed steps are not run again.
 
     The provider, model and script default to the ones the run was started with.
     """
-    from piw.run.runner import recorded_launch, resume_run
+    from piw.run.runner import resume_run
 
-    home = command_home(database)
+    home = flags.home()
     run_id = resolve_run_id(home, run_id)
-    launch = LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
-    return Following(as_json, launch, verbose).follow(lambda options: resume_run(run_id, home, options))
+    launch = flags.launch_of(home, run_id)
+    return Following(flags.as_json, launch, flags.verbose).follow(
+        lambda options: resume_run(run_id, home, options)
+    )
 
 
 @app.command()

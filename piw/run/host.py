@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from piw.channels.duty import ChannelDuty
 from piw.errors import BundleLinked, DatabaseBusy, DatabaseUnavailable, PiwError, StorageFull, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
@@ -99,6 +100,7 @@ class Host:
         self._full_since: float | None = None
         self._check_database = watch_database(self.queue, home, self._held, options.report)
         self.presence = open_presence(home, self.queue, self.runner, options.concurrency, options.workflows)
+        self.channels = ChannelDuty(home, options.report, self.runner)  # docs/channels.md
         self._fire_schedules = ScheduleDuty(home, self.runner, options.report)  # docs/schedules.md
         self._retention = RetentionDuty(home, options.report)  # [retention], docs/cli.md
 
@@ -136,6 +138,7 @@ class Host:
             self.stop()
         finally:
             self._join_all()
+            self.channels.close()
             if self.presence is not None:
                 self.presence.stop()
         return self.result
@@ -198,6 +201,7 @@ class Host:
                 lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"),
                 self._delivered,
             )
+            self.channels.tick()  # gates announced on their channels, answers read back (docs/channels.md)
         except DatabaseBusy:
             raise  # busy past the wait limit: the host stops with exit 75 (docs/detached.md)
         except Exception as exc:  # housekeeping never stops the host (a database out of reach too)

@@ -52,3 +52,5 @@ class RunOptions:
     claimer: Callable[[str, dict[str, Any]], Lease] | None = None
     """Inserts the queue row of a run being created (``run_id``, its ``run_started`` payload), claimed by this
     process, before its bundle exists; the engine then writes under that claim (``piw.run.claims``)."""
+    resolution: dict[str, Any] | None = None
+    """``piw resolve``: ``{resolution: done|retry|skip, output?}`` for a run whose effect outcome is unknown."""

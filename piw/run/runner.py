@@ -79,6 +79,8 @@ class ForegroundOptions:
     """Where a problem that does not stop the run is reported (the CLI prints ``Warning: …`` on stderr)."""
     idempotency_key: str | None = None
     """``piw run --idempotency-key``: a repeat of the same start adopts the run the key started (``Adopted``)."""
+    resolution: dict[str, Any] | None = None
+    """``piw resolve``: the answer for a run whose effect outcome is unknown (``piw.run.effects``)."""
     schedule: dict[str, Any] | None = None
     """``{name, fireAt}`` of the schedule fire queuing this run (``piw host``, docs/schedules.md)."""
 
@@ -111,6 +113,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             decisions=open_decision_book(database.decisions),
             outbox=database.outbox,
             budget=options.budget,
+            resolution=options.resolution,
             schedule=options.schedule,
             **clock,
         ),
@@ -278,7 +281,7 @@ def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTr
     run_id = bundle.run_id
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
     try:
-        refuse_unresumable(trace, run_id)
+        refuse_unresumable(trace, run_id, options.resolution)
     except RunFinished:
         finish_row(open_run_database(home).queue, trace.state)
         raise

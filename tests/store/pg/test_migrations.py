@@ -24,7 +24,11 @@ from tests.support.pg import PgServer
 
 TABLES = {
     "schema_migrations", "run_queue", "run_bundles", "trace_events", "session_entries", "artifacts", "runs",
-    "notifications", "human_decisions", "idempotency", "hosts", "schedules", "schedule_fires",
+    "notifications", "human_decisions", "idempotency", "hosts",
+    "api_tokens",  # 0004 (docs/serve.md)
+    "rate_limits", "rate_limit_slots",  # 0002 (docs/rate-limits.md)
+    "channel_posts", "answer_tokens", "channel_cursors",  # 0005 (docs/channels.md)
+    "schedules", "schedule_fires",  # 0006 (docs/schedules.md)
 }  # fmt: skip
 SHIPPED = [migration.version for migration in shipped()]
 LATEST = SHIPPED[-1]
@@ -62,6 +66,7 @@ def test_the_database_clock_is_the_servers(pg_setting: DatabaseSetting) -> None:
 
 
 # ---- piw db migrate: concurrency, the window, contract migrations (multi-host.md §5 test 15) -----------------
+
 
 EXPAND = "-- kind: expand\nCREATE TABLE later_notes (id int PRIMARY KEY);\n"
 CONTRACT = "-- kind: contract\nALTER TABLE run_queue DROP COLUMN concurrency_key;\n"
