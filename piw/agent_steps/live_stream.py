@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from piw.providers.messages import AssistantReply
 from piw.redaction import redacting_listeners, redactor_for
-from piw.store.live_stream import stream_file
+from piw.store.live_stream import release_stream_file, stream_file
 from piw.store.place import home_of
 
 if TYPE_CHECKING:
@@ -25,15 +25,20 @@ log = logging.getLogger(__name__)
 
 class StreamListener:
     def __init__(self, attempt: Attempt) -> None:
-        bundle_path = attempt.writer.bundle.path
-        self.file = stream_file(bundle_path)
+        self.bundle_path = attempt.writer.bundle.path
+        self.file = stream_file(self.bundle_path)
         self.base = {"attemptId": attempt.attempt_id, "nodeId": attempt.node_id}
         self.on = True
 
     def __call__(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        if kind == "agent_end":  # the loop is over: give the file back (the last attempt closes it)
+            if self.on:
+                self.on = False
+                release_stream_file(self.bundle_path)
+            return
         if not self.on:
             return
-        kind = getattr(event, "type", None)
         record: dict[str, Any] | None = None
         if kind == "message_start":
             record = {"kind": "start"}
@@ -49,6 +54,7 @@ class StreamListener:
             self.file.write({**self.base, **record})
         except OSError as exc:
             self.on = False
+            release_stream_file(self.bundle_path)
             log.debug("no live stream for attempt %s: %s", self.base["attemptId"], exc)
 
 

@@ -7,8 +7,9 @@ It is not part of the trace: nothing is fsync'd, nothing in the fold, resume, fo
 deleting it loses only what a watcher would have seen. The committed conversation entry stays the truth.
 
 Bounded: past :data:`MAX_BYTES` the file is renamed to ``live-stream.1.ndjson`` (replacing the older one) and a
-new file starts with a ``snapshot`` line holding each streaming reply's text so far, so a reader only ever needs
-the current file. Lines are written with one ``write`` each on an ``O_APPEND`` descriptor; a torn or foreign line
+new file starts, after its ``file`` line (a random id that tells a reader the file changed), with a ``snapshot``
+line holding each streaming reply's text so far, so a reader only ever needs the current file.
+Lines are written with one ``write`` each on an ``O_APPEND`` descriptor; a torn or foreign line
 is skipped by readers.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,12 +47,12 @@ class StreamFile:
     def write(self, record: dict[str, Any]) -> None:
         """Append one record (``attemptId``, ``nodeId``, ``kind`` and its fields); ``OSError`` when it cannot."""
         with self._lock:
-            self._track(record)
             line = _line(record)
             if self._fd is None:
                 self._open()
             elif self._size + len(line) > self.max_bytes:
-                self._rotate()
+                self._rotate()  # its snapshot holds the replies before this record, which follows it
+            self._track(record)
             assert self._fd is not None
             os.write(self._fd, line)
             self._size += len(line)
@@ -68,6 +70,16 @@ class StreamFile:
     def _open(self) -> None:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._size = os.fstat(self._fd).st_size
+        if self._size == 0:
+            self._header()
+
+    def _header(self) -> None:
+        """The first line of every file: its own id, so a reader knows a rotated file from the one it read (an
+        inode number can come back after a rotation)."""
+        assert self._fd is not None
+        line = json.dumps({"kind": "file", "id": secrets.token_hex(8)}).encode() + b"\n"
+        os.write(self._fd, line)
+        self._size += len(line)
 
     def _rotate(self) -> None:
         if self._fd is not None:
@@ -75,6 +87,7 @@ class StreamFile:
         os.replace(self.path, self.path.with_name(ROTATED_FILE))
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
         self._size = 0
+        self._header()
         for attempt, reply in self._replies.items():
             line = _line(
                 {"attemptId": attempt, "nodeId": reply["nodeId"], "kind": "snapshot", "text": reply["text"]}
@@ -95,17 +108,32 @@ def _line(record: dict[str, Any]) -> bytes:
     return json.dumps(stamped, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-_FILES: dict[Path, StreamFile] = {}
+_FILES: dict[Path, tuple[StreamFile, int]] = {}
 _FILES_LOCK = threading.Lock()
 
 
 def stream_file(bundle_path: Path) -> StreamFile:
-    """The process's stream file of a bundle (one per bundle, so concurrent children rotate it once)."""
+    """The process's stream file of a bundle, for one more attempt (one per bundle, so concurrent children rotate it
+    once); each caller gives it back with :func:`release_stream_file` when its attempt's loop ends."""
     with _FILES_LOCK:
-        found = _FILES.get(bundle_path)
+        found, users = _FILES.get(bundle_path, (None, 0))
         if found is None:
-            found = _FILES[bundle_path] = StreamFile(bundle_path)
+            found = StreamFile(bundle_path)
+        _FILES[bundle_path] = (found, users + 1)
         return found
+
+
+def release_stream_file(bundle_path: Path) -> None:
+    """One attempt is done with the bundle's stream file; the last one closes it (a host runs many bundles)."""
+    with _FILES_LOCK:
+        found, users = _FILES.get(bundle_path, (None, 0))
+        if found is None:
+            return
+        if users > 1:
+            _FILES[bundle_path] = (found, users - 1)
+            return
+        del _FILES[bundle_path]
+    found.close()
 
 
 # ---- reading ----------------------------------------------------------------------------------------------
@@ -127,7 +155,7 @@ class StreamReader:
     def __init__(self, bundle_path: Path) -> None:
         self.path = bundle_path / STREAM_FILE
         self._offset = 0
-        self._inode: int | None = None
+        self._file_id: bytes | None = None
         self._rest = b""
         self.replies: dict[str, LiveReply] = {}
 
@@ -135,9 +163,9 @@ class StreamReader:
         """Read what was appended; True when a reply changed."""
         try:
             with open(self.path, "rb") as handle:
-                status = os.fstat(handle.fileno())
-                if status.st_ino != self._inode or status.st_size < self._offset:
-                    self._inode, self._offset, self._rest = status.st_ino, 0, b""
+                first = handle.readline(200)
+                if first != self._file_id or os.fstat(handle.fileno()).st_size < self._offset:
+                    self._file_id, self._offset, self._rest = first, 0, b""  # a new file: from its start
                 handle.seek(self._offset)
                 data = handle.read()
         except OSError:
@@ -159,6 +187,8 @@ class StreamReader:
         except (ValueError, KeyError, TypeError):
             return False
         node = str(record.get("nodeId") or "")
+        if kind == "file":
+            return False
         if kind in ("start", "snapshot"):
             self.replies[attempt] = LiveReply(node, str(record.get("text", ""))[-KEPT_CHARS:])
             return True

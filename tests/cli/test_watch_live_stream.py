@@ -83,7 +83,7 @@ def test_a_second_terminal_sees_the_reply_while_it_streams(
     assert json.loads(out)["status"] == "completed"
 
     records = [json.loads(line) for line in side.read_text(encoding="utf-8").splitlines()]
-    assert records[0]["kind"] == "start" and records[-1]["kind"] == "end"
+    assert [r["kind"] for r in records[:2]] == ["file", "start"] and records[-1]["kind"] == "end"
     assert _streamed(side) == REPLY
     assert oct(side.stat().st_mode & 0o777) == "0o600"
     trace = (bundle / "trace.ndjson").read_text(encoding="utf-8")
