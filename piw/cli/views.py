@@ -204,11 +204,12 @@ def inspect(
     quick_exit.keep_until_exit(shown)
     print_view(console, shown)
     if view == "state" and decision is not None:
-        from piw.cli.waiting import wait_view
+        from piw.cli.waiting import print_channels, wait_view
 
         wait = wait_view(home, run.state)
         if wait is not None:
             console.print(wait)
+            print_channels(console, home, run.state.run_id)
     return 0
 
 

@@ -28,6 +28,7 @@ from piw.views.base import (
     safe,
 )
 from piw.views.budget import spent_line
+from piw.views.effects import UNKNOWN_MARK, unresolved_lines
 from piw.views.progress import next_check_at
 from piw.wire import digest
 
@@ -37,6 +38,8 @@ _WAITS = {"agent": "waiting for the model", "checkpoint": "recording the checkpo
 
 def status_line(state: RunState, live: bool | None) -> Text:
     """``✓ completed``, ``⏸ waiting on ask``, ``▶ running · possibly interrupted`` …"""
+    if state.status == "unknown":  # parked on an interrupted effect="once" step: a person answers it
+        return Text(f"{UNKNOWN_MARK} outcome unknown", style="bold yellow")
     mark = OUTCOME_MARKS.get("ok" if state.status == "completed" else state.status, "·")
     line = Text(f"{mark} {state.status}", style=f"bold {STATUS_STYLES.get(state.status, '')}".strip())
     if state.status == "waiting" and state.waiting_on:
@@ -149,6 +152,8 @@ class StateView(View):
         yield _row("input", input_line)
         if state.current is not None:
             yield _row("current", current_line(state, self.now))
+        for index, line in enumerate(unresolved_lines(state)):
+            yield _row("effect" if index == 0 else "", safe(line, "yellow"))
         yield _row("started", safe(state.started_at or ""))
         if state.finished_at:
             took = fmt_duration(ms_between(state.started_at, parse_instant(state.finished_at)))
