@@ -91,3 +91,18 @@ def test_a_second_terminal_sees_the_reply_while_it_streams(
     side.unlink()  # the side file is no input of the fold: the views read the same run without it
     state = cli.json("inspect", bundle.name)
     assert state["outputs"]["say"] == REPLY
+
+
+def test_a_secret_in_the_stream_never_reaches_the_side_file(
+    cli: Cli, stub: OpenAIStub, piw_home: Path
+) -> None:
+    secret = "sk-watch-secret-0123456789abcdef"
+    write_stub_config(piw_home, stub, model='models = ["m"]\napi_key = "$WATCH_KEY"')
+    stub.respond = [StubReply.text(f"Your key is {secret}, keep it safe.")]
+    flow = cli.cwd / "speak.workflow.py"
+    flow.write_text(WORKFLOW, encoding="utf-8")
+    done = cli.process("run", str(flow), "--json", env={"WATCH_KEY": secret})
+    assert done.returncode == 0, done.stderr
+    (side,) = (piw_home / "runs").glob("*/live-stream.ndjson")
+    assert secret not in side.read_text(encoding="utf-8")
+    assert _streamed(side) == "Your key is [redacted], keep it safe."

@@ -65,7 +65,9 @@ def test_the_last_attempt_closes_the_file(tmp_path: Path) -> None:
 
 
 def test_a_torn_or_foreign_line_is_skipped(tmp_path: Path) -> None:
-    (tmp_path / STREAM_FILE).write_bytes(b'not json\n{"kind": "text"}\n{"attemptId": "x", "kind": "start"}\n{"att')
+    (tmp_path / STREAM_FILE).write_bytes(
+        b'not json\n{"kind": "text"}\n{"attemptId": "x", "kind": "start"}\n{"att'
+    )
     reader = StreamReader(tmp_path)
     assert reader.poll()
     assert set(reader.replies) == {"x"}
