@@ -45,9 +45,13 @@ def test_a_long_reply_rotates_and_a_reader_keeps_the_text(tmp_path: Path) -> Non
     late_reply = late.reply_of(ATTEMPT)
     assert late_reply is not None and late_reply.text.endswith("w399 ") and sent.endswith(late_reply.text)
     stream.write(_record("tool", tool="search"))
+    late.poll()
+    calling = late.reply_of(ATTEMPT)  # (a new object when a write rotated the file again)
+    assert calling is not None and calling.tools == ["search"] and not calling.ended
     stream.write(_record("end"))
     late.poll()
-    assert late_reply.tools == ["search"] and late_reply.ended
+    ended = late.reply_of(ATTEMPT)
+    assert ended is not None and ended.ended and ended.text.endswith("w399 ")
     stream.close()
 
 
