@@ -11,10 +11,12 @@ import math
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 from typing import Any, Literal, Protocol
+
+from piw.store.state import UpdateRecord
 
 __all__ = [
     "PROGRESS_SCHEMA",
@@ -25,7 +27,6 @@ __all__ = [
     "ProgressData",
     "ProgressEstimate",
     "ProgressInvalid",
-    "ProgressRecord",
     "ProgressSample",
     "ProgressWindow",
     "estimate_progress",
@@ -347,7 +348,7 @@ class ProgressWindow:
 
 
 class _RecordLike(Protocol):
-    """What the track builder reads; ``piw.store.fold.UpdateRecord`` and :class:`ProgressRecord` both fit."""
+    """What the track builder reads: a :class:`~piw.store.state.UpdateRecord`, or anything shaped like one."""
 
     @property
     def type(self) -> str: ...
@@ -357,21 +358,6 @@ class _RecordLike(Protocol):
     def at(self) -> str: ...
     @property
     def data(self) -> Mapping[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class ProgressRecord:
-    """One ``update_published`` of type ``progress`` as the trace holds it (``at`` is RFC 3339 text)."""
-
-    update_id: str
-    seq: int
-    at: str
-    run_id: str
-    node_id: str
-    attempt_id: str
-    key: str
-    data: Mapping[str, Any]
-    type: str = field(default="progress", init=False)
 
 
 def _wire(event: object) -> Mapping[str, Any] | None:
@@ -386,7 +372,7 @@ def _wire(event: object) -> Mapping[str, Any] | None:
     return None
 
 
-def progress_records_from_trace(events: Iterable[object]) -> list[ProgressRecord]:
+def progress_records_from_trace(events: Iterable[object]) -> list[UpdateRecord]:
     """The ``progress`` updates of a trace in order; lines without the update shape are skipped, not fatal.
 
     The shape: an integer ``seq``, an ``at`` time, and a payload with a string ``updateId`` and ``key`` and an object
@@ -398,7 +384,7 @@ def progress_records_from_trace(events: Iterable[object]) -> list[ProgressRecord
     return [record for record in map(_record, events) if record is not None]
 
 
-def _record(event: object) -> ProgressRecord | None:
+def _record(event: object) -> UpdateRecord | None:
     wire = _wire(event)
     if wire is None or wire.get("type") != "update_published":
         return None
@@ -417,15 +403,16 @@ def _record(event: object) -> ProgressRecord | None:
         and isinstance(update_id, str)
     ):
         return None
-    return ProgressRecord(
+    return UpdateRecord(
         update_id=update_id,
         seq=seq,
         at=at,
         run_id=str(wire.get("runId", "")),
         node_id=str(wire.get("nodeId", "")),
         attempt_id=str(wire.get("attemptId", "")),
+        type="progress",
         key=key,
-        data=data,
+        data=dict(data),
     )
 
 

@@ -15,7 +15,6 @@ from piw.progress import (
     PROGRESS_SCHEMA,
     ProgressEstimate,
     ProgressInvalid,
-    ProgressRecord,
     ProgressSample,
     ProgressWindow,
     estimate_progress,
@@ -29,6 +28,7 @@ from piw.progress import (
     sanitize_text,
     validate_progress_data,
 )
+from piw.store.state import UpdateRecord
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -39,6 +39,20 @@ def at(seconds: float) -> datetime:
 
 def iso(seconds: float) -> str:
     return at(seconds).isoformat().replace("+00:00", "Z")
+
+
+def _progress(
+    update_id: str,
+    seq: int,
+    at: str,
+    run_id: str,
+    node_id: str,
+    attempt_id: str,
+    key: str,
+    data: dict[str, Any],
+) -> UpdateRecord:
+    """A ``progress`` update as the fold keeps it."""
+    return UpdateRecord(update_id, seq, at, run_id, node_id, attempt_id, "progress", key, data)
 
 
 def data(**fields_: Any) -> dict[str, Any]:
@@ -478,7 +492,7 @@ def test_item8_tracks_are_independent_in_first_publication_order() -> None:
     ]
     records = progress_records_from_trace(events)
     assert [r.key for r in records] == ["b", "a", "b", "a", "c", "c"]
-    assert records[0] == ProgressRecord("upd_1", 1, iso(0), "run-1", "work", "att-1", "b", rows(0))
+    assert records[0] == _progress("upd_1", 1, iso(0), "run-1", "work", "att-1", "b", rows(0))
     tracks = progress_tracks_from_records(records, at(120))
     assert [t.key for t in tracks] == ["b", "a", "c"]
     assert [t.sample_count for t in tracks] == [2, 2, 1]
@@ -516,7 +530,7 @@ def test_records_from_trace_accept_wire_objects_and_skip_malformed_lines() -> No
     ]
     records = progress_records_from_trace([*bad, Wire()])
     assert [(r.seq, r.key, r.type) for r in records] == [(9, "k", "progress")]
-    unreadable_at = ProgressRecord("u", 1, "yesterday", "r", "n", "a", "k", rows(1))
+    unreadable_at = _progress("u", 1, "yesterday", "r", "n", "a", "k", rows(1))
     assert progress_tracks_from_records([unreadable_at], T0) == []
 
 
@@ -586,9 +600,7 @@ def test_first_plus_latest_nine_gives_the_identical_estimate(
     assert window.samples[0] is samples[0] and window.samples[-1] is samples[-1]
     full = estimate_progress("k", samples, now)
     assert estimate_progress("k", window.samples, now) == full
-    records = [
-        ProgressRecord("u", i, s.at.isoformat(), "r", "n", "a", "k", s.data) for i, s in enumerate(samples)
-    ]
+    records = [_progress("u", i, s.at.isoformat(), "r", "n", "a", "k", s.data) for i, s in enumerate(samples)]
     assert progress_tracks_from_records(records, now) == [full]
 
 

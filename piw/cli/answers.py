@@ -13,7 +13,6 @@ wins, as the workflow declared.
 
 from __future__ import annotations
 
-import io
 import shlex
 import sys
 from dataclasses import dataclass
@@ -24,17 +23,11 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
-from piw.cli.database import DatabaseOption, command_home
+from piw.cli.follow_flags import FollowFlags, follow_flags
 from piw.cli.foreground import (
     Following,
-    ModelOption,
-    ProviderOption,
-    RunJsonOption,
-    ScriptOption,
-    VerboseOption,
 )
 from piw.errors import ContinuationNotStarted, PiwError, RunLocked, UsageError
-from piw.run.launch import LaunchOptions
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, single_line
 
@@ -53,55 +46,9 @@ DetachOption = Annotated[
 
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
-    """The run's workflow as it is now; an answer to a changed workflow is refused before it is recorded."""
-    from piw.run.resume import check_source
-    from piw.run.runner import load_run_workflow
+    from piw.run.answering import loaded_workflow
 
-    workflow = load_run_workflow(state, home)
-    check_source(workflow, state)
-    return workflow
-
-
-def _launch(
-    home: Path, run_id: str, provider: str | None, model: str | None, script: str | None
-) -> LaunchOptions:
-    """The flags, else what the waiting run was started with: its continuation runs as ``piw resume`` would."""
-    from piw.run.runner import recorded_launch
-
-    return LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, run_id))
-
-
-def _preflight(
-    home: Path, state: RunState, workflow: LoadedWorkflow, claim: AnswerClaim, launch: LaunchOptions
-) -> None:
-    """Everything the continuation needs that can be checked now, before the answer is recorded: the provider of
-    an agent step ahead, and the durability setting (a refusal here records nothing, exit 2)."""
-    from piw.agent_steps.factory import agent_executor_factory
-    from piw.run.continuation import check_continuation
-    from piw.run.runner import configured_durability
-    from piw.store.bundle import open_bundle
-    from piw.store.db.run_database import open_run_database
-    from piw.store.trace import resolve_durability
-
-    if open_run_database(home).decisions.continuation_of(state.run_id) is not None:
-        return  # answered already: this repeat is adopted or refused, and what it continues was checked then
-    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
-    check_continuation(workflow, open_bundle(home, state.run_id), state, claim.spec, factory)
-    resolve_durability(configured_durability(home))
-
-
-def _record(
-    home: Path, claim: AnswerClaim, state: RunState, detach: bool, launch: LaunchOptions
-) -> AnswerReceipt:
-    """Sweep this run's due decision first (a passed deadline wins, as declared), then record the answer."""
-    from piw.run.answers import record_answer
-    from piw.run.sweeper import sweep_timeouts
-    from piw.store.db.run_database import open_run_database
-
-    database = open_run_database(home)
-    sweep_timeouts(home, database, run_id=state.run_id)
-    receipt, _ = record_answer(home, database, claim, state, foreground=not detach, launch=launch)
-    return receipt
+    return loaded_workflow(home, state)
 
 
 def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
@@ -135,11 +82,12 @@ class Answering:
 
 def _continue(answering: Answering, following: Following, detach: bool) -> int:
     """Check, record the answer, then follow its continuation here (``--detach``: leave it queued for a host)."""
+    from piw.run.answering import preflight, record
     from piw.run.runner import continue_run
 
     home, claim = answering.home, answering.claim
-    _preflight(home, answering.state, answering.workflow, claim, following.launch)
-    receipt = _record(home, claim, answering.state, detach, following.launch)
+    preflight(home, answering.state, answering.workflow, claim, following.launch)
+    receipt = record(home, claim, answering.state, detach=detach, launch=following.launch)
     as_json = following.as_json
     spec = receipt.spec
     if detach:
@@ -246,14 +194,13 @@ def _queued(receipt: AnswerReceipt, as_json: bool) -> int:
 
 
 def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
-    from piw.workflow.definition import CheckpointNode
+    from piw.run.answering import answer_model
 
-    gnode = workflow.graph.nodes.get(wait.node_id)
-    node = gnode.node if gnode is not None else None
-    return node.answer if isinstance(node, CheckpointNode) else None
+    return answer_model(workflow, wait)
 
 
 @app.command()
+@follow_flags
 def answer(
     run_id: Annotated[str, typer.Argument(help="The waiting run (id, unique prefix, latest, -1).")],
     answer_json: Annotated[
@@ -264,17 +211,13 @@ def answer(
         ),
     ],
     detach: DetachOption = False,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
-    as_json: RunJsonOption = False,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Answer a waiting checkpoint; its one continuation run follows the checkpoint's edge here."""
     from piw.run.answers import claim_answer, now_text, parse_answer_json, read_wait
 
-    home = command_home(database)
+    home = flags.home()
     run_id = resolve_run_id(home, run_id)
     text = answer_json
     if text.startswith("@"):
@@ -286,14 +229,17 @@ def answer(
     value = parse_answer_json(text, wait)
     workflow = _loaded(home, state)
     claim = claim_answer(wait, value, _answer_model(workflow, wait), now_iso=now_text())
-    launch = _launch(home, run_id, provider, model, script)
+    launch = flags.launch_of(home, run_id)
     repeat = f"piw answer {run_id} {shlex.quote(answer_json)}"
     return _continue(
-        Answering(home, state, workflow, claim, repeat), Following(as_json, launch, verbose), detach
+        Answering(home, state, workflow, claim, repeat),
+        Following(flags.as_json, launch, flags.verbose),
+        detach,
     )
 
 
 @app.command()
+@follow_flags
 def decide(
     run_id: Annotated[str, typer.Argument(help="The run waiting for a decision (id, prefix, latest, -1).")],
     choice: Annotated[str, typer.Argument(help="One of the decision's choices.")],
@@ -306,26 +252,24 @@ def decide(
         typer.Option("--request-sha256", help="Refuse unless the request is the one with this digest."),
     ] = None,
     detach: DetachOption = False,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
-    as_json: RunJsonOption = False,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Decide a human_decision gate as a person; the continuation run follows the chosen edge here."""
     from piw.run.answers import claim_decision, now_text, parse_texts, read_wait
 
-    home = command_home(database)
+    home = flags.home()
     run_id = resolve_run_id(home, run_id)
     wait, state = read_wait(home, run_id)
     texts = parse_texts(list(text or []), wait, choice) if wait.kind == "human_decision" else {}
     claim = claim_decision(wait, choice, texts, seen_sha256=request_sha256, now_iso=now_text())
     workflow = _loaded(home, state)
-    launch = _launch(home, run_id, provider, model, script)
+    launch = flags.launch_of(home, run_id)
     repeat = shlex.join(
         ["piw", "decide", run_id, choice, *(part for value in text or [] for part in ("--text", value))]
     )
     return _continue(
-        Answering(home, state, workflow, claim, repeat), Following(as_json, launch, verbose), detach
+        Answering(home, state, workflow, claim, repeat),
+        Following(flags.as_json, launch, flags.verbose),
+        detach,
     )

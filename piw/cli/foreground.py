@@ -29,15 +29,6 @@ if TYPE_CHECKING:
 
 EXIT_BY_STATUS = {"completed": 0, "waiting": 0, "running": 0, "failed": 1, "timed_out": 1, "cancelled": 1}
 
-ProviderOption = Annotated[str | None, typer.Option("--provider", help="Provider for agent steps.")]
-ModelOption = Annotated[str | None, typer.Option("--model", help="Model (or provider/model).")]
-ScriptOption = Annotated[str | None, typer.Option("--script", help="Replies file for the scripted provider.")]
-VerboseOption = Annotated[
-    bool,
-    typer.Option(
-        "--verbose", help="Expand step cards, show submitted outputs; a failure shows its whole traceback."
-    ),
-]
 BudgetOption = Annotated[
     str | None,
     typer.Option(
@@ -45,8 +36,9 @@ BudgetOption = Annotated[
         help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
     ),
 ]
-RunJsonOption = Annotated[
-    bool, typer.Option("--json", help="Print {runId,status,finalOutput,error} at the end.")
+PlanOption = Annotated[
+    bool,
+    typer.Option("--plan", help="Print the projected requests, tokens and cost; send no model request."),
 ]
 
 Start = Callable[["ForegroundOptions"], "RunState | Adopted"]

@@ -8,23 +8,18 @@ from typing import Annotated
 import typer
 
 from piw.cli.app import app
-from piw.cli.database import DatabaseOption, command_home
+from piw.cli.follow_flags import FollowFlags, follow_flags
 from piw.cli.foreground import (
     BudgetOption,
     Following,
-    ModelOption,
-    ProviderOption,
-    RunJsonOption,
-    ScriptOption,
-    VerboseOption,
 )
-from piw.run.launch import LaunchOptions
 from piw.store.runref import resolve_run_id
 
 # The engine loads inside the command, so `piw --help` does not load it.
 
 
 @app.command()
+@follow_flags
 def fork(
     run_id: Annotated[str, typer.Argument(help="The run to fork (an id, a unique prefix, latest or -N).")],
     from_node: Annotated[
@@ -39,13 +34,9 @@ def fork(
         typer.Option("--input", help="New run input: JSON, @FILE or - for stdin (default: the parent's)."),
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="A title for the fork.")] = None,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    script: ScriptOption = None,
-    verbose: VerboseOption = False,
     budget: BudgetOption = None,
-    as_json: RunJsonOption = False,
-    database: DatabaseOption = None,
+    *,
+    flags: FollowFlags,
 ) -> int:
     """Start a new run that adopts the steps a run finished before a fork point, then continues live.
 
@@ -54,19 +45,19 @@ def fork(
     parent's recorded replies while their prompts match.
     """
     from piw.run.fork import ForkPoint
-    from piw.run.runner import fork_run, recorded_launch
+    from piw.run.runner import fork_run
     from piw.workflow.budget import parse_budget
     from piw.workflow.loader import parse_input_option
 
     point = ForkPoint(node=from_node, seq=at)
-    home = command_home(database)
+    home = flags.home()
     parent = resolve_run_id(home, run_id)
     raw_input = parse_input_option(input) if input is not None else None
     limits = parse_budget(budget) if budget is not None else None
-    replay_from = parent if provider == "replay" else None
+    replay_from = parent if flags.provider == "replay" else None
     # the parent's provider, model and script unless given (as piw resume and piw answer do)
-    launch = LaunchOptions.given(provider, model, script).or_else(recorded_launch(home, parent))
-    following = Following(as_json, launch, verbose, replay_from)
+    launch = flags.launch_of(home, parent)
+    following = Following(flags.as_json, launch, flags.verbose, replay_from)
     return following.follow(
         lambda options: fork_run(
             parent,

@@ -186,6 +186,11 @@ def inspect(
         run = with_artifact_check(run)
     if as_json:
         extra = {"damage": run.damage.to_json()} if run.damage is not None else {}
+        from piw.store.telemetry_status import read_telemetry
+
+        telemetry = read_telemetry(run.bundle.path)
+        if telemetry is not None and at is None:
+            extra["telemetry"] = {key: value for key, value in telemetry.items() if key != "schema"}
         if decision is not None:
             extra["decision"] = decision
         from piw.store.state_json import iter_state_json

@@ -22,9 +22,6 @@ from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, r
 from piw.providers.failures import (
     connection_message,
     final_on_loopback,
-    is_transient_status,
-    parse_retry_after,
-    status_message,
     unfinished_stream,
 )
 from piw.providers.messages import (
@@ -107,12 +104,7 @@ class AnthropicProvider(ConfiguredProvider):
         sdk = self._sdk
         if isinstance(error, sdk.APIStatusError):
             detail = getattr(error, "message", "") or str(error)
-            return builder.fail(
-                status_message(error.status_code, detail),
-                usage,
-                transient=is_transient_status(error.status_code),
-                retry_after_s=parse_retry_after(dict(error.response.headers)),
-            )
+            return builder.fail_status(error.status_code, detail, dict(error.response.headers), usage)
         if isinstance(error, sdk.APIConnectionError | OSError):
             cause = str(error.__cause__ or error).strip() or type(error).__name__
             final = final_on_loopback(self.base_url, error)

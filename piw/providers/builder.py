@@ -8,6 +8,7 @@ provider produced them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -27,6 +28,7 @@ from piw.providers.base import (
     ToolCallEndEvent,
     ToolCallStartEvent,
 )
+from piw.providers.failures import is_transient_status, parse_retry_after, status_message
 from piw.providers.messages import (
     AssistantReply,
     ContentBlock,
@@ -172,6 +174,18 @@ class MessageBuilder:
             content_streamed=streamed,
         )
         return [*events, error]
+
+    def fail_status(
+        self, status: int, detail: str, headers: Mapping[str, str], usage: Usage | None = None
+    ) -> list[ProviderEvent]:
+        """End with the error an HTTP status gives: retried when the status is transient (429, 5xx), after the
+        server's ``Retry-After`` when it sent one (``piw.providers.failures``)."""
+        return self.fail(
+            status_message(status, detail),
+            usage,
+            transient=is_transient_status(status),
+            retry_after_s=parse_retry_after(headers),
+        )
 
     def abort(self, usage: Usage | None = None) -> list[ProviderEvent]:
         return self.fail(ABORTED_MESSAGE, usage, aborted=True)

@@ -26,9 +26,6 @@ from piw.providers.config import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
     final_on_loopback,
-    is_transient_status,
-    parse_retry_after,
-    status_message,
     unfinished_stream,
 )
 from piw.providers.messages import StopReason, Usage
@@ -285,12 +282,7 @@ def _failure(
     if isinstance(error, NotAStream):
         return builder.fail(str(error), usage, transient=True)  # nothing was shown; a gateway may recover
     if isinstance(error, openai.APIStatusError):
-        return builder.fail(
-            status_message(error.status_code, _detail(error)),
-            usage,
-            transient=is_transient_status(error.status_code),
-            retry_after_s=parse_retry_after(error.response.headers),
-        )
+        return builder.fail_status(error.status_code, _detail(error), error.response.headers, usage)
     final = final_on_loopback(base_url, error)
     if isinstance(error, openai.APITimeoutError) and not final:
         return builder.fail("Request timed out.", usage, transient=True)

@@ -48,7 +48,8 @@ class FileRunStore:
     def __init__(
         self, bundle: Bundle, durability: Durability = "effects", files: FileLayer | None = None
     ) -> None:
-        self._bundle = bundle
+        self.bundle = bundle
+        self.run_id = bundle.run_id
         self.durability = durability
         self.files = files or FileLayer()
         self._lock = WriterLock(bundle)
@@ -58,14 +59,6 @@ class FileRunStore:
         self._artifacts = ArtifactStore(
             bundle.path, fsync=(lambda fd: None) if durability == "flush" else self.files.fsync
         )
-
-    @property
-    def run_id(self) -> str:
-        return self._bundle.run_id
-
-    @property
-    def bundle(self) -> Bundle:
-        return self._bundle
 
     # ---- who may write -----------------------------------------------------------------------------------
 
@@ -87,7 +80,7 @@ class FileRunStore:
 
     def append(self, line: bytes, *, sync: bool = False, ride_along: bool = False) -> None:
         if self._trace is None:
-            self._trace = LineAppender(self._bundle.trace_path, self.durability, self.files)
+            self._trace = LineAppender(self.bundle.trace_path, self.durability, self.files)
         self._trace.append(line, sync=sync, ride_along=ride_along)
 
     def sync(self) -> None:
@@ -98,27 +91,33 @@ class FileRunStore:
         if self._trace is not None:
             self._trace.sync_required()
 
+    def held_due(self) -> float | None:
+        return None  # every line is written at once (its fsync may wait, the write does not)
+
+    def send_held(self) -> None:
+        pass
+
     def close(self) -> None:
         if self._trace is not None:
             self._trace.close()
 
     def read_trace(self, from_seq: int = 1) -> TraceRead:
-        read = read_trace(self._bundle.trace_path)
+        read = read_trace(self.bundle.trace_path)
         if from_seq <= 1:
             return read
         return TraceRead(read.events[from_seq - 1 :], read.valid_bytes, read.torn_bytes, read.tail)
 
     def iter_trace(self, from_seq: int = 1) -> Iterator[TraceEvent]:
-        for event in iter_trace_file(self._bundle.trace_path):
+        for event in iter_trace_file(self.bundle.trace_path):
             if event.seq >= from_seq:
                 yield event
 
     def head(self) -> int:
-        return trace_head(self._bundle.trace_path)
+        return trace_head(self.bundle.trace_path)
 
     def unchanged(self, valid_bytes: int, tail: bytes) -> bool:
         try:
-            with self._bundle.trace_path.open("rb") as handle:
+            with self.bundle.trace_path.open("rb") as handle:
                 handle.seek(valid_bytes)
                 return handle.read() == tail
         except FileNotFoundError:
@@ -127,15 +126,15 @@ class FileRunStore:
     def repair_tail(self, valid_bytes: int, torn_bytes: int) -> int:
         if torn_bytes <= 0:
             return 0
-        return truncate_tail(self._bundle.trace_path, valid_bytes, self.files)
+        return truncate_tail(self.bundle.trace_path, valid_bytes, self.files)
 
     def discard(self) -> None:
-        discard_incomplete(self._bundle)
+        discard_incomplete(self.bundle)
 
     # ---- the conversation and artifacts ------------------------------------------------------------------
 
     def open_session(self) -> SessionLog:
-        return SessionLog(self._bundle.session_path, self.durability, self.files, fence=self.fence)
+        return SessionLog(self.bundle.session_path, self.durability, self.files, fence=self.fence)
 
     def put_artifact(self, text: str) -> dict[str, Any]:
         return self._artifacts.write(text)
@@ -145,7 +144,7 @@ class FileRunStore:
 
     def copy_artifacts(self, source: Bundle) -> int:
         self.fence()  # artifacts are bundle writes too
-        return copy_artifacts(source, self._bundle)
+        return copy_artifacts(source, self.bundle)
 
 
 def trace_head(trace: Path) -> int:

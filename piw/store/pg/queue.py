@@ -38,6 +38,7 @@ from piw.errors import (
     RunNotFound,
     StoreBusy,
 )
+from piw.store.db import rows as shared_rows
 from piw.store.db.database import Clock
 from piw.store.db.dialect import POSTGRES, dumps
 from piw.store.db.holders import holder_is_dead
@@ -53,11 +54,6 @@ from piw.store.db.rows import (
     ParkReason,
     QueueRow,
     QueueStatus,
-    decode_row,
-    get_row,
-    insert_run,
-    lost_reason,
-    take_claim,
 )
 from piw.store.pg.clock import ClockedDatabase
 from piw.store.pg.connection import PgDatabase
@@ -124,7 +120,7 @@ class PostgresQueue:
 
     def get(self, run_id: str) -> QueueRow | None:
         with self.db.single() as conn:
-            return get_row(conn, run_id, POSTGRES)
+            return shared_rows.get_row(conn, run_id, POSTGRES)
 
     def rows(self, run_ids: Iterable[str] | None = None) -> dict[str, QueueRow]:
         with self.db.single() as conn:
@@ -134,7 +130,7 @@ class PostgresQueue:
                 found = conn.execute(
                     f"SELECT {COLUMNS} FROM run_queue WHERE run_id = ANY(%s)", (list(run_ids),)
                 ).fetchall()
-        return {values[0]: decode_row(values) for values in found}
+        return {values[0]: shared_rows.decode_row(values) for values in found}
 
     def enqueue(self, run: NewRun, *, claim_for: str | None = None) -> Claim | Adopted | None:
         for attempt in range(3):
@@ -144,10 +140,10 @@ class PostgresQueue:
                         adopted = guard_start(conn, run.start_key, run.run_id, now, POSTGRES)
                         if adopted is not None:
                             return adopted
-                    insert_run(conn, run, "queued", now, ignore=False, dialect=POSTGRES)
+                    shared_rows.insert_run(conn, run, "queued", now, ignore=False, dialect=POSTGRES)
                     if claim_for is None:
                         return None
-                    return take_claim(conn, run.run_id, claim_for, 0, now, dialect=POSTGRES)
+                    return shared_rows.take_claim(conn, run.run_id, claim_for, 0, now, dialect=POSTGRES)
             except IdempotencyConflict:
                 raise
             except Exception as exc:
@@ -159,7 +155,7 @@ class PostgresQueue:
 
     def ensure(self, run: NewRun, status: QueueStatus = "parked") -> None:
         with self.db.timed() as (conn, now):
-            insert_run(conn, run, status, now, ignore=True, dialect=POSTGRES)
+            shared_rows.insert_run(conn, run, status, now, ignore=True, dialect=POSTGRES)
 
     def set_options(self, run_id: str, options: dict[str, Any]) -> None:
         with self.db.single() as conn:
@@ -222,7 +218,7 @@ class PostgresQueue:
             values = found.fetchone()
             if values is None:
                 raise RunNotFound(f"Run {run_id} is not in the run queue.")
-            row = decode_row(values)
+            row = shared_rows.decode_row(values)
             if row.is_final:
                 raise RunFinished(f"Run {run_id} already ended ({row.status} in the run queue).")
             if row.has_live_claim(now):
@@ -230,7 +226,9 @@ class PostgresQueue:
                     f"Run {run_id} is being run by another piw process ({row.runner_id}); wait for it, or stop "
                     f"it with 'piw cancel {run_id}'."
                 )
-            return take_claim(conn, run_id, runner, row.claim_generation, now, row.runner_id, POSTGRES)
+            return shared_rows.take_claim(
+                conn, run_id, runner, row.claim_generation, now, row.runner_id, POSTGRES
+            )
 
     @contextlib.contextmanager
     def _lock_wait(self, run_id: str) -> Iterator[None]:
@@ -288,7 +286,10 @@ class PostgresQueue:
 
     def _lost(self, conn: Any, claim: Claim) -> str:
         now = self.db.now(conn)
-        return lost_reason(get_row(conn, claim.run_id, POSTGRES), claim, now) or "token_changed"
+        return (
+            shared_rows.lost_reason(shared_rows.get_row(conn, claim.run_id, POSTGRES), claim, now)
+            or "token_changed"
+        )
 
     def _held(self, claim: Claim, sql: str, params: tuple[Any, ...]) -> None:
         """Update the holder's own row, guarded by its token and generation."""
@@ -328,13 +329,13 @@ class PostgresQueue:
         with self._lock_wait(run_id), self.db.timed() as (conn, now):
             found = conn.execute(f"SELECT {COLUMNS} FROM run_queue WHERE run_id = %s FOR UPDATE", (run_id,))
             values = found.fetchone()
-            row = None if values is None else decode_row(values)
+            row = None if values is None else shared_rows.decode_row(values)
             if row is None or row.is_final:
                 return row
             if row.has_live_claim(now):
                 raise RunLocked(f"Run {run_id} is being run by another piw process ({row.runner_id}).")
             conn.execute(_FINAL_UPDATE + " WHERE run_id = %s", (status, error, run_id))
-            return get_row(conn, run_id, POSTGRES)
+            return shared_rows.get_row(conn, run_id, POSTGRES)
 
     def reopen(self, run_id: str) -> None:
         with self.db.single() as conn:
@@ -356,7 +357,7 @@ class PostgresQueue:
                 conn.execute("SELECT wake('flags', %s)", (run_id,))
         if found is None:
             raise RunNotFound(f"Run {run_id} is not in the run queue.")
-        return decode_row(found)
+        return shared_rows.decode_row(found)
 
     def request_pause(self, run_id: str) -> QueueRow:
         return self._flag(run_id, "pause_requested", True)
