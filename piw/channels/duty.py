@@ -25,7 +25,7 @@ from typing import Any
 import httpx2
 
 from piw.channels.config import AnyChannel, TelegramChannel
-from piw.channels.message import Button, Waiting
+from piw.channels.message import Button, Waiting, plain
 from piw.channels.senders import SEND_TIMEOUT_S, SendFailed, send, telegram_call
 from piw.channels.store import ChannelStore, PostRow, open_channel_store
 from piw.errors import AnswerInvalid, AnswerTokenRefused, DecisionResolved, NeedsKey, PiwError
@@ -275,6 +275,7 @@ class TelegramPoller(threading.Thread):
         user = query.get("from") if isinstance(query.get("from"), dict) else {}
         assert isinstance(user, dict)
         name = f"@{user['username']}" if user.get("username") else str(user.get("first_name") or "?")
+        name = plain(name, 64)  # a Telegram name is anyone's text: shown on terminals and in piw inspect
         who = f"telegram {self.channel_name}: {name} (id {user.get('id')})"
         data = str(query.get("data") or "")
         shown: str
