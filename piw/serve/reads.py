@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
@@ -57,11 +57,14 @@ def run_state(
     request: Request,
     run_id: str,
     at: int | None = Query(None, ge=1, description="Replay only events 1..at (time travel)."),
+    steps: Literal["all", "none"] = Query(
+        "all", description="none: leave 'steps' empty (a long run's state at once; page /steps instead)."
+    ),
     _: Any = Reader,
 ) -> StreamingResponse:
     from piw.views.waits import state_document
 
-    pieces = list(state_document(home_of(request), run_of(request, run_id), at))
+    pieces = list(state_document(home_of(request), run_of(request, run_id), at, steps=steps == "all"))
     return StreamingResponse(iter(pieces), media_type="application/json")
 
 
@@ -71,11 +74,21 @@ def _load(request: Request, run_id: str) -> Any:
     return load_run(home_of(request), run_of(request, run_id))
 
 
-@router.get("/runs/{run_id}/steps", summary="One row per attempt, as the steps view.")
-def steps(request: Request, run_id: str, _: Any = Reader) -> list[dict[str, Any]]:
+@router.get(
+    "/runs/{run_id}/steps", summary="One row per attempt, as the steps view (paged by offset, limit)."
+)
+def steps(
+    request: Request,
+    run_id: str,
+    offset: int = Query(0, ge=0, description="Skip this many attempts (oldest first)."),
+    limit: int | None = Query(None, ge=1, description="At most this many attempts."),
+    _: Any = Reader,
+) -> list[dict[str, Any]]:
     from piw.store.state_json import step_to_json
 
-    return [step_to_json(step) for step in _load(request, run_id).state.steps]
+    records = _load(request, run_id).state.steps
+    end = len(records) if limit is None else min(len(records), offset + limit)
+    return [step_to_json(step) for step in records[offset:end]]
 
 
 @router.get("/runs/{run_id}/updates", summary="Every update in order, and the current value per (type, key).")

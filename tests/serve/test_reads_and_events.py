@@ -57,6 +57,8 @@ def test_a_runs_state_is_the_json_of_inspect(cli: Cli, make_workflow: WorkflowMa
         waiting = api.get("/api/runs", token, status="waiting")
         bad = api.get("/api/runs", token, status="sleeping")
         steps = api.get(f"/api/runs/{run_id}/steps", token)
+        paged = api.get(f"/api/runs/{run_id}/steps", token, offset=1, limit=5)
+        light = api.get(f"/api/runs/{run_id}", token, steps="none")
         updates = api.get(f"/api/runs/{run_id}/updates", token)
         progress = api.get(f"/api/runs/{run_id}/progress", token)
         request = api.get(f"/api/runs/{gate}/waiting", token)
@@ -74,6 +76,8 @@ def test_a_runs_state_is_the_json_of_inspect(cli: Cli, make_workflow: WorkflowMa
         ("prepare", "ok"),
         ("crunch", "ok"),
     ]
+    assert paged.json() == steps.json()[1:]
+    assert light.json() == {**state.json(), "steps": []}
     assert [item["key"] for item in updates.json()["history"]] == ["rows", "rows", "rows", "last"]
     assert {(item["type"], item["key"]) for item in updates.json()["current"]} == {
         ("progress", "rows"),
