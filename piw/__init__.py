@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         text_input,
         timeout_after,
     )
+    from piw.workflow.tool_refs import McpTools, mcp
 
 _LAZY = {
     "UpdateInput": "piw.updates.envelope",
@@ -106,6 +107,8 @@ _LAZY = {
     "choice": "piw.workflow.gates",
     "text_input": "piw.workflow.gates",
     "timeout_after": "piw.workflow.gates",
+    "McpTools": "piw.workflow.tool_refs",
+    "mcp": "piw.workflow.tool_refs",
 }
 
 
@@ -136,6 +139,7 @@ __all__ = [
     "DefinitionError",
     "FieldsBlock",
     "LoadError",
+    "McpTools",
     "NeedsKey",
     "NodeContext",
     "NodeFailure",
@@ -167,6 +171,7 @@ __all__ = [
     "edge",
     "human_decision",
     "include",
+    "mcp",
     "notify",
     "shell",
     "switch",

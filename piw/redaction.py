@@ -81,6 +81,37 @@ def database_password(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterabl
     yield from _url_password(env.get("PIW_DATABASE"))
 
 
+_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|auth|credential|cookie")
+
+
+@secret_source
+def mcp_secrets(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterable[str]:
+    """``[mcp.NAME]`` ``env`` and ``headers``: every ``$NAME`` value, and literal values under a name that looks
+    secret (``API_KEY``, ``Authorization``), with the credential of a ``Bearer …`` value on its own; other literals
+    (``LOG_LEVEL = "debug"``) are settings (``docs/tools-mcp.md``)."""
+    for table in _tables(raw, "mcp"):
+        for key in ("env", "headers"):
+            values = table.get(key)
+            for name, value in values.items() if isinstance(values, Mapping) else ():
+                if not isinstance(value, str):
+                    continue
+                if _ENV_REFERENCE.match(value) or _SECRET_NAME.search(str(name)):
+                    resolved = resolve_reference(value, env)
+                    yield from filter(None, [resolved])
+                    scheme, _, credential = (resolved or "").partition(" ")
+                    if credential and scheme.lower() in ("bearer", "basic", "token"):
+                        yield credential  # the token alone, as a model or a server may repeat it
+        yield from _url_password(table.get("url"))
+
+
+@secret_source
+def channel_secrets(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterable[str]:
+    """``[channels.NAME]``: a webhook's ``secret``, a bot's ``bot_token``, an ntfy ``token`` (``docs/channels.md``)."""
+    for table in _tables(raw, "channels"):
+        for key in ("secret", "bot_token", "token"):
+            yield from filter(None, [resolve_reference(table.get(key), env)])
+
+
 def _url_password(url: object) -> Iterable[str]:
     """The password inside a ``postgresql://user:PASSWORD@host/db`` URL (``PIW_DATABASE`` or ``[database] url``),
     as written and percent-decoded."""

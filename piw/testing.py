@@ -186,6 +186,9 @@ class OpenAIStub:
         self._closing = threading.Event()
         self.disconnects = 0
         """Held requests that ended because the client went away."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        """The most chat-completions requests the stub was serving at once (a shared rate limit's concurrency)."""
         self.errors: list[str] = []
         """Problems inside the stub (a responder raised, the queue ran dry); tests may assert it is empty."""
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -332,7 +335,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": "body is not JSON"}})
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
-        reply = self.stub._next_reply(body, headers)
+        stub = self.stub
+        with stub._lock:
+            stub.in_flight += 1
+            stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+        try:
+            self._serve(stub._next_reply(body, headers), body)
+        finally:
+            with stub._lock:
+                stub.in_flight -= 1
+
+    def _serve(self, reply: StubReply, body: dict[str, Any]) -> None:
         if reply.kind == "hold":
             self._hold()
         elif reply.kind == "reset":

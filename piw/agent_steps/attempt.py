@@ -9,10 +9,10 @@ open and run attempts here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -44,9 +44,14 @@ from piw.store.fold import update_to_json
 from piw.store.place import home_of
 from piw.store.session import SessionEntry, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
+from piw.toolservers.config import McpServerConfig
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 from piw.workflow.definition import AgentNode
+from piw.workflow.schemas import json_schema
 from piw.workflow.user_code import call_user
+
+if TYPE_CHECKING:
+    from piw.toolservers.toolset import StepToolServers
 
 STEP_CUSTOM_TYPE = "pi-workflows-agent-step"
 MAX_REMINDERS = 2
@@ -108,6 +113,8 @@ class AgentSettings:
     session_visible: bool = True
     max_concurrent_children: int = 8
     listeners: list[LoopListener] = field(default_factory=list)
+    mcp_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
+    """``[mcp.NAME]`` tables: the MCP servers a node's ``mcp("NAME")`` may start (``docs/tools-mcp.md``)."""
 
 
 def step_contract(attempt: Attempt, node: AgentNode) -> AgentStepContract:
@@ -158,7 +165,7 @@ def _wants_object(node: AgentNode) -> bool:
     if expected is None:
         return True
     if isinstance(expected, type) and issubclass(expected, BaseModel):
-        return expected.model_json_schema().get("type") == "object"
+        return json_schema(expected).get("type") == "object"
     return False
 
 
@@ -208,6 +215,8 @@ class AttemptRun:
         self.first_entry_id: str | None = None
         self.last_entry_id: str | None = None
         self.last_assistant_entry: str | None = None
+        self.servers: StepToolServers | None = None
+        """The node's MCP servers, started by the attempt's first loop and stopped when :meth:`run` returns."""
         self.step = ActiveStep(contract=contract, accept=self.accept, wants_object=_wants_object(node))
         self.tool = WorkflowTool(
             self.step,
@@ -354,12 +363,43 @@ class AttemptRun:
             env_allow=self.settings.tool_env,
             protected=(*self.settings.protected_paths, home, config_path(home)),
         )
-        return [registry_loop_tool(registry.get(name), context) for name in self.node.tools]
+        tools = [registry.get(name) for name in self.node.tools] + self._server_tools()
+        return [registry_loop_tool(tool, context) for tool in tools]
+
+    def _server_tools(self) -> list[Tool]:
+        """The node's MCP tools; the servers start (and their listing is recorded) on the first call."""
+        if not self.node.mcp:
+            return []
+        if self.servers is None:
+            from piw.agent_steps.tool_servers import open_tool_servers  # the SDK only for steps that use it
+
+            self.servers = open_tool_servers(
+                self.attempt,
+                self.node,
+                self.settings.mcp_servers,
+                self.settings.cwd,
+                durable=not self.child,
+                emit=self._emit,
+            )
+        return self.servers.tools()
+
+    def close_servers(self) -> None:
+        """Stop the attempt's MCP servers (idempotent); :meth:`run` calls it when the attempt's delivery ends."""
+        servers, self.servers = self.servers, None
+        if servers is not None:
+            servers.close()
 
     # ---- the attempt -------------------------------------------------------------------------------------
 
     def run(self, prompt: str | None, kind: str = "step") -> NodeOutcome:
         """Deliver ``prompt`` (``None``: continue a reattached loop without a new message), then run."""
+        try:
+            return self._run(prompt, kind)
+        finally:
+            self.close_servers()
+
+    def _run(self, prompt: str | None, kind: str) -> NodeOutcome:
+        self._server_tools()  # servers start, and their listing is recorded, before the step's prompt
         if prompt is not None:
             self._deliver(prompt, kind)
         reminders = 0

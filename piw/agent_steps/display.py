@@ -24,6 +24,7 @@ from piw.agent_steps.events import (
     StepDelivered,
     ToolExecutionEnd,
     ToolExecutionStart,
+    ToolServersNotice,
 )
 from piw.providers.messages import AssistantReply
 from piw.terminal import sanitize_terminal_text
@@ -103,6 +104,10 @@ class AgentDisplay:
         elif isinstance(event, ToolExecutionEnd) and event.result.get("is_error"):
             content = str(event.result.get("content", ""))[:_LINE_CHARS]
             line = sanitize_terminal_text(f"    ✗ {content}").replace("\n", " ")
+            self.console.print(Text(clip_cells(line, self.console.width), style="yellow"))
+        elif isinstance(event, ToolServersNotice):
+            self._end_stream()
+            line = sanitize_terminal_text(f"  ⚠ {event.text[:_LINE_CHARS]}").replace("\n", " ")
             self.console.print(Text(clip_cells(line, self.console.width), style="yellow"))
         elif isinstance(event, AutoRetryStart):
             self._end_stream()

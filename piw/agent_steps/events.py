@@ -94,6 +94,14 @@ class StepDelivered(_Event):
     content: str
 
 
+class ToolServersNotice(_Event):
+    """Something about a step's MCP servers the card shows: one that did not start, or tools that changed since
+    the step first listed them (``docs/tools-mcp.md``). Not a trace event: the trace has ``mcp_tools_*``."""
+
+    type: Literal["tool_servers_notice"] = "tool_servers_notice"
+    text: str
+
+
 LoopEvent = Annotated[
     AgentStart
     | AgentEnd
@@ -107,6 +115,7 @@ LoopEvent = Annotated[
     | AutoRetryStart
     | AutoRetryEnd
     | AgentSettled
-    | StepDelivered,
+    | StepDelivered
+    | ToolServersNotice,
     Field(discriminator="type"),
 ]

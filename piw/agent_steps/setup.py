@@ -27,6 +27,7 @@ from piw.redaction import redacting_listeners, redactor_for
 from piw.run.executors import Executor
 from piw.run.launch import LaunchOptions
 from piw.store.bundle import open_bundle
+from piw.toolservers.config import check_servers
 from piw.workflow.definition import ActionNode, AgentNode
 from piw.workflow.loader import LoadedWorkflow
 
@@ -102,9 +103,12 @@ class AgentWiring:
         home, listeners, launch = self.home, self.listeners, self.launch
         needs_agent = any(isinstance(gnode.node, AgentNode) for gnode in workflow.graph.nodes.values())
         if launch.provider == RECORDED_PROVIDER:
-            return AgentExecutor(_settings(load_config(home), _recorded(home, self.replay_from), listeners))
+            return AgentExecutor(
+                agent_settings(load_config(home), _recorded(home, self.replay_from), listeners)
+            )
         try:
             config = load_config(home)
+            check_servers(servers_named(workflow), config.mcp, config.agent.backend)
             selection = select_provider(config, launch.provider, launch.model)
             check_requestable(selection)
         except ProviderError:
@@ -124,7 +128,7 @@ class AgentWiring:
         replies = script_path or configured
         if scripted and replies is not None:
             check_replies(workflow, replies)
-        settings = _settings(config, instance, listeners, selection)
+        settings = agent_settings(config, instance, listeners, selection)
         if config.agent.backend == "pi-rpc":
             from piw.agent_steps.pi_rpc import build_pi_rpc_executor
 
@@ -132,7 +136,16 @@ class AgentWiring:
         return AgentExecutor(settings)
 
 
-def _settings(
+def servers_named(workflow: LoadedWorkflow) -> dict[str, list[str]]:
+    """Node id → the MCP servers its ``tools=(mcp(...), ...)`` name (agent steps only)."""
+    return {
+        node_id: [ref.server for ref in gnode.node.mcp]
+        for node_id, gnode in workflow.graph.nodes.items()
+        if isinstance(gnode.node, AgentNode) and gnode.node.mcp
+    }
+
+
+def agent_settings(
     config: PiwConfig,
     instance: Provider,
     listeners: list[LoopListener],
@@ -147,6 +160,7 @@ def _settings(
         model_max_tokens=model_settings.max_tokens if model_settings else None,
         tool_env=tuple(config.agent.tool_env),
         listeners=list(listeners),
+        mcp_servers=dict(config.mcp),
     )
 
 

@@ -10,6 +10,9 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.follow_flags import ModelOption, ProviderOption
+from piw.cli.foreground import PlanOption
+from piw.cli.plan import print_plan, projection_of
 from piw.store.home import piw_home
 from piw.terminal import json_text, sanitize_terminal_text, single_line
 
@@ -80,9 +83,9 @@ def render(info: Any, width: int) -> list[str]:
             lines += [" " * (name_width + 2) + part for part in body]
     lines += ["", f"Graph (start {definition.start_at}, at most {definition.max_steps:,} steps)"]
     id_width = min(max(len(line.id) for line in info.graph) + 2, 26)
-    kind_width = min(max(len(line.kind) for line in info.graph) + 2, 40)
+    kind_width = min(max(len(line.label) for line in info.graph) + 2, 40)
     for line in info.graph:
-        head = f"  {line.id.ljust(id_width)}{line.kind.ljust(kind_width)}"
+        head = f"  {line.id.ljust(id_width)}{line.label.ljust(kind_width)}"
         routes = line.route_texts()
         lines.append(head + routes[0])
         lines += [" " * len(head) + route for route in routes[1:]]
@@ -103,14 +106,23 @@ def show(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the description with the input's JSON Schema.")
     ] = False,
+    plan: PlanOption = False,
+    input: Annotated[
+        str | None, typer.Option("--input", help="With --plan: the run input (default: the example input).")
+    ] = None,
+    provider: ProviderOption = None,
+    model: ModelOption = None,
 ) -> int:
     """Show what a workflow does: its input fields, graph, revision and an example run command."""
     from piw.run.runner import tools_known
     from piw.workflow.describe import describe
-    from piw.workflow.loader import load_workflow
+    from piw.workflow.loader import load_workflow, parse_input_option
 
     loaded = load_workflow(workflow, piw_home(), tools_known())
     info = describe(workflow, loaded)
+    if plan:
+        raw = parse_input_option(input) if input is not None else info.example_input
+        return print_plan(projection_of(loaded, piw_home(), raw, provider, model), as_json)
     if as_json:
         sys.stdout.write(json_text(show_json(info)) + "\n")
         return 0

@@ -40,3 +40,13 @@ def print_wait(console: Console, home: Path, state: RunState) -> None:
     view = wait_view(home, state)
     if view is not None:
         console.print(view)
+        print_channels(console, home, state.run_id)
+
+
+def print_channels(console: Console, home: Path, run_id: str) -> None:
+    """One line per channel post of the waiting run (``docs/channels.md``)."""
+    from piw.channels.status import channel_lines
+    from piw.terminal import safe_text, single_line
+
+    for line in channel_lines(home, run_id):
+        console.print(safe_text(single_line(line)))

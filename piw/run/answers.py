@@ -45,7 +45,7 @@ from piw.store.fold import RunState, fold
 from piw.store.trace import iter_trace
 from piw.wire import digest, format_time
 from piw.workflow.answer_example import example_text
-from piw.workflow.budget import BUDGET_WAIT, parse_top_up
+from piw.workflow.budget import BUDGET_WAIT, parse_budget_answer
 from piw.workflow.gates import check_answer, is_gate_request
 
 Provenance = Literal["human", "timeout", "cancel"]
@@ -244,10 +244,10 @@ def claim_answer(
     """
     if wait.kind == "budget":
         try:
-            extra = parse_top_up(value)
+            answer = parse_budget_answer(value)
         except UsageError as exc:
             raise AnswerInvalid(str(exc).replace("piw cancel RUN", f"piw cancel {wait.run_id}")) from None
-        return _run_answer(wait, BUDGET_WAIT, {"topUp": extra.to_wire()}, answered_by)
+        return _run_answer(wait, BUDGET_WAIT, answer, answered_by)
     if isinstance(value, dict) and set(value) == {"topUp"}:
         raise AnswerInvalid(
             f"Run {wait.run_id} is not waiting on its budget (it waits at {wait.node_id}); a top-up only answers a "

@@ -39,6 +39,10 @@ def decision_summary(home: Path, state: RunState) -> dict[str, Any] | None:
         data.update(summary=output, answerSchema=answer.get("schema"), status="open")
         data["commands"] = [answer_command(state.run_id, answer.get("schema"))]
     data.update(_recorded(home, state.run_id, output.get("decisionId") if gate else None))
+    if gate:
+        from piw.channels.status import posts_json
+
+        data["channels"] = posts_json(home, state.run_id)  # docs/channels.md
     return data
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, create_model
 
 from piw.errors import DefinitionError
 from piw.workflow.budget import Budget
+from piw.workflow.effects import EffectClass, check_effect, effect_class
 from piw.workflow.gates import (
     AudienceArg,
     Choice,
@@ -27,6 +28,7 @@ from piw.workflow.gates import (
     RequestArg,
     make_human_decision,
 )
+from piw.workflow.tool_refs import McpTools
 
 if TYPE_CHECKING:
     from piw.updates.shell_lines import ShellLine
@@ -65,6 +67,8 @@ class AgentNode:
     timeout_s: TimeoutArg = 900.0
     status_detail: str | None = None
     tools: tuple[str, ...] = ()
+    mcp: tuple[McpTools, ...] = ()
+    """MCP servers whose tools this step offers (``mcp("NAME")`` in ``tools=``; ``docs/tools-mcp.md``)."""
     updates: bool = False
     """Offer the ``update``/``status`` actions of the ``workflow`` tool (and their lines in the contract)."""
     context: Literal["run", "step"] = "run"
@@ -137,6 +141,15 @@ class ActionNode:
     shell: ShellSpec | None = None
     status_detail: str | None = None
     node_type: Literal["action"] = "action"
+    fan_out: int | Callable[[NodeContext], int] | None = None
+    """The most ``ctx.run_agent`` children one visit starts (a bound ``piw run --plan`` uses: docs/planning.md)."""
+    check: Callable[[ActionContext], Any] | None = None
+    """``effect="reconcile"``: asked once on resume whether the interrupted effect happened (``docs/effects.md``)."""
+
+    @property
+    def effect_class(self) -> EffectClass:
+        """``retry``, ``once`` or ``reconcile``: what a resume does with an interrupted attempt."""
+        return effect_class(self.effect)
 
 
 @dataclass(frozen=True)
@@ -242,7 +255,7 @@ def agent(
     expected_output: AssistantMessage,
     timeout_s: TimeoutArg = ...,
     status_detail: str | None = ...,
-    tools: Sequence[str] = ...,
+    tools: Sequence[str | McpTools] = ...,
     context: Literal["run", "step"] = ...,
     max_output_tokens: int | None = ...,
 ) -> AgentNode: ...
@@ -254,7 +267,7 @@ def agent(
     validate: Validator | None = ...,
     timeout_s: TimeoutArg = ...,
     status_detail: str | None = ...,
-    tools: Sequence[str] = ...,
+    tools: Sequence[str | McpTools] = ...,
     updates: bool = ...,
     context: Literal["run", "step"] = ...,
     max_output_tokens: int | None = ...,
@@ -266,7 +279,7 @@ def agent(
     validate: Validator | None = None,
     timeout_s: TimeoutArg = 900.0,
     status_detail: str | None = None,
-    tools: Sequence[str] = (),
+    tools: Sequence[str | McpTools] = (),
     updates: bool = False,
     context: Literal["run", "step"] = "run",
     max_output_tokens: int | None = None,
@@ -284,9 +297,13 @@ def agent(
         raise DefinitionError("validate must be a function (value, ctx) -> value")
     _check_timeout(timeout_s)
     _check_status_detail(status_detail)
-    if isinstance(tools, str) or not all(isinstance(name, str) for name in tools):
-        raise DefinitionError("tools must be a sequence of tool names")
-    if "workflow" in tools:
+    if isinstance(tools, str) or not all(isinstance(name, str | McpTools) for name in tools):
+        raise DefinitionError("tools must be a sequence of tool names and mcp(...) servers")
+    servers = tuple(item for item in tools if isinstance(item, McpTools))
+    names = tuple(item for item in tools if isinstance(item, str))
+    if len({ref.server for ref in servers}) != len(servers):
+        raise DefinitionError("tools names the same mcp server twice; use one mcp(NAME, only=[...])")
+    if "workflow" in names:
         raise DefinitionError("tools must not list 'workflow': it is reserved and offered by piw itself")
     if not isinstance(updates, bool):
         raise DefinitionError(f"updates must be True or False, got {updates!r}")
@@ -304,7 +321,8 @@ def agent(
         validate,
         timeout_s,
         status_detail,
-        tuple(tools),
+        names,
+        servers,
         updates=updates,
         context=context,
         max_output_tokens=max_output_tokens,
@@ -346,15 +364,26 @@ def action(
     timeout_s: TimeoutArg = None,
     *,
     status_detail: str | None = None,
+    fan_out: int | Callable[[NodeContext], int] | None = None,
+    check: Callable[[ActionContext], Any] | None = None,
 ) -> ActionNode:
-    """A side-effecting function; ``effect="idempotent"`` labels one that is safe to repeat."""
+    """A side-effecting function; ``effect`` is its class: ``"retry"`` (default; ``"idempotent"`` means the same),
+    ``"once"`` or ``"reconcile"`` with ``check=fn`` (``docs/effects.md``); ``fan_out`` bounds the ``ctx.run_agent``
+    children of one visit (a number, or a function of the context, docs/planning.md)."""
     if not callable(run):
         raise DefinitionError("action run must be a function of the action context")
-    if effect is not None and not isinstance(effect, str):
-        raise DefinitionError("effect must be a string label such as 'idempotent'")
+    check_effect(effect, check)
     _check_timeout(timeout_s)
     _check_status_detail(status_detail)
-    return ActionNode(run, effect, timeout_s, None, status_detail)
+    if (
+        fan_out is not None
+        and not callable(fan_out)
+        and (isinstance(fan_out, bool) or not isinstance(fan_out, int) or fan_out < 0)
+    ):
+        raise DefinitionError(
+            "action fan_out must be a whole number of 0 or more, or a function of the context"
+        )
+    return ActionNode(run, effect, timeout_s, None, status_detail, fan_out=fan_out, check=check)
 
 
 def shell(
@@ -364,8 +393,12 @@ def shell(
     timeout_s: TimeoutArg = 600.0,
     *,
     status_detail: str | None = None,
+    effect: str | None = None,
+    check: Callable[[ActionContext], Any] | None = None,
 ) -> ActionNode:
-    """Run a command (argument list) as an action; output is the command result unless ``parse`` maps it."""
+    """Run a command (argument list) as an action; output is the command result unless ``parse`` maps it.
+
+    ``effect`` and ``check`` as for :func:`action` (``docs/effects.md``)."""
     if not (callable(exec) or isinstance(exec, ShellCommand | Mapping)):
         raise DefinitionError("shell exec must be a ShellCommand, a mapping or a function returning one")
     if parse is not None and not callable(parse):
@@ -374,7 +407,8 @@ def shell(
         raise DefinitionError("shell updates must be a ShellUpdates(...)")
     _check_timeout(timeout_s)
     _check_status_detail(status_detail)
-    return ActionNode(None, None, timeout_s, ShellSpec(exec, parse, updates), status_detail)
+    check_effect(effect, check)
+    return ActionNode(None, effect, timeout_s, ShellSpec(exec, parse, updates), status_detail, check=check)
 
 
 def notify(

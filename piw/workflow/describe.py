@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from piw.errors import PiwError
 from piw.workflow.definition import AgentNode, CheckpointNode, Edge, Switch, WorkflowDefinition
 from piw.workflow.loader import SUFFIX, LoadedWorkflow, prepare_input
+from piw.workflow.tool_refs import McpTools
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,13 @@ class GraphLine:
     targets: list[tuple[str | None, str]] = field(default_factory=list)
     on: str | None = None
     exit: str | None = None
+    mcp: tuple[McpTools, ...] = ()
+    """An agent step's MCP servers (``mcp("NAME")`` in its ``tools``)."""
+
+    @property
+    def label(self) -> str:
+        """The kind, with an agent step's MCP servers: ``agent · mcp notes(search)``."""
+        return " · ".join([self.kind, *(ref.label() for ref in self.mcp)])
 
     def route_texts(self) -> list[str]:
         texts = [
@@ -67,6 +75,8 @@ class GraphLine:
             data["next"] = self.targets[0][1]
         if self.exit:
             data["exit"] = self.exit
+        if self.mcp:
+            data["mcp"] = [ref.to_json() for ref in self.mcp]
         return data
 
 
@@ -294,12 +304,14 @@ def graph_lines(definition: WorkflowDefinition) -> list[GraphLine]:
     ids.sort(key=lambda pair: (pair[0] != definition.start_at, _first_seen(definition, pair[0], order)))
     for node_id, kind in ids:
         item = outgoing.get(node_id)
+        node = definition.nodes.get(node_id)
+        servers = node.mcp if isinstance(node, AgentNode) else ()
         if isinstance(item, Switch):
             targets: list[tuple[str | None, str]] = list(item.cases.items())
-            lines.append(GraphLine(node_id, kind, targets, item.on, exits.get(node_id)))
+            lines.append(GraphLine(node_id, kind, targets, item.on, exits.get(node_id), servers))
         else:
             targets = [(None, item.target)] if isinstance(item, Edge) else []
-            lines.append(GraphLine(node_id, kind, targets, None, exits.get(node_id)))
+            lines.append(GraphLine(node_id, kind, targets, None, exits.get(node_id), servers))
     return lines
 
 

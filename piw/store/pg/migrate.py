@@ -49,7 +49,7 @@ class Migratable(Protocol):
 
 SCHEMA_MIN = 1
 """The lowest schema version this piw's code works on."""
-SCHEMA_MAX = 1
+SCHEMA_MAX = 6
 """The highest schema version this piw knows (its newest migration file)."""
 TEST_MIGRATIONS_ENV = "PIW_TEST_MIGRATIONS"
 """Tests only: a folder of migration files that stands in for the shipped ones (a newer piw)."""
