@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
@@ -33,15 +33,29 @@ def run_of(request: Request, run_id: str) -> str:
 @router.get("/runs", summary="List runs, newest first (the filters of 'piw runs').")
 def list_runs(
     request: Request,
-    status: str | None = Query(None, description="A run status, or waiting / answered as in 'piw runs'."),
-    limit: int | None = Query(None, ge=1, description="At most this many runs."),
+    status: Annotated[
+        list[str] | None,
+        Query(
+            description="Run statuses (repeat, or comma-separated), or waiting / answered as in 'piw runs'."
+        ),
+    ] = None,
+    workflow: str | None = Query(None, description="Only runs of this workflow."),
+    since: str | None = Query(None, description="Started since: a date, an instant or an age (2d, 3h)."),
+    until: str | None = Query(
+        None, description="Started before: a date (that day included), an instant, an age."
+    ),
+    search: str | None = Query(None, description="Title or input contains this text."),
+    parent: str | None = Query(None, description="Only the continuations of this run."),
+    schedule: str | None = Query(None, description="Only runs started by this schedule's fires."),
+    limit: int | None = Query(None, description="At most this many runs."),
     _: Any = Reader,
 ) -> list[dict[str, Any]]:
-    from piw.store.history import RUN_FILTERS, run_summaries
+    from piw.store.history import find_runs
+    from piw.store.run_query import query_of
 
-    if status is not None and status not in RUN_FILTERS:
-        raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(RUN_FILTERS)}.")
-    return [row.to_json() for row in run_summaries(home_of(request), status, limit)]
+    home = home_of(request)
+    query = query_of(home, status, workflow, since, until, search, parent, schedule, limit)
+    return [row.to_json() for row in find_runs(home, query)]
 
 
 @router.get("/waiting", summary="What needs an answer, across runs (as 'piw waiting').")
