@@ -8,7 +8,6 @@ a missing workflow, replies that ran out) is one line naming the file and the fi
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from piw.cases.files import (
 from piw.cases.grade import Difference, grade
 from piw.cases.places import Places
 from piw.cases.record import expected_of, node_digests, recorded_steps
+from piw.cases.scratch import scratch_root, seed
 from piw.errors import BrokenCase, DefinitionError, PiwError
 from piw.providers.base import StepRef
 from piw.providers.case_replies import CaseReplyProvider, ReplayStep
@@ -63,15 +63,6 @@ class CaseResult:
     rerecord: Rerecord | None = None
 
 
-def scratch_root() -> str | None:
-    """Where the throwaway homes go: memory (``/dev/shm``) where the system has it, else the temporary folder.
-
-    Nothing in a replay needs to survive a crash, and the run database's commits cost a disk flush each: in memory a
-    5-step case replays in about a third of the time (``bench/bench_piw_test.py``)."""
-    memory = Path("/dev/shm")
-    return str(memory) if memory.is_dir() and os.access(memory, os.W_OK | os.X_OK) else None
-
-
 def run_case(folder: Path) -> CaseResult:
     """Read, replay and grade one case folder; never raises for a broken case."""
     started = time.perf_counter()
@@ -84,6 +75,7 @@ def run_case(folder: Path) -> CaseResult:
     try:
         with tempfile.TemporaryDirectory(prefix="piw-test-", dir=scratch_root()) as scratch:
             try:
+                seed(Path(scratch))
                 result = _replay(case, Path(scratch))
             finally:
                 close_database(Path(scratch))

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
 from piw.store.db.database import now_ms
-from piw.store.db.index import IndexRow, decode_row, from_ms, indexed_values, to_ms, usage_cost
+from piw.store.db.index import IndexRow, decode_row, from_ms, iter_values, to_ms, usage_cost
 from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.place import refresh_mirrors
@@ -218,7 +218,7 @@ def find_runs(home: Path, query: RunQuery) -> list[RunSummary]:
         refresh_mirrors(home, limit)
         database: RunDatabase | None = None
         rows: list[tuple[IndexRow, WaitSummary | None]] = []
-        for values in indexed_values(home):
+        for values in iter_values(home):
             if limit is not None and len(rows) >= limit:
                 break
             if not query.keeps(values):

@@ -10,8 +10,8 @@ bundle (``piw export``) *before* the rename; an export already there from an int
 trace is the run's.
 
 Only finished runs are candidates unless a status names them (``--status waiting``); a run whose queue row holds
-a live claim, or whose writer lock is taken, is skipped and said. SQLite mode only: in database mode the rows
-are the runs, and ``piw gc`` says so rather than leave mirrors and rows apart.
+a live claim, or whose writer lock is taken, is skipped and said. In database mode the rows are the run: there
+the commit point is one transaction deleting them (``piw.store.pg.retention``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from piw.errors import PiwError, RunHeld, UsageError
 from piw.store.db.database import open_database
@@ -35,6 +36,8 @@ from piw.store.place import database_place
 FINISHED = ("completed", "failed", "timed_out", "cancelled")
 """The statuses ``piw gc`` removes when no ``--status`` is given."""
 PENDING_PREFIX = ".gc-"
+_KEPT = frozenset({"schedule_fires"})
+"""Tables whose rows outlive the run they name (a schedule's record of its fires)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,6 @@ def run_gc(
     from piw.store.history import find_runs
     from piw.store.run_query import RunQuery
 
-    _refuse_database_mode(home)
     if not dry_run:
         finished = finish_pending(home, report)
     rows = select_runs(
@@ -123,13 +125,6 @@ def run_gc(
     if not dry_run:
         result.finished = finished + result.finished
     return result
-
-
-def _refuse_database_mode(home: Path) -> None:
-    if database_place(home) is not None:
-        raise UsageError(
-            "piw gc and piw rm work on a SQLite home for now; in database mode export runs with 'piw export'."
-        )
 
 
 def select_runs(
@@ -162,7 +157,10 @@ def select_runs(
 
 
 def finish_pending(home: Path, report: Callable[[str], None] = lambda line: None) -> list[str]:
-    """Finish every removal an interrupted pass began (its ``.gc-<id>`` folders); the run ids."""
+    """Finish every removal an interrupted pass began (its ``.gc-<id>`` folders); the run ids. (Database mode has
+    none: its removal is one transaction.)"""
+    if database_place(home) is not None:
+        return []
     root = home / "runs"
     done = []
     with contextlib.suppress(FileNotFoundError):
@@ -185,13 +183,13 @@ def remove_runs(
     report: Callable[[str], None] = lambda line: None,
 ) -> GcResult:
     """Remove ``rows``' runs, each whole (see the module); exported first into ``export_dir`` when given."""
-    _refuse_database_mode(home)
     result = GcResult()
     if not dry_run:
         result.finished = finish_pending(home, report)
     queue = open_run_database(home).queue
     from piw.store.db.database import now_ms
 
+    place = database_place(home)
     for row in rows:
         run_id = row.run_id
         queued = queue.get(run_id)
@@ -200,6 +198,9 @@ def remove_runs(
             continue
         if row.status == "running" and not row.interrupted:
             result.skipped.append((run_id, f"it is {row.display_status}, not finished; not removed"))
+            continue
+        if place is not None:
+            _remove_from_database(home, place, row, export_dir, dry_run, result, report)
             continue
         bundle = home / "runs" / run_id
         size = tree_bytes(bundle)
@@ -222,6 +223,35 @@ def remove_runs(
         result.removed.append(removed)
         report(_removed_line(removed))
     return result
+
+
+def _remove_from_database(
+    home: Path,
+    place: Any,
+    row: RunSummary,
+    export_dir: Path | None,
+    dry_run: bool,
+    result: GcResult,
+    report: Callable[[str], None],
+) -> None:
+    """Database mode: export from the rows, delete them in one transaction, then drop this host's mirror."""
+    from piw.store.pg.retention import delete_run, run_bytes
+    from piw.store.place import runs_home
+
+    run_id = row.run_id
+    size = run_bytes(place.db, run_id)
+    if dry_run:
+        result.removed.append(Removed(run_id, row.status, size))
+        return
+    exported = _export(home, run_id, export_dir) if export_dir is not None else None
+    refused = delete_run(place.db, run_id)  # the commit point
+    if refused is not None:
+        result.skipped.append((run_id, refused))
+        return
+    shutil.rmtree(runs_home(home) / "runs" / run_id, ignore_errors=True)
+    removed = Removed(run_id, row.status, size, exported)
+    result.removed.append(removed)
+    report(_removed_line(removed))
 
 
 def _removed_line(item: Removed) -> str:
@@ -258,7 +288,12 @@ def _export(home: Path, run_id: str, target: Path) -> Path:
 
     existing = target / run_id
     if existing.exists():
-        if (existing / "trace.ndjson").read_bytes() == (home / "runs" / run_id / "trace.ndjson").read_bytes():
+        from piw.store.place import runs_home, sync_mirror
+
+        sync_mirror(home, run_id)
+        if (existing / "trace.ndjson").read_bytes() == (
+            runs_home(home) / "runs" / run_id / "trace.ndjson"
+        ).read_bytes():
             return existing
         raise UsageError(f"{existing} exists and holds another trace; export into another folder.")
     return export_run(home, run_id, target)
@@ -268,9 +303,15 @@ def _forget_rows(home: Path, run_ids: list[str]) -> None:
     """Delete what the database keeps about these runs, in one transaction (the bundles are already gone)."""
     db = open_database(home)
     with db.transaction() as conn:
+        tables = [
+            name
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            if name not in _KEPT
+            and any(column[1] == "run_id" for column in conn.execute(f'PRAGMA table_info("{name}")'))
+        ]  # every table that keeps rows by run id (other features' too), but the records meant to outlive it
         for run_id in run_ids:
-            for table in ("runs", "run_queue", "notifications", "human_decisions"):
-                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))  # (table names are ours)
+            for table in tables:
+                conn.execute(f'DELETE FROM "{table}" WHERE run_id = ?', (run_id,))  # (names from our catalog)
             conn.execute("DELETE FROM idempotency WHERE receipt_json LIKE ?", (f'%"runId":"{run_id}"%',))
 
 
@@ -279,7 +320,6 @@ def named_runs(home: Path, run_ids: list[str]) -> list[RunSummary]:
     from piw.store.history import find_runs
     from piw.store.run_query import RunQuery
 
-    _refuse_database_mode(home)
     by_id = {row.run_id: row for row in find_runs(home, RunQuery())}
     chosen = []
     for run_id in run_ids:

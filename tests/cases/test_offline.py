@@ -257,3 +257,60 @@ def test_a_nested_test_folder_finds_the_project_by_its_pyproject(cli: Cli) -> No
     case = json.loads((cli.cwd / "tests" / "piw" / "bug" / "case.json").read_text())
     assert case["workflow"] == {"path": "workflows/triage.workflow.py"}
     assert cli("test", "tests/piw").returncode == 0
+
+
+LOOP = """
+from piw import agent, compute, define_workflow, edge, switch
+
+workflow = define_workflow(
+    name="loop",
+    start_at="draft",
+    nodes={
+        "draft": agent(prompt=lambda ctx: f"Draft {len(ctx.results)}", expected_output="a word"),
+        "count": compute(lambda ctx: {"again": ctx.outputs["draft"] == "first"}),
+        "done": compute(lambda ctx: {"last": ctx.outputs["draft"]}),
+    },
+    edges=[edge("draft", "count"), switch("count", on="$.again", cases={"true": "draft", "false": "done"})],
+)
+"""
+
+
+def test_a_step_visited_twice_replays_its_visits_in_order(cli: Cli) -> None:
+    folder = cli.cwd / "workflows"
+    folder.mkdir(parents=True)
+    (folder / "loop.workflow.py").write_text(LOOP)
+    (folder / "loop.replies.json").write_text(
+        json.dumps({"draft": [{"submit": "first"}, {"submit": "second"}]})
+    )
+    assert cli("run", "workflows/loop.workflow.py", "--provider", "scripted").returncode == 0
+    assert cli("test", "record", "latest", "--name", "loop").returncode == 0
+    case = cli.cwd / "piw-tests" / "loop"
+    lines = (case / "replies.ndjson").read_text().splitlines()
+    assert [json.loads(line)["node"] for line in lines] == ["draft", "draft"]
+    assert json.loads((case / "expected.json").read_text())["route"] == [
+        "draft",
+        "count",
+        "draft",
+        "count",
+        "done",
+    ]
+    assert cli("test").returncode == 0
+
+    (case / "replies.ndjson").write_text(lines[0] + "\n")
+    done = cli("test")
+    assert done.returncode == 2
+    assert (
+        "piw-tests/loop/replies.ndjson: node draft: no recorded reply left for visit 2 of this step"
+        in done.stdout
+    )
+
+
+def test_replays_copy_an_empty_run_database_kept_in_the_home_and_remake_a_bad_one(cli: Cli) -> None:
+    recorded_triage(cli)
+    assert cli("test").returncode == 0
+    (template,) = (cli.home / "cache").glob("piw-test-home-*.sqlite")
+
+    template.write_bytes(b"not a database")  # damaged (or left by another piw): ignored and made again
+    again = cli.process("test")  # a new process looks the template up again
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert template.read_bytes().startswith(b"SQLite format 3")

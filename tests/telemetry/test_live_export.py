@@ -111,3 +111,16 @@ def test_a_run_without_an_endpoint_imports_no_telemetry(cli: Cli) -> None:
     assert "piw.telemetry.hook" in modules  # the run asked, and was told no
     assert not {"piw.telemetry.live", "piw.telemetry.spans", "piw.telemetry.otlp"} & modules
     assert not {name for name in modules if name.startswith("opentelemetry")}
+
+
+def test_a_host_exports_the_runs_it_executes(cli: Cli, receiver: OtlpReceiver) -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+    queued = cli.process("run", "hello", "--detach", "--json", env=env)
+    assert queued.returncode == 0, queued.stderr
+    run_id = json.loads(queued.stdout)["runId"]
+    host = cli.process("host", "--once", env=env)
+    assert host.returncode == 0, host.stderr
+    assert receiver.wait_for(lambda r: len(r.named("run ")) == 1)
+    names = sorted(span.name for span in receiver.unique().values())
+    assert names == ["action echo", "compute greet", "notify tell", "run hello"]
+    assert {span.attributes["piw.run_id"] for span in receiver.unique().values()} == {run_id}

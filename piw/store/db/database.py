@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piw.errors import StateSchemaMismatch, StoreError
+from piw.errors import PiwError, StateSchemaMismatch, StoreError
 from piw.store.db.access import connect_read_only, is_unwritable, may_write, unwritable
 from piw.store.db.busy import BUSY_TIMEOUT_MS, begin
 
@@ -634,3 +634,11 @@ def close_database(home: Path) -> None:
         db = _OPEN.pop(database_path(home), None)
     if db is not None:
         db.close()
+
+
+def holds_current_schema(path: Path) -> bool:
+    """Whether the database file at ``path`` holds exactly this piw's schema (``False``: empty, foreign, damaged)."""
+    try:
+        return path.is_file() and _check_existing(path)
+    except PiwError:
+        return False

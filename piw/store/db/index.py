@@ -22,7 +22,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -361,6 +361,24 @@ def indexed_values(home: Path) -> list[tuple[Any, ...]]:
         return _rebuild_damaged(db, home, exc)
 
 
+def iter_values(home: Path) -> Iterator[tuple[Any, ...]]:
+    """:func:`indexed_values`, read lazily (a listing that stops early reads no further); a table found damaged
+    before the first row is rebuilt from the bundles, as there."""
+    home = runs_home(home)
+    db = open_database(home)
+    rows = _current_rows(db, home)
+    try:
+        first = next(rows, None)
+    except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+            raise  # busy, not damaged
+        yield from _rebuild_damaged(db, home, exc)
+        return
+    if first is not None:
+        yield first
+        yield from rows
+
+
 def decode_row(values: tuple[Any, ...]) -> IndexRow:
     """One raw row (:func:`indexed_values`) as an :class:`IndexRow`."""
     return _decode(values)
@@ -406,6 +424,13 @@ def _replace_table(db: Database, rows: list[tuple[Any, ...]]) -> None:
 
 
 def _reconciled_rows(db: Database, home: Path) -> list[tuple[Any, ...]]:
+    return list(_current_rows(db, home))
+
+
+def _current_rows(db: Database, home: Path) -> Iterator[tuple[Any, ...]]:
+    """The table reconciled with the bundles (:func:`_reconcile`), then its rows newest first, read lazily: the
+    reconciliation reads three columns of each row, and a listing that stops early (``--limit``) decodes and
+    fetches no more than it shows. A table that cannot be written is listed as reconciled in memory."""
     conn = db.connection()
     if not db.read_only and (
         getattr(db, "created", False) or conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone() is None
@@ -413,36 +438,49 @@ def _reconciled_rows(db: Database, home: Path) -> list[tuple[Any, ...]]:
         rebuild_run_index(home)
         db.created = False
     stamps = _scan(home)
-    rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
-    fresh, gone = _reconcile(home, conn, rows, stamps)
-    if (fresh or gone) and not db.read_only:
+    heads = {run_id: (status, stamp) for run_id, status, stamp in conn.execute(_HEADS).fetchall()}
+    fresh, gone = _reconcile(home, conn, heads, stamps)
+    written = not (fresh or gone)
+    if not written and not db.read_only:
         try:
             with db.transaction() as write:
                 write.executemany("DELETE FROM runs WHERE run_id = ?", [(run_id,) for run_id in gone])
                 write.executemany(f"INSERT OR REPLACE INTO runs ({_COLUMNS}) VALUES ({_MARKS})", fresh)
+            written = True
         except Exception as exc:  # a cache: list what we know even if it cannot be written
             log.warning("runs index not reconciled: %s", exc)
-    for run_id in gone:
-        rows.pop(run_id, None)
-    rows.update((row[0], row) for row in fresh)
-    return [rows[run_id] for run_id in sorted(rows, reverse=True)]
+    if not written:  # merged in memory
+        rows = {values[0]: values for values in conn.execute(f"SELECT {_COLUMNS} FROM runs").fetchall()}
+        for run_id in gone:
+            rows.pop(run_id, None)
+        rows.update((row[0], row) for row in fresh)
+        yield from (rows[run_id] for run_id in sorted(rows, reverse=True))
+        return
+    cursor = conn.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY run_id DESC")
+    while batch := cursor.fetchmany(_BATCH):
+        yield from batch
+
+
+_HEADS = "SELECT run_id, status, trace_stamp FROM runs"
+_BATCH = 200
 
 
 def _reconcile(
-    home: Path, conn: Any, rows: dict[str, tuple[Any, ...]], stamps: dict[str, str | None]
+    home: Path, conn: Any, rows: dict[str, tuple[Any, Any]], stamps: dict[str, str | None]
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """The rows to write (bundles without a row, rows whose trace changed) and the rows whose bundle is gone."""
+    """The rows to write (bundles without a row, rows whose trace changed) and the rows whose bundle is gone;
+    ``rows`` maps each run id in the table to its ``(status, trace_stamp)``."""
     missing_ids = stamps.keys() - rows.keys()
     gone = [run_id for run_id in rows.keys() - stamps.keys()]
     # A row is refolded when its trace changed since it was computed (one stat per bundle): a running run's
     # row lags its trace by up to a second (the writer coalesces upserts), a crashed writer never caught up,
     # and a trace damaged or repaired behind the index's back must not be listed from the old row.
     changed_ids = [
-        run_id for run_id, values in rows.items() if run_id in stamps and values[_STAMP] != stamps[run_id]
+        run_id for run_id, values in rows.items() if run_id in stamps and values[1] != stamps[run_id]
     ]
     # ... except a running run whose writer is alive: it upserts its own row every second (writer.py
     # INDEX_INTERVAL_S), and refolding a long run's row on every listing cost ~1.5 s and ~300 MB each time.
-    maintained = _live_writers(conn, [run_id for run_id in changed_ids if rows[run_id][3] == "running"])
+    maintained = _live_writers(conn, [run_id for run_id in changed_ids if rows[run_id][0] == "running"])
     refold = [*missing_ids, *(run_id for run_id in changed_ids if run_id not in maintained)]
     fresh: list[tuple[Any, ...]] = []
     if refold:
@@ -452,4 +490,4 @@ def _reconcile(
         fresh = [
             row for row in (_fold_row(Bundle(run_id, root / run_id)) for run_id in refold) if row is not None
         ]
-    return [row for row in fresh if rows.get(row[0]) != row], gone
+    return fresh, gone

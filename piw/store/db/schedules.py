@@ -18,7 +18,8 @@ sees the same schedules) runs the same statements:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -145,6 +146,12 @@ class SqliteSchedules:
     def _sql(self, statement: str) -> str:
         return self.dialect.sql(statement)
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A connection for reads: SQLite's own (no ``BEGIN IMMEDIATE``: a listing never waits for the write lock,
+        and a read-only home is read); PostgreSQL overrides it with a transaction."""
+        yield self.db.connection()
+
     # ---- the schedules ----------------------------------------------------------------------------------
 
     def add(self, row: ScheduleRow) -> None:
@@ -174,7 +181,7 @@ class SqliteSchedules:
                 )
 
     def get(self, name: str) -> ScheduleRow | None:
-        with self.db.transaction() as conn:
+        with self._reading() as conn:
             return self._get(conn, name)
 
     def _get(self, conn: Connection, name: str, lock: bool = False) -> ScheduleRow | None:
@@ -192,7 +199,7 @@ class SqliteSchedules:
         return found
 
     def all(self) -> list[ScheduleRow]:
-        with self.db.transaction() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 f"SELECT {', '.join(_SCHEDULE_COLUMNS)} FROM schedules ORDER BY name"
             ).fetchall()
@@ -267,7 +274,7 @@ class SqliteSchedules:
 
     def retry_candidates(self, now: int) -> list[FireRow]:
         """Fires to look at again: ``queued`` ones (waiting on an overlap) and claims that expired."""
-        with self.db.transaction() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 self._sql(
                     f"SELECT {', '.join(_FIRE_COLUMNS)} FROM schedule_fires WHERE state = 'queued' "
@@ -334,7 +341,7 @@ class SqliteSchedules:
 
     def fires(self, name: str, limit: int = 20) -> list[FireRow]:
         """The newest ``limit`` fires of ``name``, newest first."""
-        with self.db.transaction() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 self._sql(
                     f"SELECT {', '.join(_FIRE_COLUMNS)} FROM schedule_fires WHERE schedule_name = ? "
@@ -346,7 +353,7 @@ class SqliteSchedules:
 
     def last_started(self, name: str, before: int) -> FireRow | None:
         """The newest fire of ``name`` before ``before`` that started a run (the overlap check)."""
-        with self.db.transaction() as conn:
+        with self._reading() as conn:
             found = conn.execute(
                 self._sql(
                     f"SELECT {', '.join(_FIRE_COLUMNS)} FROM schedule_fires WHERE schedule_name = ? "

@@ -381,14 +381,15 @@ class PgRunStore:
                 self._flush()
 
     def sync_required(self) -> None:
-        """Before an effect: the held lines are sent (a process that dies during the effect leaves them in the
-        rows, as a file leaves its written lines), synchronously when a line the effect depends on is pending."""
+        """Before an effect: what it depends on is made durable. Held lines are ride-along (a step started, a
+        compute step's result): nothing depends on them, so they wait for the next statement, as a file's
+        ride-along lines wait for the next fsync; the idle flush sends them within :data:`HOLD_S` meanwhile."""
         with self._lock:
-            required = self._required and self.durability != "flush"
-            if self._held:
-                self._send(list(self._held), "on" if required else "off", True)
-            elif required:
-                self._flush()
+            if self._required and self.durability != "flush":
+                if self._held:
+                    self._send(list(self._held), "on", True)
+                else:
+                    self._flush()
 
     def _flush(self) -> None:
         """One synchronous commit: it flushes the WAL up to itself, so every earlier asynchronous line too."""

@@ -4,7 +4,9 @@ at the same schedule at once decide each fire once."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import contextlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 from piw.store.db.dialect import POSTGRES, Dialect
 from piw.store.db.schedules import SqliteSchedules
@@ -19,3 +21,8 @@ class PgSchedules(SqliteSchedules):
 
     def __init__(self, db: ClockedDatabase) -> None:
         self.db = db  # type: ignore[assignment]  # (transaction() shaped like SQLite's Database)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Any]:
+        with self.db.transaction() as conn:
+            yield conn

@@ -243,10 +243,14 @@ def test_ride_along_lines_wait_for_the_next_statement_and_commit_with_it(
     store.send_held()  # the writer's idle flusher, when no next line comes in time
     assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4, 5]
     store.append(_line(6), ride_along=True)
-    store.sync_required()  # an effect is about to start: what was held is in the rows first
-    assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4, 5, 6]
+    store.sync_required()  # an effect depends on no held line: it rides with the effect's own record
+    assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4, 5]
+    store.append(_line(7), ride_along=False)  # an asynchronous line an effect depends on
+    store.append(_line(8), ride_along=True)
+    store.sync_required()  # now one synchronous statement carries what is held
+    assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4, 5, 6, 7, 8]
     store.release()
-    assert mirrors.sync(RUN).trace_path.read_bytes().count(b"\n") == 6
+    assert mirrors.sync(RUN).trace_path.read_bytes().count(b"\n") == 8
 
 
 def test_held_lines_the_fence_refuses_are_refused_with_the_line_that_sends_them(
