@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
@@ -260,35 +259,9 @@ def _run_query(
     limit: int | None,
 ) -> RunQuery:
     """The filter values of ``piw runs``, checked (one line, exit 2, for a bad one)."""
-    from datetime import UTC, datetime
+    from piw.store.run_query import query_of
 
-    from piw.store.history import RUN_FILTERS
-    from piw.store.run_query import RunQuery, parse_instant
-
-    statuses = tuple(
-        dict.fromkeys(part.strip() for value in status or () for part in value.split(",") if part.strip())
-    )
-    for value in statuses:
-        if value not in RUN_FILTERS:
-            raise UsageError(f"Unknown status {value!r}; use one of: {', '.join(RUN_FILTERS)}.")
-    if limit is not None and limit < 1:
-        raise UsageError("--limit must be at least 1.")
-    now = datetime.now(UTC)
-    since_ms = parse_instant(since, "--since", now) if since is not None else None
-    until_ms = parse_instant(until, "--until", now, end_of_day=True) if until is not None else None
-    if parent is not None:
-        with contextlib.suppress(PiwError):  # a parent already removed: its continuations keep its id
-            parent = resolve_run_id(home, parent)
-    return RunQuery(
-        workflow=workflow,
-        since_ms=since_ms,
-        until_ms=until_ms,
-        statuses=statuses,
-        search=search or None,
-        parent=parent,
-        schedule=schedule,
-        limit=limit,
-    )
+    return query_of(home, status, workflow, since, until, search, parent, schedule, limit)
 
 
 def _with_sizes(home: Path, rows: list[RunSummary]) -> list[RunSummary]:
