@@ -37,7 +37,9 @@
     │   ├── AttemptInactive       an update or submission arrived for an attempt that is not active
     │   └── ShellLineTooLong      a shell node's update line passed its byte limit; the action fails
     ├── UpdateRejected            an update failed validation or limits; nothing was written
-    └── ProviderError             provider configuration or selection problems
+    ├── ProviderError             provider configuration or selection problems
+    └── NotConfirmed              a run over ``--confirm-above`` was declined at the prompt (exit 1), or could
+                                  not be asked (stdin not a terminal, no ``--yes``: exit 2); nothing started
         ├── NeedsKey              an ``$ENV`` key reference is unset
         └── ScriptExhausted       the scripted provider received more requests than it has replies
 
@@ -272,3 +274,13 @@ class NeedsKey(ProviderError):
 
 class ScriptExhausted(ProviderError):
     """The scripted provider has no reply left for a request."""
+
+
+class NotConfirmed(PiwError):
+    """A run whose projected cost is over ``--confirm-above`` / ``[budget] confirm_above`` did not start: the
+    person declined (exit 1), or nobody could be asked (exit 2: stdin is not a terminal and ``--yes`` is not
+    given). Nothing was created (``docs/planning.md``)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
+from piw.workflow.budget_table import BudgetTable
 
-TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database")
+TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database", "budget")
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -188,6 +189,7 @@ class PiwConfig(_Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     database: DatabaseTable | None = None
+    budget: BudgetTable = Field(default_factory=BudgetTable)
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

@@ -40,6 +40,8 @@ class RunOptions:
     on_start: Callable[[Bundle], None] | None = None
     budget: Budget | None = None
     """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
+    confirmation: dict[str, Any] | None = None
+    """``piw run --detach`` over ``--confirm-above``: the budget stop the run waits on before its first step."""
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
     outbox: Outbox | None = None
