@@ -170,12 +170,19 @@ def _wants_object(node: AgentNode) -> bool:
     return False
 
 
-def registry_loop_tool(tool: Tool, context: ToolContext) -> LoopTool:
-    """Offer a registry tool to the loop; unparsable arguments become an error result, never a call."""
+def registry_loop_tool(
+    tool: Tool, context: ToolContext, started: Callable[[str, Tool], None] | None = None
+) -> LoopTool:
+    """Offer a registry tool to the loop; unparsable arguments become an error result, never a call.
+
+    ``started`` records a ``once`` tool's call durably before it runs (``docs/effects.md``, "Tool calls"): a
+    resume that finds that record without the call's result tells the model its outcome is unknown."""
 
     def execute(call_id: str, args: dict[str, Any], raw_error: str | None) -> ToolResult:
         if raw_error is not None:
             return ToolResult(f"Invalid {tool.name} call: {raw_error}", is_error=True)
+        if started is not None and tool.effect == "once":
+            started(call_id, tool)
         return tool.execute(call_id, args, context)
 
     spec = ToolSpec(name=tool.name, description=tool.description, parameters=tool.parameters)
@@ -286,6 +293,10 @@ class AttemptRun:
         for listener in self.settings.listeners:
             listener(event)
 
+    def record(self, message: Message) -> None:
+        """Append a settled message to the attempt's conversation (recovery answers interrupted calls so)."""
+        self._record(message)
+
     def _record(self, message: Message) -> None:
         entry = self.attempt.session.append(message_to_entry(message))
         self.messages.append(message)
@@ -368,7 +379,10 @@ class AttemptRun:
             protected=(*self.settings.protected_paths, home, config_path(home)),
         )
         tools = [registry.get(name) for name in self.node.tools] + self._server_tools()
-        return [registry_loop_tool(tool, context) for tool in tools]
+        started = (
+            None if self.child else self._tool_started
+        )  # (a child's calls are its parent action's effect)
+        return [registry_loop_tool(tool, context, started) for tool in tools]
 
     def _server_tools(self) -> list[Tool]:
         """The node's MCP tools; the servers start (and their listing is recorded) on the first call."""
@@ -392,6 +406,17 @@ class AttemptRun:
         servers, self.servers = self.servers, None
         if servers is not None:
             servers.close()
+
+    def _tool_started(self, call_id: str, tool: Tool) -> None:
+        """``tool_call_started``, durable before the call's effect begins (an effect point)."""
+        self.attempt.writer.append(
+            "agent",
+            "tool_call_started",
+            {"toolCallId": call_id, "toolName": tool.name, "effect": tool.effect},
+            node_id=self.attempt.node_id,
+            attempt_id=self.attempt.attempt_id,
+            sync=True,
+        )
 
     # ---- the attempt -------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from piw.agent_steps.attempt import (
     usage_of,
 )
 from piw.agent_steps.contract import AgentStepContract, format_step_prompt
+from piw.agent_steps.interrupted_calls import answer_interrupted
 from piw.agent_steps.loop import Deadline
 from piw.agent_steps.workflow_tool import OUTPUT_CUT_TYPE, lenient_json
 from piw.providers.base import Provider
@@ -98,6 +99,9 @@ def recover(
             entry, message = adopted
             run.last_assistant_entry = entry.id
             return run.assistant_outcome(message, adopted=True)
+    started = state_current.tool_calls_started if state_current else ()
+    if answer_interrupted(run, branch[latest + 1 :], started):
+        return run.run(None)  # the model reads what became of its calls; none is run again
     last = branch[-1]
     continues = last.message.get("role") == "toolResult" or last.message.get("customType") == OUTPUT_CUT_TYPE
     if last is branch[latest] or continues:

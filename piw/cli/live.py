@@ -173,6 +173,18 @@ class StepLog:
                 (f"{arrow} ", "dim"),
                 (single_line(" › ".join(map(str, payload.get("mountPath", [])))), "dim"),
             ]
+        if kind == "effect_outcome_unknown":  # docs/effects.md: parked for 'piw resolve'
+            return [
+                ("? ", "bold yellow"),
+                (_node_label(event.node_id or ""), ""),
+                ("  outcome unknown", "bold yellow"),
+            ]
+        if kind == "effect_resolved":
+            return [
+                ("↻ ", "dim"),
+                (_node_label(event.node_id or ""), ""),
+                (f"  resolved: {_clip(payload.get('resolution'))}", "dim"),
+            ]
         if kind.startswith("run_"):
             return self._run_segments(event, state)
         return None

@@ -261,6 +261,12 @@ class _Folder:
         if current is not None:
             self.current = replace(current, process_group=dict(event.payload))
 
+    def tool_call_started(self, event: TraceEvent) -> None:
+        current = self._current_for(event)
+        call_id = event.payload.get("toolCallId")
+        if current is not None and isinstance(call_id, str):
+            self.current = replace(current, tool_calls_started=(*current.tool_calls_started, call_id))
+
     def effect_started(self, event: TraceEvent) -> None:
         """A ``once``/``reconcile`` effect began: from here on the attempt's outcome is not known until it ends."""
         current = self._current_for(event)
@@ -395,6 +401,7 @@ _HANDLERS = {
     "update_published": _Folder.update_published,
     "usage_recorded": _Folder.usage_recorded,
     "process_started": _Folder.process_started,
+    "tool_call_started": _Folder.tool_call_started,
     "effect_started": _Folder.effect_started,
     "effect_reconciled": _Folder.effect_reconciled,
     "effect_outcome_unknown": _Folder.effect_outcome_unknown,

@@ -210,6 +210,9 @@ class CurrentAttempt:
     assistant_completion: dict[str, Any] | None = None
     process_group: dict[str, Any] | None = None
     """The shell command's group (``process_started``): a resume stops it before the node reruns."""
+    tool_calls_started: tuple[str, ...] = ()
+    """Ids of the ``once`` tool calls this agent attempt started (``tool_call_started``): one of them without a
+    result in the conversation was interrupted mid-flight, its outcome unknown."""
     effect: dict[str, Any] | None = None
     """A ``once``/``reconcile`` effect this attempt started (``effect_started``), and what reconciling it found
     (``effect_reconciled``): a resume never reruns it blindly (``docs/effects.md``)."""

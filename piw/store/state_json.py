@@ -135,6 +135,7 @@ def _current_to_json(current: CurrentAttempt) -> dict[str, Any]:
             "assistantCompletion": current.assistant_completion,
             "processGroup": current.process_group,
             "effect": current.effect,
+            "toolCallsStarted": list(current.tool_calls_started) or None,
         }
     )
 
@@ -304,6 +305,7 @@ def _state_of(
             assistant_completion=detail.get("assistantCompletion"),
             process_group=detail.get("processGroup"),
             effect=detail.get("effect"),
+            tool_calls_started=tuple(detail.get("toolCallsStarted") or ()),
         )
     sources = data.get("workflowSources")
     return RunState(

@@ -10,9 +10,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 Execute = Callable[[str, dict[str, Any], "ToolContext"], "ToolResult"]
+ToolEffect = Literal["retry", "once"]
 """``execute(call_id, args, ctx)``: runs one tool call and returns its result."""
 
 
@@ -47,6 +48,11 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     execute: Execute
+    effect: ToolEffect = "once"
+    """What a resume may do with a call of it that piw was interrupted in (``docs/effects.md``, "Tool calls"):
+    ``once`` (the default, for any tool that may change something: ``bash``, an MCP tool) records the call's start
+    durably first, and a call interrupted mid-flight is answered "interrupted, outcome unknown" instead of run
+    again; ``retry`` (a read-only tool) is answered "did not finish, call it again if you still need it"."""
 
 
 class ToolRefused(Exception):
@@ -121,9 +127,11 @@ def guarded(name: str, parameters: dict[str, Any], run: Execute) -> Execute:
     return execute
 
 
-def guarded_tool(name: str, description: str, parameters: dict[str, Any], run: Execute) -> Tool:
+def guarded_tool(
+    name: str, description: str, parameters: dict[str, Any], run: Execute, effect: ToolEffect = "once"
+) -> Tool:
     """A shipped tool: its arguments are checked against ``parameters`` and its refusals answer as errors."""
-    return Tool(name, description, parameters, guarded(name, parameters, run))
+    return Tool(name, description, parameters, guarded(name, parameters, run), effect)
 
 
 def listing(lines: list[str], empty: str, cut: str | None, **details: Any) -> ToolResult:

@@ -110,6 +110,7 @@ READ = guarded_tool(
     ),
     _READ_SCHEMA,
     _read,
+    effect="retry",  # read-only: a call that did not finish may simply be made again
 )
 
 
@@ -155,4 +156,5 @@ LS = guarded_tool(
     ),
     _LS_SCHEMA,
     _ls,
+    effect="retry",  # read-only: a call that did not finish may simply be made again
 )

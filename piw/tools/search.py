@@ -63,6 +63,7 @@ FIND = guarded_tool(
     ),
     _FIND_SCHEMA,
     _find,
+    effect="retry",  # read-only: a call that did not finish may simply be made again
 )
 
 
@@ -134,4 +135,5 @@ GREP = guarded_tool(
     ),
     _GREP_SCHEMA,
     _grep,
+    effect="retry",  # read-only: a call that did not finish may simply be made again
 )

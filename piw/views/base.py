@@ -32,6 +32,7 @@ OUTCOME_MARKS = {
     "cancelled": "■",
     "running": "▶",
     "waiting": "⏸",
+    "unknown": "?",
     "not taken": "–",
     "not run": "–",
 }
@@ -43,6 +44,7 @@ STATUS_STYLES = {
     "cancelled": "yellow",
     "running": "cyan",
     "waiting": "magenta",
+    "unknown": "yellow",
     "pending": "dim",
     "not taken": "dim",
     "not run": "dim",

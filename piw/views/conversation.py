@@ -47,6 +47,12 @@ def entry_lines(console: Console, entry: SessionEntry, width: int, expanded: boo
         yield from _assistant(console, message, width, expanded)
     elif role == "toolResult":
         style = "red" if message.get("isError") else "dim"
+        details = message.get("details") if isinstance(message.get("details"), dict) else {}
+        if details and details.get(
+            "interrupted"
+        ):  # a call a crash interrupted (docs/effects.md, "Tool calls")
+            outcome = "outcome unknown" if details.get("outcome") == "unknown" else "not run again"
+            yield Text(f"  ⚠ interrupted, {outcome}", style="yellow")
         line = Text("  ↳ ", style=style) + safe(str(message.get("toolName", "tool")), style)
         line.append(": ", style=style)
         line.append_text(safe(compact(_text_of(message.get("content")), TOOL_RESULT_LIMIT), style))

@@ -33,6 +33,7 @@ from piw.views.base import (
     node_label,
 )
 from piw.views.canvas import Canvas
+from piw.views.effects import effect_class_of
 from piw.views.graph_layout import (
     END,
     END_LABEL,
@@ -98,7 +99,11 @@ def cards(
         spec = spec if isinstance(spec, Mapping) else {}
         expected = spec.get("expectedOutput")
         assistant = isinstance(expected, Mapping) and expected.get("kind") == "assistant-message"
-        card = Card(str(node_id), node_kind(dict(spec)), assistant=assistant)
+        kind = node_kind(dict(spec))
+        effect = effect_class_of(dict(spec))
+        if effect in ("once", "reconcile"):  # the effect class a crash respects (docs/effects.md)
+            kind = f"{kind}·{effect}"
+        card = Card(str(node_id), kind, assistant=assistant)
         if state is not None:
             card = _with_status(card, state, stats.get(card.id), now)
         out.append(card)
@@ -126,7 +131,7 @@ def _with_status(card: Card, state: RunState, stat: tuple[int, float] | None, no
     if current and state.current is not None:
         attempts += 1
         total += ms_between(state.current.started_at, now) or 0
-        status = "running"
+        status = "unknown" if state.status == "unknown" else "running"
     elif state.waiting_on == card.id and state.status == "waiting":
         status = "waiting"
     return Card(card.id, card.type, status, attempts, total, card.assistant, current)

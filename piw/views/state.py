@@ -60,6 +60,8 @@ def waiting_for(state: RunState, now: datetime) -> str:
         return ""
     if state.paused:
         return "paused; 'piw resume' continues it"
+    if state.status == "unknown":
+        return "parked: its outcome is unknown; 'piw resolve' answers it"
     schedule = next_check_at(state)
     if current.node_type == "action" and schedule is not None and schedule > now:
         return f"waiting for the next check in {format_remaining((schedule - now).total_seconds() * 1000)}"

@@ -60,6 +60,12 @@ def test_one_bucket_for_two_hosts(pg_setting: DatabaseSetting) -> None:
         blocked, wait = second.try_acquire("p", limit)
         assert blocked is None and wait > 1_000  # holds the other one back too
         assert second.snapshot("p", limit)["pauseReason"] == "429 slow down"
+        tokens = RateLimit(tokens_per_minute=100)
+        spent, _ = first.try_acquire("t", tokens)
+        assert spent is not None
+        first.release("t", spent, tokens, tokens=150)  # more than the minute's tokens
+        assert second.snapshot("t", tokens)["tokensLeft"] < 0
+        assert second.try_acquire("t", tokens)[0] is None  # every host waits for the refill
     finally:
         one.close()
         two.close()

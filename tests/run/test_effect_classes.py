@@ -43,6 +43,8 @@ def test_once_killed_mid_action_parks_outcome_unknown_and_resolve_done_never_rer
     assert state["status"] == "unknown" and state["unresolvedEffect"]["nodeId"] == "send"
     card = cli("inspect", run_id)
     assert "outcome unknown" in card.stdout and "send" in card.stdout
+    graph = cli("inspect", run_id, "--view", "graph").stdout
+    assert "action·once" in graph and "? unknown" in graph  # the class and the unresolved step, on its card
 
     again = cli("resume", run_id)  # a plain resume is refused: nothing changes
     assert again.returncode == 2 and "piw resolve" in again.stderr

@@ -16,7 +16,6 @@ from piw.providers.rate_bucket import (
     SLOT_LEASE_MS,
     Bucket,
     admit,
-    charged,
     full,
     holder,
     holder_dead,
@@ -27,6 +26,22 @@ from piw.store.db.rate_limits import state_of
 
 _BUCKET = (
     "SELECT requests, tokens, refilled_at, paused_until, pause_reason FROM rate_limits WHERE bucket = %s"
+)
+_UPSERT = (
+    "INSERT INTO rate_limits (bucket, requests, tokens, refilled_at) VALUES (%s, %s, %s, now_ms()) "
+    "ON CONFLICT (bucket) DO UPDATE SET bucket = excluded.bucket "
+    "RETURNING requests, tokens, refilled_at, paused_until, pause_reason, now_ms(), "
+    "(SELECT coalesce(json_agg(json_build_array(slot_id, holder, expires_at)), '[]'::json) "
+    "FROM rate_limit_slots WHERE bucket = %s)"
+)
+_CHARGE = (
+    # piw.providers.rate_bucket.charged, in one statement with the slot's release: refill both buckets to now
+    # (capped at their sizes), then take the tokens the request used
+    "WITH gone AS (DELETE FROM rate_limit_slots WHERE slot_id = %(slot)s) UPDATE rate_limits SET "
+    "tokens = LEAST(%(tpm)s, tokens + GREATEST(0, now_ms() - refilled_at) * %(tpm)s / 60000.0) - %(used)s, "
+    "requests = CASE WHEN %(rpm)s > 0 THEN LEAST(%(rpm)s, requests + GREATEST(0, now_ms() - refilled_at) "
+    "* %(rpm)s / 60000.0) ELSE requests END, refilled_at = GREATEST(refilled_at, now_ms()) "
+    "WHERE bucket = %(bucket)s"
 )
 _STORE = (
     "UPDATE rate_limits SET requests = %s, tokens = %s, refilled_at = %s, paused_until = %s, pause_reason = %s "
@@ -41,24 +56,20 @@ class PgRateLimits:
         self.db = db
         self._holder = holder()
 
-    def _locked(self, conn: Any, name: str, limit: RateLimit) -> tuple[Bucket, int]:
-        """The bucket row, locked for this transaction (created full on first use), and ``now_ms()``."""
+    def _locked(self, conn: Any, name: str, limit: RateLimit) -> tuple[Bucket, int, list[Any]]:
+        """The bucket row, locked for this transaction (created full on first use), ``now_ms()`` and the bucket's
+        slots: one round trip (an upsert that always returns the row takes its lock)."""
+        start = full(limit, 0)
         try:
-            now = int(conn.execute("SELECT now_ms()").fetchone()[0])
-            start = full(limit, now)
-            conn.execute(
-                "INSERT INTO rate_limits (bucket, requests, tokens, refilled_at) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (bucket) DO NOTHING",
-                (name, start.requests, start.tokens, now),
-            )
+            row = conn.execute(_UPSERT, (name, start.requests, start.tokens, name)).fetchone()
         except Exception as exc:
             if type(exc).__name__ == "UndefinedTable":
                 raise StateSchemaMismatch(
                     "The database has no rate-limit tables (schema version 1); run 'piw db migrate' once."
                 ) from None
             raise
-        row = conn.execute(_BUCKET + " FOR UPDATE", (name,)).fetchone()
-        return Bucket(float(row[0]), float(row[1]), int(row[2]), int(row[3]), row[4]), now
+        bucket = Bucket(float(row[0]), float(row[1]), int(row[2]), int(row[3]), row[4])
+        return bucket, int(row[5]), list(row[6] or [])
 
     @staticmethod
     def _store(conn: Any, name: str, bucket: Bucket) -> None:
@@ -72,27 +83,32 @@ class PgRateLimits:
         conn.execute(_STORE, (*values, name))
 
     @staticmethod
-    def _live(conn: Any, name: str, now: int) -> int:
-        slots = conn.execute(
-            "SELECT slot_id, holder, expires_at FROM rate_limit_slots WHERE bucket = %s", (name,)
-        ).fetchall()
-        dead = [slot_id for slot_id, who, expires in slots if expires <= now or holder_dead(who)]
+    def _live(conn: Any, slots: list[Any], now: int) -> int:
+        """How many of ``slots`` are in flight, after deleting those of dead holders (or past their lease)."""
+        dead = [slot_id for slot_id, who, expires in slots if int(expires) <= now or holder_dead(str(who))]
         if dead:
             conn.execute("DELETE FROM rate_limit_slots WHERE slot_id = ANY(%s)", (dead,))
         return len(slots) - len(dead)
 
     def try_acquire(self, name: str, limit: RateLimit) -> tuple[str | None, int]:
         with self.db.connection() as conn:
-            bucket, now = self._locked(conn, name, limit)
-            bucket, wait = admit(bucket, self._live(conn, name, now), limit, now)
-            self._store(conn, name, bucket)
+            bucket, now, slots = self._locked(conn, name, limit)
+            bucket, wait = admit(bucket, self._live(conn, slots, now), limit, now)
+            values = (
+                bucket.requests,
+                bucket.tokens,
+                bucket.refilled_at,
+                bucket.paused_until,
+                bucket.pause_reason,
+            )
             if wait:
+                conn.execute(_STORE, (*values, name))
                 return None, wait
             slot = secrets.token_hex(8)
-            conn.execute(
-                "INSERT INTO rate_limit_slots (slot_id, bucket, holder, acquired_at, expires_at) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (slot, name, self._holder, now, now + SLOT_LEASE_MS),
+            conn.execute(  # the bucket and the new slot in one round trip
+                f"WITH stored AS ({_STORE}) INSERT INTO rate_limit_slots "
+                "(slot_id, bucket, holder, acquired_at, expires_at) VALUES (%s, %s, %s, %s, %s)",
+                (*values, name, slot, name, self._holder, now, now + SLOT_LEASE_MS),
             )
             return slot, 0
 
@@ -104,11 +120,19 @@ class PgRateLimits:
             )
 
     def release(self, name: str, slot: str, limit: RateLimit, tokens: int) -> None:
-        with self.db.connection() as conn:
-            conn.execute("DELETE FROM rate_limit_slots WHERE slot_id = %s", (slot,))
+        with self.db.autocommit() as conn:  # one statement, its own transaction: one round trip
             if limit.tokens_per_minute and tokens > 0:
-                bucket, now = self._locked(conn, name, limit)
-                self._store(conn, name, charged(bucket, limit, now, tokens))
+                rpm = limit.requests_per_minute or 0
+                params = {
+                    "slot": slot,
+                    "tpm": limit.tokens_per_minute,
+                    "rpm": rpm,
+                    "used": tokens,
+                    "bucket": name,
+                }
+                conn.execute(_CHARGE, params)
+            else:
+                conn.execute("DELETE FROM rate_limit_slots WHERE slot_id = %s", (slot,))
 
     def pause(self, name: str, limit: RateLimit, until_ms: int, reason: str) -> None:
         """Every caller on every host waits until ``until_ms`` (a host's clock: the pause is a length, so the
@@ -116,7 +140,7 @@ class PgRateLimits:
         from piw.store.db.database import now_ms
 
         with self.db.connection() as conn:
-            bucket, now = self._locked(conn, name, limit)
+            bucket, now, _ = self._locked(conn, name, limit)
             until = now + max(0, until_ms - now_ms())
             if until > bucket.paused_until:
                 self._store(
