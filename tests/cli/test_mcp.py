@@ -56,6 +56,7 @@ def test_mcp_list_starts_each_server_lists_its_tools_and_says_why_one_failed(
     assert [tool["offeredAs"] for tool in as_json[1]["tools"]] == [
         "notes__search",
         "notes__crash",
+        "notes__locked",
         "notes__whoami",
         "notes__slow",
     ]
