@@ -127,9 +127,9 @@ class McpConnection:
 
     def close(self) -> None:
         """Stop the server (stdio: stdin closed, then its process group signalled) and wait a bounded time."""
-        if self._thread.is_alive() and self._stop is not None:
+        if self._thread.is_alive() and self._session is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
-        elif self._thread.is_alive():
+        elif self._thread.is_alive():  # still starting (a server that never answers): cancel the start
             self._loop.call_soon_threadsafe(self._cancel_all)
         if self._thread.ident is not None:
             self._thread.join(STOP_WAIT_S)
