@@ -199,7 +199,9 @@ class McpConnection:
         from mcp import MCPError
 
         try:
-            result = await self._session.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
+            result = await self._session.call_tool(
+                tool, arguments, read_timeout_seconds=timeout_s + 1.0
+            )  # ours speaks first
         except MCPError as exc:
             if "connection closed" in str(exc).lower():  # the server process died or hung up
                 self.failure = McpFailure(

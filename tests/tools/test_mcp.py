@@ -191,7 +191,7 @@ def test_a_slow_call_times_out_and_a_crash_is_a_tool_error_with_stderr_and_a_rea
     assert run.state is not None and run.state.status == "completed"
     locked, slow, crash, after = [r for r in tool_results(run.bundle) if r["toolName"].startswith("notes__")]
     assert locked["isError"] and "the note is locked" in locked["content"], locked
-    assert slow["isError"] and "MCP server 'notes': slow" in slow["content"], slow
+    assert slow["isError"] and "slow stopped: no reply within 5 s." in slow["content"], slow
     assert crash["isError"] and "exited or closed the connection during crash" in crash["content"]
     assert "fatal: the notes index is corrupt" in crash["content"]
     assert crash["details"]["stderrTail"].strip().endswith("fatal: the notes index is corrupt")
