@@ -4,9 +4,11 @@ Prints, beside the local fdatasync floor measured in the same run (one ~250-byte
 
 - the fenced append (``piw.store.pg.run_store``: one statement per event, with the mirror line written after it)
   p50/p99 and events/s for 1, 4 and 16 writer processes, each appending to its own run, synchronous commit;
-  and for 1 writer with asynchronous commit (the ride-along lines of ``effects``);
-- the per-step cost (median gap between ``node_finished`` events) of a loop of compute steps and of trivial
-  action steps under ``effects``, in SQLite mode and in database mode, and their ratio.
+  for 1 writer with asynchronous commit; and for 1 writer of ride-along lines, which wait for the next statement
+  (up to 64 lines in one);
+- the per-step cost (median gap between ``node_finished`` events, and the mean over the whole run) of a loop of
+  compute steps and of trivial action steps under ``effects``, in SQLite mode and in database mode, and their
+  ratio.
 
 Targets: a compute step ≤ 1 ms in database mode on loopback; an action step ≤ 3 × SQLite mode. The server is a
 throwaway one (``tests/support/pg.py``) switched to ``fsync = on`` so that a synchronous commit really reaches the
@@ -48,8 +50,11 @@ class _Held:
         pass
 
 
-def writer(url: str, schema: str, index: int, events: int, sync: bool, out: Any, go: Any) -> None:
-    """One process appending ``events`` lines to its own run; puts (latencies, wall seconds) on ``out``."""
+def writer(url: str, schema: str, index: int, events: int, mode: str, out: Any, go: Any) -> None:
+    """One process appending ``events`` lines to its own run; puts (latencies, wall seconds) on ``out``.
+
+    ``mode``: ``sync`` (each line a synchronous commit), ``async`` (each line its own asynchronous statement) or
+    ``held`` (ride-along lines, held for the next statement: the wall time includes sending the last ones)."""
     db = PgDatabase.open(DatabaseSetting(url, schema), migrate=False, pool_size=2)
     run_id = f"20260101T000000000Z-bench-{index:08x}"
     with autocommit(db) as conn:
@@ -75,15 +80,16 @@ def writer(url: str, schema: str, index: int, events: int, sync: bool, out: Any,
     started = time.perf_counter()
     for line in lines:
         before = time.perf_counter()
-        store.append(line, sync=sync, ride_along=not sync)
+        store.append(line, sync=mode == "sync", ride_along=mode == "held")
         latencies.append(time.perf_counter() - before)
+    store.send_held()
     wall = time.perf_counter() - started
     store.release()
     db.close()
     out.put((latencies, wall))
 
 
-def appends(url: str, writers: int, events: int, sync: bool) -> tuple[float, float, float]:
+def appends(url: str, writers: int, events: int, mode: str) -> tuple[float, float, float]:
     """(p50 ms, p99 ms, events/s in total) for ``writers`` processes."""
     schema = "bench_" + secrets.token_hex(4)
     PgDatabase.open(DatabaseSetting(url, schema)).close()  # the schema, created once
@@ -91,7 +97,7 @@ def appends(url: str, writers: int, events: int, sync: bool) -> tuple[float, flo
     out = context.Queue()
     go = context.Event()
     processes = [
-        context.Process(target=writer, args=(url, schema, index, events, sync, out, go))
+        context.Process(target=writer, args=(url, schema, index, events, mode, out, go))
         for index in range(writers)
     ]
     for process in processes:
@@ -107,8 +113,11 @@ def appends(url: str, writers: int, events: int, sync: bool) -> tuple[float, flo
     return statistics.median(latencies) * 1000, p99 * 1000, len(latencies) / wall
 
 
-def per_step(url: str, kind: str, steps: int, folder: Path, database: bool) -> float:
-    """Median ms per step of a ``steps``-step loop under ``effects``, in SQLite or database mode."""
+def per_step(url: str, kind: str, steps: int, folder: Path, database: bool) -> tuple[float, float]:
+    """(median, mean) ms per step of a ``steps``-step loop under ``effects``, in SQLite or database mode.
+
+    Both, because database mode holds ride-along lines for the next statement: most steps send nothing and one
+    in a few dozen sends them all, so the median alone would flatter it; the mean includes every statement."""
     from piw.store.pg import place
 
     run_folder = folder / f"{kind}-{'pg' if database else 'sqlite'}"
@@ -118,10 +127,10 @@ def per_step(url: str, kind: str, steps: int, folder: Path, database: bool) -> f
     if database:
         place.use(home, url + f"?schema=bench_{secrets.token_hex(4)}")
     try:
-        median, _mean, _fsyncs, _in_run = step_overhead(kind, "effects", steps, run_folder)
+        median, mean, _fsyncs, _in_run = step_overhead(kind, "effects", steps, run_folder)
     finally:
         place.forget(home)
-    return median
+    return median, mean
 
 
 def main() -> None:
@@ -142,19 +151,21 @@ def main() -> None:
                 f"local fdatasync'd line (the SQLite-mode commit point): p50 {floor:.3f} ms, {1000 / floor:,.0f} ev/s"
             )
             for writers in (1, 4, 16):
-                p50, p99, rate = appends(url, writers, args.events, sync=True)
+                p50, p99, rate = appends(url, writers, args.events, "sync")
                 print(f"fenced append, {writers:2d} writer{'s' if writers > 1 else ' '}, synchronous: "
                       f"p50 {p50:.3f} ms  p99 {p99:.3f} ms  {rate:8,.0f} ev/s")  # fmt: skip
-            p50, p99, rate = appends(url, 1, args.events, sync=False)
-            print(
-                f"fenced append,  1 writer , asynchronous: p50 {p50:.3f} ms  p99 {p99:.3f} ms  {rate:8,.0f} ev/s"
-            )
+            for mode, label in (("async", "asynchronous"), ("held", "ride-along, held")):
+                p50, p99, rate = appends(url, 1, args.events, mode)
+                print(
+                    f"fenced append,  1 writer , {label}: p50 {p50:.3f} ms  p99 {p99:.3f} ms  {rate:8,.0f} ev/s"
+                )
             print(f"per-step cost, {args.steps}-step loops under effects (median gap between node_finished):")
             for kind in ("compute", "action"):
-                local = per_step(url, kind, args.steps, folder, database=False)
-                remote = per_step(url, kind, args.steps, folder, database=True)
-                print(f"  {kind:8s} SQLite mode {local:.3f} ms  database mode {remote:.3f} ms  "
-                      f"= {remote / local:.2f} × SQLite")  # fmt: skip
+                local, local_mean = per_step(url, kind, args.steps, folder, database=False)
+                remote, remote_mean = per_step(url, kind, args.steps, folder, database=True)
+                print(f"  {kind:8s} SQLite mode {local:.3f} ms (mean {local_mean:.3f})  database mode "
+                      f"{remote:.3f} ms (mean {remote_mean:.3f})  = {remote / local:.2f} × SQLite "
+                      f"(means {remote_mean / local_mean:.2f} ×)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@
     PiwError                      base; the CLI turns it into ``Error: …`` and an exit code
     ├── UsageError                bad arguments or input given on the command line (exit 2)
     │   ├── InputInvalid          ``--input`` is not valid JSON or fails the workflow's input model
-    │   └── AnswerInvalid         an answer does not fit the checkpoint's choices or answer model, or the run
-    │                             is not waiting for one; nothing was recorded
+    │   ├── AnswerInvalid         an answer does not fit the checkpoint's choices or answer model, or the run
+    │   │   │                     is not waiting for one; nothing was recorded
+    │   │   └── RequestChanged    a decision named a request digest other than the open request's (stale)
+    │   └── AnswerTokenRefused    a channel's answer link or button was already used, expired, or belongs to
+    │                             a wait that is over (``docs/channels.md``)
     ├── DefinitionError           a workflow definition is malformed (helper arguments, graph shape)
     ├── LoadError                 a workflow file cannot be found, imported or does not bind ``workflow``
     │   └── ImportTimeout         importing a workflow file ran past its deadline (an endless loop at import)
@@ -40,8 +43,18 @@
     ├── ProviderError             provider configuration or selection problems
     │   ├── NeedsKey              an ``$ENV`` key reference is unset
     │   └── ScriptExhausted       the scripted provider received more requests than it has replies
-    └── ToolServerError           an agent step names an MCP server that ``config.toml`` does not configure, or
-                                  the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
+    ├── ToolServerError           an agent step names an MCP server that ``config.toml`` does not configure, or
+    │                             the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
+    ├── TelemetryError            an OTLP endpoint is malformed, its collector refused the spans, or ``piw[otel]``
+    │                             is not installed (``docs/telemetry.md``)
+    └── CaseError                 ``piw test``: a test case cannot be recorded or used (exit 2)
+        └── BrokenCase            a case folder's file or field is malformed, its workflow is missing, or its
+                                  recorded replies ran out; names the file and the field
+    OutcomeUnknown (ResumeRefused) a ``once`` effect was interrupted; only ``piw resolve`` continues the run
+    NotOutcomeUnknown (UsageError) ``piw resolve`` on a run whose outcome is not unknown; nothing changed
+    ScheduleExists (UsageError)   ``piw schedule add`` with a name that exists; nothing stored
+    ScheduleNotFound (UsageError) no schedule with that name
+    RunHeld (UsageError)          ``piw rm`` of a run that is still held (running, waiting, parked)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -276,5 +289,52 @@ class ScriptExhausted(ProviderError):
     """The scripted provider has no reply left for a request."""
 
 
+class RequestChanged(AnswerInvalid):
+    """A decision was answered with the digest of a request other than the open one (stale); nothing was recorded."""
+
+
+class OutcomeUnknown(ResumeRefused):
+    """An ``effect="once"`` action was interrupted mid-way: nobody knows whether it happened, so the run is parked
+    with status ``unknown`` until a person answers ``piw resolve RUN done|retry|skip`` (``docs/effects.md``)."""
+
+
+class NotOutcomeUnknown(UsageError):
+    """``piw resolve`` named a run whose outcome is not unknown; nothing was changed."""
+
+
 class ToolServerError(PiwError):
     """An MCP server a step names is not configured, or the ``mcp`` SDK is missing; nothing was started."""
+
+
+class TelemetryError(PiwError):
+    """OpenTelemetry export failed: a malformed endpoint, a collector that refused the spans, no ``piw[otel]``."""
+
+
+class AnswerTokenRefused(UsageError):
+    """A channel's answer token is unknown, used, expired or stale; nothing was recorded (``docs/channels.md``)."""
+
+
+class CaseError(PiwError):
+    """A run cannot be recorded as a test case, or a test case cannot be used (``docs/testing.md``)."""
+
+
+class BrokenCase(CaseError):
+    """A case folder cannot be run: one line naming the file and the field (``piw test`` exits 2)."""
+
+    def __init__(self, file: str, field: str, reason: str) -> None:
+        super().__init__(f"{file}: {field}: {reason}")
+        self.file = file
+        self.field = field
+        self.reason = reason
+
+
+class ScheduleExists(UsageError):
+    """``piw schedule add`` with a name that is taken; nothing was stored."""
+
+
+class ScheduleNotFound(UsageError):
+    """No schedule has that name."""
+
+
+class RunHeld(UsageError):
+    """A run named for removal is not finished (running, waiting, parked, outcome unknown); nothing was removed."""

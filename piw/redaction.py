@@ -104,6 +104,14 @@ def mcp_secrets(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterable[str]
         yield from _url_password(table.get("url"))
 
 
+@secret_source
+def channel_secrets(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterable[str]:
+    """``[channels.NAME]``: a webhook's ``secret``, a bot's ``bot_token``, an ntfy ``token`` (``docs/channels.md``)."""
+    for table in _tables(raw, "channels"):
+        for key in ("secret", "bot_token", "token"):
+            yield from filter(None, [resolve_reference(table.get(key), env)])
+
+
 def _url_password(url: object) -> Iterable[str]:
     """The password inside a ``postgresql://user:PASSWORD@host/db`` URL (``PIW_DATABASE`` or ``[database] url``),
     as written and percent-decoded."""

@@ -74,6 +74,10 @@ class StubReply:
     """``raw`` replies: the ``Content-Type`` header sent with ``content``."""
     reset_after: int = 0
     """``reset`` replies: SSE chunks sent (of ``content``) before the connection is reset; 0 sends nothing at all."""
+    chunk_delay_s: float = 0.0
+    """A pause before each streamed chunk after the first: a slow model, for watching a reply as it streams."""
+    hold_after: int | None = None
+    """Stop streaming after this many chunks until ``stub.release_stream`` is set (a reply caught mid-stream)."""
 
     @classmethod
     def text(
@@ -84,11 +88,14 @@ class StubReply:
         thinking: str = "",
         finish_reason: str | None = "stop",
         end_marker: bool = True,
+        chunk_delay_s: float = 0.0,
+        hold_after: int | None = None,
     ) -> StubReply:
         """Assistant text, streamed a few characters per chunk; ``usage`` is OpenAI-shaped.
 
         ``finish_reason=None`` sends no finish reason at all (a cut stream); ``end_marker=False`` also
-        leaves out ``[DONE]``.
+        leaves out ``[DONE]``; ``chunk_delay_s`` streams it slowly, ``hold_after=n`` stops after ``n`` chunks
+        until ``stub.release_stream`` is set.
         """
         return cls(
             "text",
@@ -97,6 +104,8 @@ class StubReply:
             usage=usage,
             finish_reason=finish_reason,
             end_marker=end_marker,
+            chunk_delay_s=chunk_delay_s,
+            hold_after=hold_after,
         )
 
     @classmethod
@@ -184,8 +193,13 @@ class OpenAIStub:
         self._queue: list[StubReply] = []
         self._responder: Responder | None = None
         self._closing = threading.Event()
+        self.release_stream = threading.Event()
+        """Lets a ``hold_after`` reply stream on."""
         self.disconnects = 0
         """Held requests that ended because the client went away."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        """The most chat-completions requests the stub was serving at once (a shared rate limit's concurrency)."""
         self.errors: list[str] = []
         """Problems inside the stub (a responder raised, the queue ran dry); tests may assert it is empty."""
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -332,7 +346,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": "body is not JSON"}})
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
-        reply = self.stub._next_reply(body, headers)
+        stub = self.stub
+        with stub._lock:
+            stub.in_flight += 1
+            stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+        try:
+            self._serve(stub._next_reply(body, headers), body)
+        finally:
+            with stub._lock:
+                stub.in_flight -= 1
+
+    def _serve(self, reply: StubReply, body: dict[str, Any]) -> None:
         if reply.kind == "hold":
             self._hold()
         elif reply.kind == "reset":
@@ -417,7 +441,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         try:
-            for chunk in _chunks(reply, body):
+            for number, chunk in enumerate(_chunks(reply, body)):
+                if number and reply.chunk_delay_s and self.stub._closing.wait(reply.chunk_delay_s):
+                    return
+                if number == reply.hold_after:
+                    while not self.stub.release_stream.wait(0.05):
+                        if self.stub._closing.is_set():
+                            return
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
             if reply.end_marker:

@@ -60,7 +60,7 @@ def piw_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     home = tmp_path_factory.mktemp("piw-home")
     monkeypatch.setenv("PIW_HOME", str(home))
     for key in list(os.environ):
-        if key.startswith(("OPENAI_", "ANTHROPIC_", "PIW_TEST_")) or key in (
+        if key.startswith(("OPENAI_", "ANTHROPIC_", "PIW_TEST_", "OTEL_")) or key in (
             "PIW_DURABILITY",
             "PIW_PROVIDER",
         ):

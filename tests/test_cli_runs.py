@@ -285,6 +285,9 @@ SUMMARY_KEYS = {
     "damage",
     "usage",
     "wait",
+    "parentRunId",
+    "schedule",
+    "sizeBytes",
 }
 
 

@@ -158,3 +158,17 @@ def test_the_cli_knows_every_view_without_importing_them() -> None:
     from piw.views import VIEW_NAMES
 
     assert CLI_VIEW_NAMES == VIEW_NAMES
+
+
+def test_test_cases_sit_between_the_agent_steps_and_the_cli() -> None:
+    """``piw.cases`` (``piw test``) imports neither the CLI nor the views itself (the agent stack it runs draws step
+    cards), reaches no CLI module, and only the CLI and the pytest plugin import it (docs/development.md)."""
+    cases = [name for name in MODULES if in_group(name, ("piw.cases",))]
+    wrong = {
+        name: GRAPH[name] for name in cases if any(in_group(d, ("piw.cli", "piw.views")) for d in GRAPH[name])
+    }
+    assert not wrong, wrong
+    assert not any(in_group(name, ("piw.cli",)) for name in closure(cases))
+    importers = {name for name, deps in GRAPH.items() if any(in_group(d, ("piw.cases",)) for d in deps)}
+    outside = {name for name in importers if not in_group(name, ("piw.cases",))}
+    assert outside <= {"piw.cli.testing", "piw.pytest_plugin"}, outside

@@ -20,6 +20,7 @@ from piw.agent_steps.budgeted import BudgetedProvider
 from piw.agent_steps.contract import AgentStepContract, format_reminder, format_step_prompt, make_contract
 from piw.agent_steps.events import StepDelivered
 from piw.agent_steps.fenced import FencedProvider
+from piw.agent_steps.live_stream import stream_listeners
 from piw.agent_steps.loop import AgentLoop, Deadline, LoopListener, LoopResult, LoopTool, TurnBudget
 from piw.agent_steps.workflow_tool import (
     DEFAULT_MAX_REJECTIONS,
@@ -47,6 +48,7 @@ from piw.tools import Tool, ToolContext, ToolResult, registry
 from piw.toolservers.config import McpServerConfig
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 from piw.workflow.definition import AgentNode
+from piw.workflow.schemas import json_schema
 from piw.workflow.user_code import call_user
 
 if TYPE_CHECKING:
@@ -164,7 +166,7 @@ def _wants_object(node: AgentNode) -> bool:
     if expected is None:
         return True
     if isinstance(expected, type) and issubclass(expected, BaseModel):
-        return expected.model_json_schema().get("type") == "object"
+        return json_schema(expected).get("type") == "object"
     return False
 
 
@@ -305,7 +307,10 @@ class AttemptRun:
             deadline=self.deadline,
             cancel=self.attempt.cancel,
             record=self._record,
-            listeners=self.settings.listeners,
+            listeners=[
+                *self.settings.listeners,
+                *stream_listeners(self.attempt),
+            ],  # + the watchers' side file
             system_prompt=self.settings.system_prompt,
             tool_choice=tool_choice,
             max_tokens=self._max_tokens(),

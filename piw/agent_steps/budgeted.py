@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent, WrappedProvider
 from piw.providers.builder import MessageBuilder
 from piw.providers.messages import AssistantReply
+from piw.run.budget import Reservation
 
 if TYPE_CHECKING:
     from piw.run.budget import BudgetGate
@@ -32,19 +33,25 @@ class BudgetedProvider(WrappedProvider):
         self.child_key = child_key
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
-        refusal = self.gate.admit(request, self.owner, self.step_key)
-        if refusal is not None:
-            # Not sent: the attempt (and any sibling child step) stops, and the run waits on its budget.
-            self.owner.cancel.set()
+        verdict = self.gate.reserve(request, self.owner, self.step_key)
+        if isinstance(verdict, str):
+            # Not sent: the attempt (and any sibling child step, once the requests in flight are recorded)
+            # stops, and the run waits on its budget.
+            self.gate.cancel_when_idle(self.owner.cancel)
             builder = MessageBuilder(self.inner.name, request.model)
             yield from builder.start()
-            yield from builder.fail(f"Not sent: {refusal}.", aborted=True)
+            yield from builder.fail(f"Not sent: {verdict}.", aborted=True)
             return
-        self.owner.writer.sync()  # the usage of earlier requests is durable before another one is sent
-        final: AssistantReply | None = None
-        for event in self.inner.stream(request, cancel):
-            if isinstance(event, DoneEvent | ErrorEvent):
-                final = event.message
-            yield event
-        if final is not None:
-            self.gate.record(final, self.owner, self.step_key, self.child_key)
+        held = verdict if isinstance(verdict, Reservation) else None
+        try:
+            self.owner.writer.sync()  # the usage of earlier requests is durable before another one is sent
+            final: AssistantReply | None = None
+            for event in self.inner.stream(request, cancel):
+                if isinstance(event, DoneEvent | ErrorEvent):
+                    final = event.message
+                yield event
+            if final is not None:
+                self.gate.record(final, self.owner, self.step_key, self.child_key, held)
+        finally:
+            if held is not None:
+                self.gate.release(held)

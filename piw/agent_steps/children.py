@@ -137,6 +137,12 @@ class ChildRunner:
             finally:
                 self._track(-1)
 
+    def fan_out(self, children: int) -> int:
+        """``ctx.start_fan_out``: the fan-out gate (``piw.agent_steps.fan_out``)."""
+        from piw.agent_steps.fan_out import start_fan_out
+
+        return start_fan_out(self.attempt, children)
+
     def _track(self, delta: int) -> None:
         with self.keys_lock:
             self.in_flight += delta
@@ -195,7 +201,9 @@ class ChildRunner:
             payload["error"] = result.error
         if conversation:
             payload["conversation"] = conversation
-        if parent.active and not parent.cancel.is_set():  # an interrupted or timed-out action records no more
+        refused = not result.ok and parent.budget is not None and parent.budget.stop is not None
+        if parent.active and not parent.cancel.is_set() and not refused:
+            # an interrupted or timed-out action records no more, nor does a child its budget stopped
             parent.writer.append(
                 "node",
                 "child_step_finished",

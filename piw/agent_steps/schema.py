@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from piw.workflow.schemas import json_schema
+
 _NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 """Keywords whose value maps names (property names, definition names) to schemas: the names are kept."""
 _DATA = ("default", "const", "enum", "examples")
@@ -38,7 +40,7 @@ def strip_titles(schema: Any) -> Any:
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The model's JSON Schema without titles (``$defs`` left where pydantic put them)."""
-    schema: dict[str, Any] = strip_titles(model.model_json_schema())
+    schema: dict[str, Any] = strip_titles(json_schema(model))
     return schema
 
 

@@ -103,7 +103,9 @@ class AgentWiring:
         home, listeners, launch = self.home, self.listeners, self.launch
         needs_agent = any(isinstance(gnode.node, AgentNode) for gnode in workflow.graph.nodes.values())
         if launch.provider == RECORDED_PROVIDER:
-            return AgentExecutor(_settings(load_config(home), _recorded(home, self.replay_from), listeners))
+            return AgentExecutor(
+                agent_settings(load_config(home), _recorded(home, self.replay_from), listeners)
+            )
         try:
             config = load_config(home)
             check_servers(servers_named(workflow), config.mcp, config.agent.backend)
@@ -126,7 +128,7 @@ class AgentWiring:
         replies = script_path or configured
         if scripted and replies is not None:
             check_replies(workflow, replies)
-        settings = _settings(config, instance, listeners, selection)
+        settings = agent_settings(config, instance, listeners, selection)
         if config.agent.backend == "pi-rpc":
             from piw.agent_steps.pi_rpc import build_pi_rpc_executor
 
@@ -143,7 +145,7 @@ def servers_named(workflow: LoadedWorkflow) -> dict[str, list[str]]:
     }
 
 
-def _settings(
+def agent_settings(
     config: PiwConfig,
     instance: Provider,
     listeners: list[LoopListener],

@@ -39,6 +39,7 @@ from piw.store.bundle import Bundle, open_bundle
 from piw.store.db.liveness import writer_is_live
 from piw.store.fold import RunState, fold_more
 from piw.store.lineage import forks_of
+from piw.store.live_stream import LiveReply, StreamReader
 from piw.store.session import SessionEntry
 from piw.store.state_json import decode_state
 from piw.store.trace import TraceEvent, decode_event
@@ -98,6 +99,8 @@ class RunReader:
         self._lock = threading.RLock()
         self._trace_tail: Tail[TraceEvent] | None = None
         self._session = session_tail(bundle)
+        self._stream = StreamReader(bundle.path)
+        """The running agent step's stream (the bundle's side file, ``docs/views.md``): shown, never folded."""
         self.entries: list[SessionEntry] = []
         self.forks: tuple[str, ...] = ()
         """Runs forked from this one (read once when opened; only directory names and manifests)."""
@@ -305,6 +308,16 @@ class RunReader:
         return fixed or (clock or _utc_now)()
 
     # ---- following a live run ----------------------------------------------------------------------------
+
+    def poll_stream(self) -> bool:
+        """Read what the running agent step streamed since the last call; True when its reply changed."""
+        return self._stream.poll()
+
+    def live_reply(self) -> LiveReply | None:
+        """The reply the current attempt's model is streaming now, if another process writes one."""
+        current = self.state.current
+        reply = self._stream.reply_of(current.attempt_id if current is not None else None)
+        return reply if reply is not None and not reply.ended and reply.text.strip() else None
 
     def poll(self) -> tuple[list[TraceEvent], list[SessionEntry]]:
         """Read what was appended since the index (or the last poll); empty before the index is done.

@@ -197,12 +197,15 @@ class RunScreen(Screen[None]):
                 if self._stop.is_set():
                     return
                 events, entries = self.reader.poll()
+                streamed = self.reader.poll_stream()
                 live = self.reader.live()
-                self.app.call_from_thread(self._on_live, bool(events or entries), entries, live)
+                self.app.call_from_thread(self._on_live, bool(events or entries), entries, live, streamed)
                 if self.reader.state.is_terminal:
                     return
 
-    def _on_live(self, changed: bool, entries: list[SessionEntry], live: bool | None) -> None:
+    def _on_live(
+        self, changed: bool, entries: list[SessionEntry], live: bool | None, streamed: bool = False
+    ) -> None:
         for entry in entries:
             ident = notification_id(entry)
             if ident and ident not in self.seen_notifications:
@@ -216,6 +219,8 @@ class RunScreen(Screen[None]):
             self.redraw()
         elif changed:
             self._draw_position()
+        elif streamed and self.at is None:
+            self._draw_summary()  # only the streaming reply moved
 
     def _tick(self) -> None:
         """Clocks move once a second (elapsed times, ETAs); nothing is read or written."""
@@ -259,6 +264,10 @@ class RunScreen(Screen[None]):
         extra = lineage_budget_line(state, self.reader.forks)
         if extra is not None:
             lines.append(extra)
+        reply = self.reader.live_reply() if self.at is None else None
+        if reply is not None:  # the agent step's reply as it streams (docs/views.md, "Watching live steps")
+            tail = " ".join(reply.text.split())[-200:]
+            lines.insert(min(2, len(lines)), Text("  ✎ ", style="cyan") + safe(tail + " ▍", "dim"))
         self.query_one("#summary", Static).update(Text("\n").join(lines[:4]))
 
     def _draw_graph(self) -> None:

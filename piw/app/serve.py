@@ -39,10 +39,6 @@ WEBSOCKET_PATH = "/ws"
 SHUTDOWN_S = 3.0  # Ctrl-C closes open sessions after this long (aiohttp waits 60 s for open websockets)
 
 
-def is_loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-
-
 def view_command(run_id: str | None) -> str:
     """The command textual-serve starts per browser session: this interpreter running ``piw view``."""
     args = [sys.executable, "-m", "piw", "view"]
@@ -69,6 +65,7 @@ def guard_middleware(guard: WebGuard) -> Middleware:
             query_token=request.query.get(TOKEN_PARAM),
             cookie_token=request.cookies.get(guard.cookie_name),
             websocket=websocket,
+            client=request.remote or "?",
         )
         if refusal is not None:
             return refused(refusal)
@@ -154,7 +151,16 @@ def serve(
     max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> None:
     """Serve the viewer until interrupted (``PIW_HOME`` is passed on through the environment)."""
-    guard = WebGuard(host, port, allowed_hosts=allowed_hosts, max_sessions=max_sessions)
+    from piw.web.access import Authenticator
+
+    api_tokens = Authenticator(home)
+    guard = WebGuard(
+        host,
+        port,
+        allowed_hosts=allowed_hosts,
+        max_sessions=max_sessions,
+        accepts=lambda token: api_tokens.lookup(token) is not None,
+    )
     logging.getLogger("aiohttp.access").disabled = True  # belt and braces: no request line is ever logged
     try:
         GuardedServer(view_command(run_id), guard).serve()

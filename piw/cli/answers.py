@@ -13,7 +13,6 @@ wins, as the workflow declared.
 
 from __future__ import annotations
 
-import io
 import shlex
 import sys
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ from piw.cli.foreground import (
     Following,
 )
 from piw.errors import ContinuationNotStarted, PiwError, RunLocked, UsageError
-from piw.run.launch import LaunchOptions
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, single_line
 
@@ -48,46 +46,9 @@ DetachOption = Annotated[
 
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
-    """The run's workflow as it is now; an answer to a changed workflow is refused before it is recorded."""
-    from piw.run.resume import check_source
-    from piw.run.runner import load_run_workflow
+    from piw.run.answering import loaded_workflow
 
-    workflow = load_run_workflow(state, home)
-    check_source(workflow, state)
-    return workflow
-
-
-def _preflight(
-    home: Path, state: RunState, workflow: LoadedWorkflow, claim: AnswerClaim, launch: LaunchOptions
-) -> None:
-    """Everything the continuation needs that can be checked now, before the answer is recorded: the provider of
-    an agent step ahead, and the durability setting (a refusal here records nothing, exit 2)."""
-    from piw.agent_steps.factory import agent_executor_factory
-    from piw.run.continuation import check_continuation
-    from piw.run.runner import configured_durability
-    from piw.store.bundle import open_bundle
-    from piw.store.db.run_database import open_run_database
-    from piw.store.trace import resolve_durability
-
-    if open_run_database(home).decisions.continuation_of(state.run_id) is not None:
-        return  # answered already: this repeat is adopted or refused, and what it continues was checked then
-    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
-    check_continuation(workflow, open_bundle(home, state.run_id), state, claim.spec, factory)
-    resolve_durability(configured_durability(home))
-
-
-def _record(
-    home: Path, claim: AnswerClaim, state: RunState, detach: bool, launch: LaunchOptions
-) -> AnswerReceipt:
-    """Sweep this run's due decision first (a passed deadline wins, as declared), then record the answer."""
-    from piw.run.answers import record_answer
-    from piw.run.sweeper import sweep_timeouts
-    from piw.store.db.run_database import open_run_database
-
-    database = open_run_database(home)
-    sweep_timeouts(home, database, run_id=state.run_id)
-    receipt, _ = record_answer(home, database, claim, state, foreground=not detach, launch=launch)
-    return receipt
+    return loaded_workflow(home, state)
 
 
 def _announce(receipt: AnswerReceipt, as_json: bool) -> None:
@@ -121,11 +82,12 @@ class Answering:
 
 def _continue(answering: Answering, following: Following, detach: bool) -> int:
     """Check, record the answer, then follow its continuation here (``--detach``: leave it queued for a host)."""
+    from piw.run.answering import preflight, record
     from piw.run.runner import continue_run
 
     home, claim = answering.home, answering.claim
-    _preflight(home, answering.state, answering.workflow, claim, following.launch)
-    receipt = _record(home, claim, answering.state, detach, following.launch)
+    preflight(home, answering.state, answering.workflow, claim, following.launch)
+    receipt = record(home, claim, answering.state, detach=detach, launch=following.launch)
     as_json = following.as_json
     spec = receipt.spec
     if detach:
@@ -232,11 +194,9 @@ def _queued(receipt: AnswerReceipt, as_json: bool) -> int:
 
 
 def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
-    from piw.workflow.definition import CheckpointNode
+    from piw.run.answering import answer_model
 
-    gnode = workflow.graph.nodes.get(wait.node_id)
-    node = gnode.node if gnode is not None else None
-    return node.answer if isinstance(node, CheckpointNode) else None
+    return answer_model(workflow, wait)
 
 
 @app.command()

@@ -41,7 +41,15 @@ COMMAND_MODULES: dict[str, str] = {
     "export": "piw.cli.portable",
     "import": "piw.cli.portable",
     "db": "piw.cli.db",
+    "serve": "piw.cli.serve",
+    "tokens": "piw.cli.tokens",
+    "waiting": "piw.cli.waits",
+    "resolve": "piw.cli.resolve",
     "mcp": "piw.cli.mcp",
+    "test": "piw.cli.testing",
+    "schedule": "piw.cli.schedule",
+    "gc": "piw.cli.gc",
+    "rm": "piw.cli.gc",
 }
 
 

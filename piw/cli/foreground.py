@@ -36,6 +36,11 @@ BudgetOption = Annotated[
         help="Limits for this run, e.g. cost=2.50,tokens=200k,requests=20,steps=5 (tightens the workflow's).",
     ),
 ]
+PlanOption = Annotated[
+    bool,
+    typer.Option("--plan", help="Print the projected requests, tokens and cost; send no model request."),
+]
+
 Start = Callable[["ForegroundOptions"], "RunState | Adopted"]
 """Starts, resumes or continues the run with the options the foreground gives it (``piw.run.runner``); a start
 its idempotency key adopts returns the run the key started instead."""
@@ -86,6 +91,10 @@ class Following:
             display.close()
         if isinstance(state, Adopted):
             return state, report_adopted(state, self.as_json)
+        if state.status == "waiting":  # announced on its channels (docs/channels.md, "Who posts")
+            from piw.channels.duty import post_waiting
+
+            post_waiting(piw_home(), state.run_id)
         return state, _finish(state, self.as_json, extra, verbose=self.verbose)
 
     def _foreground(self) -> tuple[ForegroundOptions, LiveDisplay]:

@@ -156,6 +156,8 @@ class StepLog:
             return [("▶ ", "cyan"), (_node_label(event.node_id or ""), ""), (f"  {shown}", "dim")]
         if kind in ("node_finished", "node_failed"):
             return _finished_segments(event)
+        if kind == "notification_queued" and payload.get("kind") == "channel":  # docs/channels.md
+            return [("✉ ", "magenta"), (f"announced on channel {_clip(payload.get('channel', ''))}", "dim")]
         if kind == "notification_queued":
             text = self.notification_text(event) if self.notification_text else None
             ident = _clip(payload.get("notificationId", ""))

@@ -108,6 +108,8 @@ def print_outcome(console: Console, home: Path, state: RunState, *, verbose: boo
             _hint(console, f"… {cut}; the whole output:", whole)
     elif state.status == "waiting":
         print_waiting(console, home, state)
+    elif state.status == "unknown":
+        print_unknown(console, state)
     elif state.is_terminal:
         step = failed_step(state)
         location = where(step.traceback) if step is not None else None
@@ -124,6 +126,14 @@ def print_outcome(console: Console, home: Path, state: RunState, *, verbose: boo
             _hint(console, f"{'… ' + cut + '; ' if cut else ''}the traceback:", whole)
         elif cut:
             _hint(console, f"… {cut}; the whole error:", whole)
+
+
+def print_unknown(console: Console, state: RunState) -> None:
+    """A run parked on an effect whose outcome is unknown: what was started, when, and the command that answers."""
+    from piw.views.effects import unresolved_lines
+
+    _block(console, "unknown", [Text(line) for line in unresolved_lines(state)], "yellow")
+    _hint(console, "check whether it happened, then:", f"piw resolve {state.run_id} done|retry|skip")
 
 
 def print_waiting(console: Console, home: Path, state: RunState) -> None:

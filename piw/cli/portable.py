@@ -1,5 +1,8 @@
 """``piw export`` and ``piw import``: a run as a standard bundle, out of any mode and into a database.
 
+``export RUN --otlp URL`` sends the run as OpenTelemetry spans instead (``docs/telemetry.md``; the work is in
+``piw.telemetry.export``).
+
 ``export`` writes a run as the bundle SQLite mode would have left (``docs/bundle-format.md``): from PostgreSQL's
 rows in database mode, so a run can be archived, attached to a bug report or read with every bundle tool.
 ``import`` is the way from one machine to many: a local run, parked or finished, moved into the database whole
@@ -17,6 +20,7 @@ import typer
 from piw.cli.app import app
 from piw.cli.console import make_console
 from piw.cli.database import DatabaseOption, command_home
+from piw.errors import UsageError
 from piw.store.runref import resolve_run_id
 from piw.terminal import json_text, safe_text
 
@@ -26,19 +30,60 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JS
 @app.command("export")
 def export_command(
     run: Annotated[str, typer.Argument(help="The run: an id, a unique prefix, 'latest' or -1, -2, ….")],
-    target: Annotated[Path, typer.Argument(metavar="DIR", help="The folder the bundle is written into.")],
+    target: Annotated[
+        Path | None, typer.Argument(metavar="[DIR]", help="The folder the bundle is written into.")
+    ] = None,
+    otlp: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp",
+            metavar="URL",
+            help="Send the run as OpenTelemetry spans to this OTLP/HTTP endpoint instead (piw[otel]).",
+        ),
+    ] = None,
+    include_content: Annotated[
+        bool,
+        typer.Option("--include-content", help="With --otlp: attach prompts, replies and tool arguments."),
+    ] = False,
     as_json: JsonOption = False,
     database: DatabaseOption = None,
 ) -> int:
-    """Write a run as a standard bundle (DIR/RUN_ID), from SQLite or from the database's rows."""
+    """Write a run as a standard bundle (DIR/RUN_ID), or send it as OpenTelemetry spans (--otlp URL)."""
+    if (target is None) == (otlp is None):
+        raise UsageError(
+            "Give either a folder (piw export RUN DIR) or --otlp URL (piw export RUN --otlp URL)."
+        )
+    if include_content and otlp is None:
+        raise UsageError("--include-content only applies to --otlp; a bundle always holds the whole run.")
+    home = command_home(database)
+    run_id = resolve_run_id(home, run)
+    if otlp is not None:
+        return _export_otlp(home, run_id, otlp, include_content, as_json)
+    assert target is not None
     from piw.store.pg.export import export_run
 
-    home = command_home(database)
-    path = export_run(home, resolve_run_id(home, run), target)
+    path = export_run(home, run_id, target)
     if as_json:
         sys.stdout.write(json_text({"runId": path.name, "path": str(path)}) + "\n")
     else:
         make_console().print(safe_text(f"Exported run {path.name} to {path}."), soft_wrap=True)
+    return 0
+
+
+def _export_otlp(home: Path, run_id: str, endpoint: str, include_content: bool, as_json: bool) -> int:
+    from piw.telemetry.export import export_otlp
+    from piw.telemetry.otlp import shown_endpoint
+
+    done = export_otlp(home, run_id, endpoint, include_content=include_content)
+    shown = shown_endpoint(endpoint)
+    if as_json:
+        payload = {"runId": done.run_id, "spans": done.spans, "traceId": done.trace_id, "endpoint": shown}
+        sys.stdout.write(json_text(payload) + "\n")
+    else:
+        make_console().print(
+            safe_text(f"Exported run {done.run_id} to {shown}: {done.spans} spans, trace {done.trace_id}."),
+            soft_wrap=True,
+        )
     return 0
 
 

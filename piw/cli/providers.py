@@ -10,6 +10,7 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.database import DatabaseOption, command_home
 from piw.store.home import piw_home
 from piw.terminal import json_text, safe_text
 
@@ -27,14 +28,17 @@ def providers(
             "--check", help="Test each provider with one request (5 s timeout); exit 1 if any fails."
         ),
     ] = False,
+    database: DatabaseOption = None,
 ) -> int:
-    """Show configured providers and models (keys appear only as $NAME references)."""
+    """Show configured providers and models (keys appear only as $NAME references), and each shared rate limit
+    with its current state."""
     from rich.table import Table  # loaded by this command only, not by piw --help
 
+    from piw.cli.rate_limits import print_rate_limits, rate_limit_json
     from piw.providers.config import config_path, load_config
     from piw.providers.selection import describe_providers
 
-    home = piw_home()
+    home = command_home(database) if database else piw_home()
     config = load_config(home)
     summaries = describe_providers(config)
     checks = _checks(config, home) if check else {}
@@ -43,6 +47,8 @@ def providers(
         rows = [summary.model_dump(by_alias=True) for summary in summaries]
         for row in rows if check else ():
             row["check"] = checks[row["name"]].to_json()
+        for row in rows:
+            row["rateLimit"] = rate_limit_json(home, config, row["name"])
         sys.stdout.write(json_text(rows) + "\n")
         return 1 if failed else 0
     console = make_console()
@@ -65,6 +71,7 @@ def providers(
             safe_text(name), summary.api, safe_text(summary.base_url or ""), safe_text(key), safe_text(models)
         )
     console.print(table)
+    print_rate_limits(console, home, config)
     console.print("'scripted' (deterministic, offline) is always available.")
     return 0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import io
+import contextlib
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,8 +16,10 @@ from piw.cli.follow_flags import FollowFlags, follow_flags
 from piw.cli.foreground import (
     BudgetOption,
     Following,
+    PlanOption,
     report_adopted,
 )
+from piw.cli.plan import print_plan, projection_of
 from piw.errors import PiwError, UsageError
 from piw.run.launch import LaunchOptions
 from piw.store.home import piw_home
@@ -27,6 +29,8 @@ from piw.terminal import json_text, safe_text, single_line
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from piw.store.history import RunSummary
+    from piw.store.run_query import RunQuery
     from piw.workflow.budget import Budget
     from piw.workflow.import_deadline import DeadlineSetting
 
@@ -60,6 +64,7 @@ def run(
             "a different request under the key is refused.",
         ),
     ] = None,
+    plan: PlanOption = False,
     *,
     flags: FollowFlags,
 ) -> int:
@@ -69,6 +74,11 @@ def run(
     from piw.workflow.loader import parse_input_option
 
     raw_input = parse_input_option(input)
+    if plan:
+        return print_plan(
+            projection_of(workflow, piw_home(), raw_input, flags.provider, flags.model, flags.script),
+            flags.as_json,
+        )
     limits = parse_budget(budget) if budget is not None else None
     key = _checked_key(idempotency_key)
     home = flags.home()
@@ -104,21 +114,22 @@ def _detach(
     budget: Budget | None = None,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
-    from piw.agent_steps.factory import agent_executor_factory
-    from piw.run.runner import ForegroundOptions, new_origin_session, queue_run
+    from piw.run.runner import new_origin_session
+    from piw.run.starting import queue_detached
     from piw.store.db.idempotency import Adopted
 
     home = piw_home()
     from_terminal = sys.stdin.isatty() or sys.stdout.isatty()
-    # The provider the host will use must exist and be requestable now, not fail later in the host.
-    factory = agent_executor_factory(home, make_console(io.StringIO()), launch)
-    options = ForegroundOptions(
-        launch=launch.recorded(),
+    state = queue_detached(
+        home,
+        workflow,
+        raw_input,
+        title,
+        launch,
         origin_session=new_origin_session() if from_terminal and not no_origin else None,
         idempotency_key=idempotency_key,
         budget=budget,
     )
-    state = queue_run(workflow, home, raw_input, title, options, check=factory)
     if isinstance(state, Adopted):
         return report_adopted(state, as_json)
     if as_json:
@@ -158,33 +169,72 @@ def resume(
 @app.command()
 def runs(
     status: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--status",
-            help="Only runs with this status (waiting: still needs an answer; answered: a gate that was answered).",
+            help="Only runs with this status; repeat it or separate several with commas (waiting: still needs "
+            "an answer; answered: a gate that was answered).",
         ),
     ] = None,
+    workflow: Annotated[str | None, typer.Option("--workflow", help="Only runs of this workflow.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only runs started since: a date (2026-12-01), an instant, or an age (2d, 3h)."
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until", help="Only runs started before: a date (that day included), an instant or an age."
+        ),
+    ] = None,
+    search: Annotated[
+        str | None, typer.Option("--search", help="Only runs whose title or input contains this text.")
+    ] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option("--parent", help="Only the continuations of this run (its checkpoint answers)."),
+    ] = None,
+    schedule: Annotated[
+        str | None, typer.Option("--schedule", help="Only runs started by this schedule's fires.")
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many runs.")] = None,
+    size: Annotated[bool, typer.Option("--size", help="Show each run's disk use, and the total.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
     database: DatabaseOption = None,
 ) -> int:
-    """List runs, newest first."""
-    from piw.cli.runs_table import print_runs
-    from piw.store.history import RUN_FILTERS, run_summaries
+    """List runs, newest first; the options narrow the list (docs/cli.md, "Finding runs")."""
+    from piw.store.history import find_runs
 
-    if status is not None and status not in RUN_FILTERS:
-        raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(RUN_FILTERS)}.")
-    if limit is not None and limit < 1:
-        raise UsageError("--limit must be at least 1.")
-    rows = list(run_summaries(command_home(database), status, limit))
+    home = command_home(database)
+    query = _run_query(home, status, workflow, since, until, search, parent, schedule, limit)
+    rows = find_runs(home, query)
+    if size:
+        rows = _with_sizes(home, rows)
+    warnings = _schedule_warnings(home)
     if as_json:
         sys.stdout.write(json_text([row.to_json() for row in rows]) + "\n")
+        for line in warnings:
+            sys.stderr.write(f"Warning: {line}\n")
         return 0
+    from piw.cli.runs_table import print_runs  # (rich's console: not needed for --json)
+
     console = make_console()
+    for line in warnings:  # before the table: a held backlog spends nothing until someone decides
+        console.print(f"⚠ {safe_text(line)}", soft_wrap=True)
     if not rows:
-        console.print("No runs yet. Start one with 'piw run WORKFLOW'.")
+        filtered = query != type(query)(limit=query.limit)
+        console.print(
+            "No runs match these filters." if filtered else "No runs yet. Start one with 'piw run WORKFLOW'."
+        )
         return 0
     print_runs(console, rows)
+    if size:
+        from piw.store.disk_use import human_bytes
+
+        total = sum(row.size_bytes or 0 for row in rows)
+        console.print(f"{len(rows)} runs, {human_bytes(total)} on disk.")
     if any(row.interrupted for row in rows):
         console.print(
             "Interrupted runs have no process writing them; continue one with 'piw resume RUN_ID' "
@@ -196,6 +246,64 @@ def runs(
         if row.damage is not None:  # in full: the table clips its notice column
             console.print(f"⚠ {row.run_id} is damaged: {row.damage.notice} See 'piw inspect {row.run_id}'.")
     return 0
+
+
+def _run_query(
+    home: Path,
+    status: list[str] | None,
+    workflow: str | None,
+    since: str | None,
+    until: str | None,
+    search: str | None,
+    parent: str | None,
+    schedule: str | None,
+    limit: int | None,
+) -> RunQuery:
+    """The filter values of ``piw runs``, checked (one line, exit 2, for a bad one)."""
+    from datetime import UTC, datetime
+
+    from piw.store.history import RUN_FILTERS
+    from piw.store.run_query import RunQuery, parse_instant
+
+    statuses = tuple(
+        dict.fromkeys(part.strip() for value in status or () for part in value.split(",") if part.strip())
+    )
+    for value in statuses:
+        if value not in RUN_FILTERS:
+            raise UsageError(f"Unknown status {value!r}; use one of: {', '.join(RUN_FILTERS)}.")
+    if limit is not None and limit < 1:
+        raise UsageError("--limit must be at least 1.")
+    now = datetime.now(UTC)
+    since_ms = parse_instant(since, "--since", now) if since is not None else None
+    until_ms = parse_instant(until, "--until", now, end_of_day=True) if until is not None else None
+    if parent is not None:
+        with contextlib.suppress(PiwError):  # a parent already removed: its continuations keep its id
+            parent = resolve_run_id(home, parent)
+    return RunQuery(
+        workflow=workflow,
+        since_ms=since_ms,
+        until_ms=until_ms,
+        statuses=statuses,
+        search=search or None,
+        parent=parent,
+        schedule=schedule,
+        limit=limit,
+    )
+
+
+def _with_sizes(home: Path, rows: list[RunSummary]) -> list[RunSummary]:
+    from piw.store.disk_use import tree_bytes
+    from piw.store.place import runs_home
+
+    root = runs_home(home) / "runs"
+    return [replace(row, size_bytes=tree_bytes(root / row.run_id)) for row in rows]
+
+
+def _schedule_warnings(home: Path) -> list[str]:
+    """Schedules holding a backlog of missed fires (nothing was spent on them): said before the runs."""
+    from piw.schedule.warnings import backlog_warnings
+
+    return backlog_warnings(home)
 
 
 @app.command("list")

@@ -15,6 +15,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.text import Text
 
+from piw.store.disk_use import human_bytes
 from piw.store.history import RunSummary
 from piw.terminal import safe_text, single_line
 
@@ -30,6 +31,7 @@ class _Row:
     title: Text
     started: str
     node: Text
+    size: str
 
 
 def _started(at: str | None) -> str:
@@ -50,6 +52,7 @@ def _rows(summaries: Sequence[RunSummary]) -> list[_Row]:
                 title=safe_text(title),
                 started=_started(row.started_at),
                 node=safe_text(single_line(row.current_node or "")),
+                size="" if row.size_bytes is None else human_bytes(row.size_bytes),
             )
         )
     return rows
@@ -61,6 +64,7 @@ class _Layout:
 
     id_width: int
     status_width: int
+    size_width: int | None
     title_width: int | None
     started_width: int | None
     node_width: int | None
@@ -73,7 +77,9 @@ def _layout(rows: Sequence[_Row], width: int) -> _Layout:
     started_width = max(len("started"), *(len(row.started) for row in rows))
     title_width = max(len("title"), *(row.title.cell_len for row in rows))
     node_width = max(len("current node"), *(row.node.cell_len for row in rows))
-    fixed = id_width + GAP + status_width
+    sized = any(row.size for row in rows)
+    size_width = max(len("size"), *(len(row.size) for row in rows)) if sized else None
+    fixed = id_width + GAP + status_width + (GAP + size_width if size_width else 0)
     room = width - fixed
     show_title = room >= GAP + min(MIN_TITLE, title_width)
     show_started = show_title and room >= 2 * GAP + min(MIN_TITLE, title_width) + started_width
@@ -85,6 +91,7 @@ def _layout(rows: Sequence[_Row], width: int) -> _Layout:
     return _Layout(
         id_width,
         status_width,
+        size_width,
         title_width if show_title else None,
         started_width if show_started else None,
         node_width if show_node else None,
@@ -110,16 +117,17 @@ def runs_lines(summaries: Sequence[RunSummary], width: int) -> Iterator[str]:
     widths = [
         layout.id_width,
         layout.status_width,
+        layout.size_width,
         layout.title_width,
         layout.started_width,
         layout.node_width,
     ]
     shown = [i for i, size in enumerate(widths) if size is not None]
     gap = " " * GAP
-    header = ("run id", "status", "title", "started", "current node")
+    header = ("run id", "status", "size", "title", "started", "current node")
     yield gap.join(_cell(header[i], widths[i] or 0) for i in shown).rstrip()
     for row in rows:
-        cells = (row.run_id, row.status, row.title.plain, row.started, row.node.plain)
+        cells = (row.run_id, row.status, row.size, row.title.plain, row.started, row.node.plain)
         yield gap.join(_cell(cells[i], widths[i] or 0) for i in shown).rstrip()
 
 

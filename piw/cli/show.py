@@ -10,6 +10,9 @@ import typer
 
 from piw.cli.app import app
 from piw.cli.console import make_console
+from piw.cli.follow_flags import ModelOption, ProviderOption
+from piw.cli.foreground import PlanOption
+from piw.cli.plan import print_plan, projection_of
 from piw.store.home import piw_home
 from piw.terminal import json_text, sanitize_terminal_text, single_line
 
@@ -103,14 +106,23 @@ def show(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the description with the input's JSON Schema.")
     ] = False,
+    plan: PlanOption = False,
+    input: Annotated[
+        str | None, typer.Option("--input", help="With --plan: the run input (default: the example input).")
+    ] = None,
+    provider: ProviderOption = None,
+    model: ModelOption = None,
 ) -> int:
     """Show what a workflow does: its input fields, graph, revision and an example run command."""
     from piw.run.runner import tools_known
     from piw.workflow.describe import describe
-    from piw.workflow.loader import load_workflow
+    from piw.workflow.loader import load_workflow, parse_input_option
 
     loaded = load_workflow(workflow, piw_home(), tools_known())
     info = describe(workflow, loaded)
+    if plan:
+        raw = parse_input_option(input) if input is not None else info.example_input
+        return print_plan(projection_of(loaded, piw_home(), raw, provider, model), as_json)
     if as_json:
         sys.stdout.write(json_text(show_json(info)) + "\n")
         return 0

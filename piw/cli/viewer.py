@@ -52,8 +52,8 @@ def view(
         except PiwError as exc:
             message = str(exc)  # the viewer opens on the runs list and says so, rather than failing
     if serve:
-        from piw.app.serve import is_loopback
         from piw.app.serve import serve as serve_app
+        from piw.web.access import is_loopback, require_tokens_off_loopback
 
         if not 0 < port < 65536:
             raise UsageError(f"--port {port} is not a port number (1–65535).")
@@ -65,6 +65,7 @@ def view(
                 raise UsageError(f"--allow-host {name!r} is not a host name or address.")
         if message:
             raise UsageError(message)
+        require_tokens_off_loopback(home, host, "piw view --serve")
         if not is_loopback(host):
             print(
                 f"Warning: serving on {host}, not loopback, over plain HTTP: anyone who can reach port {port} "

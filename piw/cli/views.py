@@ -186,6 +186,11 @@ def inspect(
         run = with_artifact_check(run)
     if as_json:
         extra = {"damage": run.damage.to_json()} if run.damage is not None else {}
+        from piw.store.telemetry_status import read_telemetry
+
+        telemetry = read_telemetry(run.bundle.path)
+        if telemetry is not None and at is None:
+            extra["telemetry"] = {key: value for key, value in telemetry.items() if key != "schema"}
         if decision is not None:
             extra["decision"] = decision
         from piw.store.state_json import iter_state_json
@@ -199,11 +204,12 @@ def inspect(
     quick_exit.keep_until_exit(shown)
     print_view(console, shown)
     if view == "state" and decision is not None:
-        from piw.cli.waiting import wait_view
+        from piw.cli.waiting import print_channels, wait_view
 
         wait = wait_view(home, run.state)
         if wait is not None:
             console.print(wait)
+            print_channels(console, home, run.state.run_id)
     return 0
 
 

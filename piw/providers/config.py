@@ -16,11 +16,27 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from piw.channels.config import ChannelTable
 from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
+from piw.providers.prices import ModelPrice, unknown_price_model
+from piw.providers.rate_limit_config import RateLimit
+from piw.store.retention_config import RetentionTable
+from piw.telemetry.table import TelemetryTable
 from piw.toolservers.config import McpServerConfig, check_server_names
 
-TOP_LEVEL_KEYS = ("default", "durability", "import_timeout_s", "providers", "agent", "database", "mcp")
+TOP_LEVEL_KEYS = (
+    "default",
+    "durability",
+    "import_timeout_s",
+    "providers",
+    "agent",
+    "database",
+    "mcp",
+    "telemetry",
+    "channels",
+    "retention",
+)
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -89,6 +105,8 @@ class ProviderConfig(_Strict):
     """USD per million input tokens for every model of this provider that sets no ``cost`` of its own."""
     price_per_mtok_out: float | None = Field(default=None, ge=0)
     """USD per million output tokens (with ``price_per_mtok_in``)."""
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    """``[providers.NAME.prices]``: per model input/output/cached USD per million tokens (``piw.providers.prices``)."""
 
     @model_validator(mode="after")
     def _prices_together(self) -> ProviderConfig:
@@ -97,10 +115,15 @@ class ProviderConfig(_Strict):
         return self
 
     def priced(self, model: ModelConfig | None, model_id: str) -> ModelConfig | None:
-        """``model`` with the provider's prices as its ``cost`` when it sets none (budgets need a price)."""
-        if self.price_per_mtok_in is None or self.price_per_mtok_out is None:
-            return model
+        """``model`` with the provider's prices as its ``cost`` when it sets none (budgets need a price): its
+        ``prices`` entry first, then ``price_per_mtok_in``/``_out``."""
         if model is not None and model.cost is not None:
+            return model
+        table = self.prices.get(model_id)
+        if table is not None:
+            cost = ModelCost(input=table.input, output=table.output, cache_read=table.cached)
+            return (model or ModelConfig(id=model_id)).model_copy(update={"cost": cost})
+        if self.price_per_mtok_in is None or self.price_per_mtok_out is None:
             return model
         cost = ModelCost(input=self.price_per_mtok_in, output=self.price_per_mtok_out)
         return (model or ModelConfig(id=model_id)).model_copy(update={"cost": cost})
@@ -113,6 +136,8 @@ class ProviderConfig(_Strict):
     """``llamacpp`` only: the context size in tokens (default 4096)."""
     n_threads: int | None = Field(default=None, gt=0)
     """``llamacpp`` only: CPU threads (default 2; on a loaded 2-core machine 1 can be faster)."""
+    rate_limit: RateLimit | None = None
+    """A limit shared by every caller of this provider on the machine (or the database): ``docs/rate-limits.md``."""
 
     @field_validator("models", mode="before")
     @classmethod
@@ -183,6 +208,9 @@ class PiwConfig(_Strict):
     database: DatabaseTable | None = None
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
     """``[mcp.NAME]``: MCP tool servers agent steps may name (``piw.toolservers.config``, ``docs/tools-mcp.md``)."""
+    telemetry: TelemetryTable = Field(default_factory=TelemetryTable)
+    channels: ChannelTable = Field(default_factory=dict)  # docs/channels.md
+    retention: RetentionTable | None = None  # piw.store.retention_config (issue 33)
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 
@@ -192,6 +220,10 @@ class PiwConfig(_Strict):
         for name in value:
             if not _PROVIDER_NAME.match(name):
                 raise ValueError(f"provider name {name!r} may hold only letters, digits, '_', '.' and '-'")
+        for name, settings in value.items():  # a price for a model the provider does not list is a typo
+            problem = unknown_price_model(name, settings.prices, [model.id for model in settings.models])
+            if problem is not None:
+                raise ValueError(problem)
         return value
 
     @field_validator("mcp")

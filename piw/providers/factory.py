@@ -48,6 +48,11 @@ def build_provider(
         )
     secrets = configured_secrets(config, env)
     inner: Provider = _adapter(selection, piw_home, script, http_client, env)
+    limit = selection.settings.rate_limit
+    if limit is not None:  # one bucket for every caller on the machine, or the database (docs/rate-limits.md)
+        from piw.providers.rate_limited import RateLimitedProvider, open_rate_limits
+
+        inner = RateLimitedProvider(inner, open_rate_limits(piw_home), selection.provider, limit)
     if secrets:
         inner = RedactingProvider(inner, secrets)
     if mode == "record":

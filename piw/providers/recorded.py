@@ -60,7 +60,7 @@ class RecordedRunProvider:
         self.parent = parent
         self.requests: list[ChatRequest] = []
         self._lock = threading.Lock()
-        self._recordings = _recordings(parent)
+        self._recordings = recordings(parent)
         self._assigned: dict[str, Recording] = {}
         self._used: set[str] = set()
         self._fork_seq: dict[str, int] = {}
@@ -82,7 +82,7 @@ class RecordedRunProvider:
         if step is None:
             return None, "The replay provider answers workflow steps only; this request names no step."
         recording = self._assigned.get(step.attempt_id)
-        prompt = _step_prompt(request, step)
+        prompt = step_prompt(request, step)
         if recording is None:
             after = self._fork_point(step.run_id)
             candidates = [
@@ -104,13 +104,13 @@ class RecordedRunProvider:
                 )
             self._assigned[step.attempt_id] = recording
             self._used.add(recording.attempt_id)
-        index = _replies_so_far(request, step)
+        index = replies_so_far(request, step)
         if index >= len(recording.replies):
             return None, (
                 f"Replay stopped at step {step.node_id}: the recording has {len(recording.replies)} replies for "
                 f"it and the step asked for reply {index + 1}; the run no longer follows the recording."
             )
-        return _retarget(recording.replies[index], step), None
+        return retarget(recording.replies[index], step), None
 
     def _fork_point(self, run_id: str) -> int:
         """The parent sequence number a fork left from (its ``run_started.forkedFrom.seq``)."""
@@ -126,7 +126,7 @@ class RecordedRunProvider:
         return self._fork_seq[run_id]
 
 
-def _recordings(parent: Bundle) -> list[Recording]:
+def recordings(parent: Bundle) -> list[Recording]:
     """Every recorded agent attempt of ``parent`` (children included), in trace order."""
     order: dict[str, int] = {}
     action_of: dict[str, str] = {}
@@ -136,7 +136,7 @@ def _recordings(parent: Bundle) -> list[Recording]:
         elif event.type == "child_step_finished" and event.attempt_id:
             action_of[str(event.payload.get("childAttemptId"))] = event.attempt_id
     entries = read_session(parent.session_path)
-    owner = _owners(entries)
+    owner = attempt_owners(entries)
     recordings: dict[str, Recording] = {}
     for entry in entries:
         message = entry.message
@@ -174,7 +174,7 @@ def _readable(path: Path) -> Iterator[TraceEvent]:
             return
 
 
-def _owners(entries: list[SessionEntry]) -> dict[str, str]:
+def attempt_owners(entries: list[SessionEntry]) -> dict[str, str]:
     """Entry id → the attempt id of the nearest step message at or above it on its branch."""
     by_id = {entry.id: entry for entry in entries}
     owner: dict[str, str] = {}
@@ -200,7 +200,7 @@ def _owners(entries: list[SessionEntry]) -> dict[str, str]:
     return owner
 
 
-def _step_prompt(request: ChatRequest, step: StepRef) -> str:
+def step_prompt(request: ChatRequest, step: StepRef) -> str:
     """The first step message of this attempt in the request (its full prompt with the step contract)."""
     for message in request.messages:
         if isinstance(message, CustomMessage) and message.custom_type == STEP_MESSAGE:
@@ -210,7 +210,7 @@ def _step_prompt(request: ChatRequest, step: StepRef) -> str:
     return ""
 
 
-def _replies_so_far(request: ChatRequest, step: StepRef) -> int:
+def replies_so_far(request: ChatRequest, step: StepRef) -> int:
     """How many replies of this attempt the request already holds (this request asks for the next one)."""
     seen = False
     count = 0
@@ -244,7 +244,7 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _retarget(reply: AssistantReply, step: StepRef) -> AssistantReply:
+def retarget(reply: AssistantReply, step: StepRef) -> AssistantReply:
     """A recorded reply for the fork's step: ``workflow`` calls name the fork's ids, and it costs nothing."""
     blocks: list[Any] = []
     for block in reply.content:

@@ -23,7 +23,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from piw.errors import AnswerInvalid, ContinuationExists, DecisionResolved, PiwError, RunNotFound, UsageError
+from piw.errors import (
+    AnswerInvalid,
+    ContinuationExists,
+    DecisionResolved,
+    PiwError,
+    RequestChanged,
+    RunNotFound,
+    UsageError,
+)
 from piw.run.continuation import ContinuationSpec
 from piw.run.decision_book import new_decision
 from piw.run.launch import LaunchOptions
@@ -37,7 +45,7 @@ from piw.store.fold import RunState, fold
 from piw.store.trace import iter_trace
 from piw.wire import digest, format_time
 from piw.workflow.answer_example import example_text
-from piw.workflow.budget import BUDGET_WAIT, parse_top_up
+from piw.workflow.budget import BUDGET_WAIT, parse_budget_answer
 from piw.workflow.gates import check_answer, is_gate_request
 
 Provenance = Literal["human", "timeout", "cancel"]
@@ -176,7 +184,7 @@ def claim_decision(
             f"{wait.answer_command()}"
         )
     if seen_sha256 is not None and seen_sha256 != wait.request_sha256:
-        raise AnswerInvalid(
+        raise RequestChanged(
             f"The request of decision {wait.node_id} is {wait.request_sha256}, not {seen_sha256}; look at it again "
             f"with 'piw inspect {wait.run_id}' before deciding."
         )
@@ -236,10 +244,10 @@ def claim_answer(
     """
     if wait.kind == "budget":
         try:
-            extra = parse_top_up(value)
+            answer = parse_budget_answer(value)
         except UsageError as exc:
             raise AnswerInvalid(str(exc).replace("piw cancel RUN", f"piw cancel {wait.run_id}")) from None
-        return _run_answer(wait, BUDGET_WAIT, {"topUp": extra.to_wire()}, answered_by)
+        return _run_answer(wait, BUDGET_WAIT, answer, answered_by)
     if isinstance(value, dict) and set(value) == {"topUp"}:
         raise AnswerInvalid(
             f"Run {wait.run_id} is not waiting on its budget (it waits at {wait.node_id}); a top-up only answers a "

@@ -7,12 +7,20 @@ the request needs; a request the budget cannot cover is not sent: the gate cance
 siblings included, they share its cancel event) and the engine ends the run ``waiting`` on the budget, with what
 was spent and on what. ``piw answer RUN '{"topUp": {...}}'`` continues it with more.
 The provider wrapper that asks the gate is ``piw.agent_steps.budgeted``.
+
+Parallel children (``ctx.run_agent`` in threads, orchestrate's fan-out) make the check a reservation: a request
+that is admitted holds its share (one request, its estimated input tokens, its estimated cost, its step when it
+is the step's first) until its ``usage_recorded`` is appended, and every later check counts what is held as
+spent. So two children can never both see the last request's room and both send. A refusal while siblings are
+in flight lets their requests finish and be recorded; the attempt is cancelled when the last one is released
+(``docs/fork-replay-budgets.md``, ``docs/planning.md``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from piw.workflow.budget import BUDGET_WAIT, WIRE_KEYS, Budget
@@ -45,6 +53,11 @@ class BudgetGate:
         self.stop: dict[str, Any] | None = None
         """Set once a request was refused: the ``finalOutput`` of the ``run_waiting`` the engine writes."""
         self._lock = threading.Lock()
+        self._held: dict[int, Reservation] = {}
+        """Admitted requests whose spend is not in the trace yet, by reservation number."""
+        self._next = 0
+        self._to_cancel: list[threading.Event] = []
+        """Cancel events of refused attempts, set once no request is in flight any more."""
 
     @property
     def active(self) -> bool:
@@ -56,19 +69,36 @@ class BudgetGate:
         return Budget.from_wire(raw) if raw else None
 
     def admit(self, request: ChatRequest, owner: Spender, step_key: str) -> str | None:
-        """``None`` when the request may go; otherwise the refusal, after recording it in :attr:`stop`."""
+        """``None`` when the request may go; otherwise the refusal, after recording it in :attr:`stop`.
+
+        Kept for callers that do not hold reservations: :meth:`reserve` is what the provider wrapper uses."""
+        verdict = self.reserve(request, owner, step_key)
+        if isinstance(verdict, Reservation):
+            self.release(verdict)
+            return None
+        return verdict
+
+    def reserve(self, request: ChatRequest, owner: Spender, step_key: str) -> Reservation | str | None:
+        """Hold this request's share of the budget, atomically with the check: a :class:`Reservation` to
+        :meth:`release` once its usage is recorded, the refusal text, or ``None`` when the run has no limits."""
         limits = self.limits()
         if limits is None:
             return None
+        estimate = len(json.dumps(request.model_dump(mode="json")["messages"])) // CHARS_PER_TOKEN
         with self._lock:
             if self.stop is not None:
                 return str(self.stop["reason"])
             spent = dict(self.writer.state.spent or {})
-            first = step_key not in self.writer.state.spent_steps
-            estimate = len(json.dumps(request.model_dump(mode="json")["messages"])) // CHARS_PER_TOKEN
-            shortfall = _shortfall(limits, spent, first, estimate)
+            held_steps = {held.step_key for held in self._held.values() if held.first}
+            first = step_key not in self.writer.state.spent_steps and step_key not in held_steps
+            average = _average_cost(spent)
+            with_held = _with_held(spent, self._held.values())
+            shortfall = _shortfall(limits, with_held, first, estimate, average)
             if shortfall is None:
-                return None
+                self._next += 1
+                held = Reservation(self._next, step_key, first, estimate, average)
+                self._held[held.number] = held
+                return held
             dimension, reason, estimated_cost = shortfall
             self.stop = {
                 "reason": reason,
@@ -80,12 +110,77 @@ class BudgetGate:
                 "blockedAttemptId": owner.attempt_id,
                 "estimatedInputTokens": estimate,
             }
+            if self._held:
+                self.stop["inFlight"] = len(self._held)
             if estimated_cost is not None:
                 self.stop["estimatedCostUsd"] = estimated_cost
                 self.stop["note"] = COST_CHECK
             return reason
 
-    def record(self, message: AssistantReply, owner: Spender, step_key: str, child_key: str | None) -> None:
+    def fan_out(self, owner: Spender, children: int, per_child: dict[str, float]) -> str | None:
+        """The fan-out gate: ``None`` when ``children`` children at ``per_child`` (``requests``, ``tokens``,
+        ``cost``, each optional) fit in what the budget has left; otherwise the refusal, recorded in
+        :attr:`stop` with the children, the projection and what is left, before any child request is sent."""
+        limits = self.limits()
+        if limits is None or children <= 0:
+            return None
+        with self._lock:
+            if self.stop is not None:
+                return str(self.stop["reason"])
+            spent = dict(self.writer.state.spent or {})
+            used = _with_held(spent, self._held.values())
+            projection = {key: value * children for key, value in per_child.items()}
+            projection["agentSteps"] = float(children)
+            left = _left(limits, used)
+            over = next(
+                (key for key, room in left.items() if key in projection and projection[key] > room), None
+            )
+            if over is None:
+                return None
+            room = left[over]
+            fits = int(room // per_child[over]) if over != "agentSteps" and per_child.get(over) else int(room)
+            fits = max(0, min(fits, children - 1))
+            reason = (
+                f"the fan-out of {children} children is projected at {_projected(projection)}, and the budget has "
+                f"{_amount(over, room)} left"
+            )
+            self.stop = {
+                "reason": reason,
+                "limit": SPENT_TO_LIMIT[over],
+                "limits": limits.to_wire(),
+                "spent": _public_spent(spent),
+                "byNode": dict(self.writer.state.spent_by_node),
+                "blockedNode": owner.node_id,
+                "blockedAttemptId": owner.attempt_id,
+                "fanOut": {"children": children, "projection": projection, "remaining": left, "fits": fits},
+            }
+            return reason
+
+    def cancel_when_idle(self, cancel: threading.Event) -> None:
+        """Set ``cancel`` now, or once the requests still in flight are recorded (a refused sibling waits)."""
+        with self._lock:
+            if self._held:
+                self._to_cancel.append(cancel)
+                return
+        cancel.set()
+
+    def release(self, held: Reservation) -> None:
+        """Give back what ``held`` reserved (its real spend, if any, is in the trace by now)."""
+        with self._lock:
+            self._held.pop(held.number, None)
+            waiting = [] if self._held else self._to_cancel
+            self._to_cancel = [] if not self._held else self._to_cancel
+        for cancel in waiting:
+            cancel.set()
+
+    def record(
+        self,
+        message: AssistantReply,
+        owner: Spender,
+        step_key: str,
+        child_key: str | None,
+        held: Reservation | None = None,
+    ) -> None:
         """Append ``usage_recorded`` for one request that was sent (retried failures included)."""
         usage = message.usage
         payload: dict[str, Any] = {
@@ -100,9 +195,82 @@ class BudgetGate:
             payload["cost"] = usage.cost
         if child_key is not None:
             payload["childKey"] = child_key
-        self.writer.append(
-            "agent", "usage_recorded", payload, node_id=owner.node_id, attempt_id=owner.attempt_id
-        )
+        with (
+            self._lock
+        ):  # appended under the lock: a check sees the request either held or spent, never neither
+            self.writer.append(
+                "agent", "usage_recorded", payload, node_id=owner.node_id, attempt_id=owner.attempt_id
+            )
+            if held is not None:
+                self._held.pop(held.number, None)
+        if held is not None:
+            self.release(held)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One admitted request's share of the budget, held until its usage is recorded."""
+
+    number: int
+    step_key: str
+    first: bool
+    """Whether it holds its step's agent-step slot (the step's first request)."""
+    tokens: int
+    cost: float
+    """The estimate held against a cost cap: the run's average cost a priced request."""
+
+
+def _average_cost(spent: dict[str, Any]) -> float:
+    priced = int(spent.get("requests", 0)) - int(spent.get("unpricedRequests", 0))
+    return float(spent.get("cost", 0.0)) / priced if priced > 0 else 0.0
+
+
+def _with_held(spent: dict[str, Any], held: Any) -> dict[str, Any]:
+    """``spent`` with the reserved requests counted as if they had been answered with their estimates."""
+    total = dict(spent)
+    for item in held:
+        total["requests"] = int(total.get("requests", 0)) + 1
+        total["unpricedRequests"] = int(total.get("unpricedRequests", 0)) + 1  # not in the average
+        total["tokens"] = int(total.get("tokens", 0)) + item.tokens
+        total["cost"] = float(total.get("cost", 0.0)) + item.cost
+        total["agentSteps"] = int(total.get("agentSteps", 0)) + (1 if item.first else 0)
+    return total
+
+
+SPENT_TO_LIMIT = {
+    "requests": "modelRequests",
+    "tokens": "tokens",
+    "cost": "costUsd",
+    "agentSteps": "agentSteps",
+}
+
+
+def _left(limits: Budget, used: dict[str, Any]) -> dict[str, float]:
+    """What each limited dimension has left (keys of ``spent``)."""
+    left: dict[str, float] = {}
+    if limits.max_model_requests is not None:
+        left["requests"] = max(0.0, limits.max_model_requests - float(used.get("requests", 0)))
+    if limits.max_tokens is not None:
+        left["tokens"] = max(0.0, limits.max_tokens - float(used.get("tokens", 0)))
+    if limits.max_cost_usd is not None:
+        left["cost"] = max(0.0, limits.max_cost_usd - float(used.get("cost", 0.0)))
+    if limits.max_agent_steps is not None:
+        left["agentSteps"] = max(0.0, limits.max_agent_steps - float(used.get("agentSteps", 0)))
+    return left
+
+
+def _amount(key: str, value: float) -> str:
+    if key == "cost":
+        return f"${value:.4f}"
+    words = {"requests": "request", "tokens": "token", "agentSteps": "agent step"}
+    count = round(value)
+    return f"{count:,} {words[key]}{'' if count == 1 else 's'}"
+
+
+def _projected(projection: dict[str, float]) -> str:
+    return " · ".join(
+        _amount(key, projection[key]) for key in ("requests", "tokens", "cost") if key in projection
+    )
 
 
 def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +278,7 @@ def _public_spent(spent: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shortfall(
-    limits: Budget, spent: dict[str, Any], first: bool, estimate: int
+    limits: Budget, spent: dict[str, Any], first: bool, estimate: int, average: float
 ) -> tuple[str, str, float | None] | None:
     """Why a request cannot be covered — the limit, the reason, and for cost the estimate used — or ``None``
     (each limit checked against what this request needs)."""
@@ -134,8 +302,6 @@ def _shortfall(
         )
     if limits.max_cost_usd is not None:
         cost = float(spent.get("cost", 0.0))
-        priced = requests - int(spent.get("unpricedRequests", 0))
-        average = cost / priced if priced > 0 else 0.0
         if cost + average > limits.max_cost_usd or cost >= limits.max_cost_usd:
             return "costUsd", _cost_reason(limits.max_cost_usd, cost, average), average
     return None

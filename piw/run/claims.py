@@ -20,6 +20,7 @@ from typing import Literal
 from piw.errors import (
     ClaimLost,
     HomeUnavailable,
+    OutcomeUnknown,
     PiwError,
     RunFinished,
     RunLocked,
@@ -109,6 +110,8 @@ class ClaimControl:
             lease.park("source_changed", error=str(exc))
         elif isinstance(exc, TraceCorrupt):
             lease.park("trace_corrupt", error=str(exc))
+        elif isinstance(exc, OutcomeUnknown):
+            lease.park("outcome_unknown", error=str(exc))  # only 'piw resolve' continues it
         elif isinstance(exc, RunLocked):
             pass  # acquire() parked it already
         else:

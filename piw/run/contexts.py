@@ -15,6 +15,7 @@ from piw.run.options import RunOptions
 from piw.store.fold import RunState, result_to_json
 from piw.workflow.context import ActionContext, LazyOutputs, NodeContext
 from piw.workflow.definition import ActionNode
+from piw.workflow.effects import idempotency_key
 from piw.workflow.graph import FlatGraph
 
 
@@ -68,8 +69,20 @@ def node_context(
                 raise RuntimeError("ctx.run_agent needs a model provider; run with --provider NAME.")
             return attempt.child_runner(make_runner)(prompt, **kwargs)
 
+        def fan_out(children: int) -> int:  # ctx.start_fan_out: the budget's fan-out gate (docs/planning.md)
+            attempt = holder_ref[0] if holder_ref else None
+            make_runner = getattr(agent, "child_runner", None)
+            if attempt is None or make_runner is None:
+                return children
+            return int(attempt.child_runner(make_runner).fan_out(children))
+
+        run_agent.fan_out = fan_out  # type: ignore[attr-defined]
         extra: dict[str, Any] = {"waiter": options.waiter} if options.waiter else {}
-        return ActionContext(**common, publisher=publish, agent_runner=run_agent, **extra)
+        visit = state.node_stats.get(node_id, (0, 0.0))[0] + 1  # an abandoned attempt ends no visit
+        key = idempotency_key(run.run_id, node_id, visit)
+        return ActionContext(
+            **common, publisher=publish, agent_runner=run_agent, idempotency_key=key, **extra
+        )
     return NodeContext(**common)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from piw.channels.book import channel_posts
 from piw.errors import ArtifactDamaged, ResumeRefused, RunInterrupted, UsageError
 from piw.run.continuation import (
     ContinuationSpec,
@@ -77,7 +78,9 @@ class Engine:
         self.executors: dict[str, Executor] = {
             "compute": ComputeExecutor(),
             "notify": NotifyExecutor(self.options.outbox),
-            "checkpoint": CheckpointExecutor(self.options.decisions),
+            "checkpoint": CheckpointExecutor(
+                self.options.decisions, channel_posts(home, self.options.decisions)
+            ),
             "agent": self.options.agent_executor or _MissingAgentExecutor(),
         }
 
@@ -181,6 +184,10 @@ class Engine:
         resume_at = blocked_node(parent, state) if spec.node_id == BUDGET_WAIT else None
         if resume_at is not None:
             payload["continuedFrom"]["resumeAt"] = resume_at
+            if isinstance(spec.answer, dict) and isinstance(spec.answer.get("maxTasks"), int):
+                payload["continuedFrom"]["fanOutLimit"] = spec.answer[
+                    "maxTasks"
+                ]  # ctx.start_fan_out reads it
         self.control.claim.hold(lease)
         run = self._create(spec.run_id, payload)
         if not begin:
@@ -206,7 +213,7 @@ class Engine:
             manifest = Manifest.model_validate(bundle.read_manifest())
             trace = read_run_trace(store) if trace is None else read_on(store, trace)
             state = trace.state
-            refuse_unresumable(trace, run_id)
+            refuse_unresumable(trace, run_id, self.options.resolution)
             check_source(self.workflow, state)
             store.fence()
             damage = artifact_damage(bundle.path, state)  # never rerun on top of an output that is not there
@@ -260,6 +267,7 @@ class Engine:
             "maxSteps": definition.max_steps,
             "originSession": self.options.origin_session,
             "budget": self._limits(),
+            "schedule": self.options.schedule,
             **(extra or {}),
         }
         return payload

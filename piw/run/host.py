@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from piw.channels.duty import ChannelDuty
 from piw.errors import BundleLinked, DatabaseBusy, DatabaseUnavailable, PiwError, StorageFull, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
@@ -29,7 +30,9 @@ from piw.run.engine import Engine, RunOptions
 from piw.run.executors import Executor
 from piw.run.host_presence import open_presence
 from piw.run.host_recovery import watch_database
+from piw.run.retention_duty import RetentionDuty
 from piw.run.runner import configured_durability, load_park_reason, tools_known, workflow_path_of
+from piw.run.schedule_duty import ScheduleDuty
 from piw.run.sweeper import sweep_timeouts
 from piw.store.bundle import load_state, open_bundle
 from piw.store.db.database import now_ms
@@ -97,6 +100,9 @@ class Host:
         self._full_since: float | None = None
         self._check_database = watch_database(self.queue, home, self._held, options.report)
         self.presence = open_presence(home, self.queue, self.runner, options.concurrency, options.workflows)
+        self.channels = ChannelDuty(home, options.report, self.runner)  # docs/channels.md
+        self._fire_schedules = ScheduleDuty(home, self.runner, options.report)  # docs/schedules.md
+        self._retention = RetentionDuty(home, options.report)  # [retention], docs/cli.md
 
     def _held(self) -> dict[str, Lease]:
         with self._lock:
@@ -132,6 +138,7 @@ class Host:
             self.stop()
         finally:
             self._join_all()
+            self.channels.close()
             if self.presence is not None:
                 self.presence.stop()
         return self.result
@@ -184,6 +191,8 @@ class Host:
             self._check_database()  # deleted or replaced under this host: recreated, what it held put back
             if self.presence is not None:
                 self.presence.tick()
+            self._fire_schedules()
+            self._retention()
             for receipt in sweep_timeouts(self.home, self.database):
                 spec = receipt.spec
                 report(f"{spec.parent_run_id}  {spec.node_id} timed out: continuing as run {spec.run_id}")
@@ -192,6 +201,7 @@ class Host:
                 lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"),
                 self._delivered,
             )
+            self.channels.tick()  # gates announced on their channels, answers read back (docs/channels.md)
         except DatabaseBusy:
             raise  # busy past the wait limit: the host stops with exit 75 (docs/detached.md)
         except Exception as exc:  # housekeeping never stops the host (a database out of reach too)

@@ -247,3 +247,30 @@ def _cancel_unheld(home: Path, queue: RunQueue, bundle: Bundle, run_id: str) -> 
 def is_live(home: Path, run_id: str) -> bool:
     row = open_run_database(home).queue.get(run_id)
     return row is not None and row.has_live_claim(now_ms())
+
+
+# ---- resume, for a host -------------------------------------------------------------------------------
+
+
+def resume_queued(home: Path, run_id: str) -> LifecycleResult:
+    """``piw resume`` without a terminal (``POST /api/runs/{run_id}/resume``): clear a pause and queue the run for
+    ``piw host``, which continues it from its trace. A live holder's run only loses its pause request; a finished
+    run is refused with one line."""
+    bundle = open_bundle(home, run_id)
+    state = _state(bundle)
+    if state is not None and state.is_terminal:
+        raise _finished(run_id, state, "resume")
+    queue = open_run_database(home).queue
+    row = _unfinished_row(queue, home, run_id, state, "resume", "resumed")
+    if row.has_live_claim(queue.clock()):
+        queue.clear_pause(run_id)
+        return _result(
+            home, run_id, f"Run {run_id} is running in a piw process; its pause request is cleared.", True
+        )
+    claim = queue.claim_run(run_id, runner_id())
+    queue.clear_pause(run_id)
+    queue.requeue(claim)
+    message = (
+        f"Run {run_id} is queued; 'piw host' continues it from its trace ('piw watch {run_id}' follows it)."
+    )
+    return _result(home, run_id, message, True)

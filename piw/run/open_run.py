@@ -19,6 +19,7 @@ from piw.store.fold import RunState
 from piw.store.run_store import RunStore
 from piw.store.session import SessionLog
 from piw.store.writer import RunWriter
+from piw.telemetry.hook import flush_live, live_listeners
 from piw.updates.publishing import UpdatePublisher
 from piw.wire_models import Manifest
 
@@ -56,6 +57,7 @@ class OpenRun:
         self.writer.close()
         self.session.close()
         self.store.release()
+        flush_live(self.run_id)  # telemetry: the last spans, bounded (docs/telemetry.md)
 
 
 def open_run(
@@ -66,4 +68,6 @@ def open_run(
     index = RunIndex(home) if indexed else None
     writer = RunWriter(store, state, manifest, index=index)
     writer.listeners.extend(options.listeners)
-    return OpenRun(writer, store.open_session(), UpdatePublisher(writer), BudgetGate(writer), store)
+    session = store.open_session()
+    writer.listeners.extend(live_listeners(home, writer, session))  # [telemetry], docs/telemetry.md
+    return OpenRun(writer, session, UpdatePublisher(writer), BudgetGate(writer), store)

@@ -40,6 +40,8 @@ class RunOptions:
     on_start: Callable[[Bundle], None] | None = None
     budget: Budget | None = None
     """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire starting this run, recorded in ``run_started`` (docs/schedules.md)."""
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
     outbox: Outbox | None = None
@@ -50,3 +52,5 @@ class RunOptions:
     claimer: Callable[[str, dict[str, Any]], Lease] | None = None
     """Inserts the queue row of a run being created (``run_id``, its ``run_started`` payload), claimed by this
     process, before its bundle exists; the engine then writes under that claim (``piw.run.claims``)."""
+    resolution: dict[str, Any] | None = None
+    """``piw resolve``: ``{resolution: done|retry|skip, output?}`` for a run whose effect outcome is unknown."""

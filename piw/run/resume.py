@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piw.errors import ResumeRefused, RunFinished, SourceChanged
+from piw.run.effects import apply_resolution, recover_effect, refuse_unknown
 from piw.run.process_groups import stop_group
 from piw.run.step import StepLoop
 from piw.store.fold import RunState, fold
@@ -53,12 +54,16 @@ def read_on(store: RunStore, earlier: RunTrace) -> RunTrace:
     return earlier if store.unchanged(earlier.valid_bytes, earlier.tail) else read_run_trace(store)
 
 
-def refuse_unresumable(trace: RunTrace, run_id: str) -> None:
-    """A run that never started, or already ended, is not resumed (§8 steps 1–2)."""
+def refuse_unresumable(trace: RunTrace, run_id: str, resolution: dict[str, Any] | None = None) -> None:
+    """A run that never started, or already ended, is not resumed (§8 steps 1–2); one whose effect outcome is
+    unknown only with a ``piw resolve`` answer (``resolution``), which nothing else takes (``docs/effects.md``)."""
     if not trace.state.run_id:
         raise ResumeRefused(f"Run {run_id} never started (its trace is empty); start it again with piw run.")
     if trace.state.is_terminal:
+        if resolution is not None:
+            refuse_unknown(trace.state, resolution)
         raise RunFinished(f"Run {run_id} already ended ({trace.state.status}); nothing to resume.")
+    refuse_unknown(trace.state, resolution)
 
 
 def check_source(loaded: LoadedWorkflow, state: RunState) -> None:
@@ -144,6 +149,9 @@ def continue_from_trace(steps: StepLoop, events: list[TraceEvent], truncated: in
         if next_node is not None:
             steps.loop(next_node)
         return
+    if state.status == "unknown":
+        apply_resolution(steps, steps.options.resolution)  # 'piw resolve' (without one: parked again)
+        return
     if state.current is not None and steps.needs_origin_session(state.current.node_id):
         steps.control.stopped = (
             "needs-origin-session"  # the origin session's 'piw resume' recovers it visibly
@@ -157,6 +165,8 @@ def continue_from_trace(steps: StepLoop, events: list[TraceEvent], truncated: in
     # The dead holder's command may still run: stop it before its node reruns (process_groups).
     if group and stop_group(group):
         resumed["killedProcessGroup"] = {"pid": group.get("pid"), "pgid": group.get("pgid")}
+    if current is not None and recover_effect(steps, current, resumed):
+        return  # a once/reconcile effect that may have happened: never rerun blindly (docs/effects.md)
     if current is not None:
         if _can_reattach(steps, current.node_type, current.node_id, current.attempt_id):
             resumed.update(resumeAt=current.node_id, reattachedAttemptId=current.attempt_id)

@@ -79,6 +79,10 @@ class ForegroundOptions:
     """Where a problem that does not stop the run is reported (the CLI prints ``Warning: …`` on stderr)."""
     idempotency_key: str | None = None
     """``piw run --idempotency-key``: a repeat of the same start adopts the run the key started (``Adopted``)."""
+    resolution: dict[str, Any] | None = None
+    """``piw resolve``: the answer for a run whose effect outcome is unknown (``piw.run.effects``)."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire queuing this run (``piw host``, docs/schedules.md)."""
 
 
 def new_origin_session() -> dict[str, Any]:
@@ -109,6 +113,8 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             decisions=open_decision_book(database.decisions),
             outbox=database.outbox,
             budget=options.budget,
+            resolution=options.resolution,
+            schedule=options.schedule,
             **clock,
         ),
     )
@@ -249,6 +255,7 @@ def queue_run(
         session_visible=False,
         budget=options.budget,
         idempotency_key=options.idempotency_key,
+        schedule=options.schedule,
     )
     with _closing(_engine(workflow, home, detached)) as engine:
         claimed = _claim_start(engine, home, raw_input, title, detached)
@@ -274,7 +281,7 @@ def _resume(bundle: Bundle, home: Path, options: ForegroundOptions, trace: RunTr
     run_id = bundle.run_id
     # Refusals that need no workflow come first, so a deleted or broken file cannot hide them.
     try:
-        refuse_unresumable(trace, run_id)
+        refuse_unresumable(trace, run_id, options.resolution)
     except RunFinished:
         finish_row(open_run_database(home).queue, trace.state)
         raise

@@ -91,6 +91,12 @@ class FileRunStore:
         if self._trace is not None:
             self._trace.sync_required()
 
+    def held_due(self) -> float | None:
+        return None  # every line is written at once (its fsync may wait, the write does not)
+
+    def send_held(self) -> None:
+        pass
+
     def close(self) -> None:
         if self._trace is not None:
             self._trace.close()

@@ -149,6 +149,9 @@ class _Folder:
         )
         if isinstance(payload.get("budget"), dict):
             self.fields["budget"] = dict(payload["budget"])
+        scheduled = payload.get("schedule")
+        if isinstance(scheduled, dict):
+            self.fields["schedule"] = {"name": scheduled.get("name"), "fireAt": scheduled.get("fireAt")}
         forked = payload.get("forkedFrom")
         if isinstance(forked, dict):
             self.fields["forked_from"] = {"runId": forked.get("runId"), "seq": forked.get("seq")}
@@ -257,6 +260,27 @@ class _Folder:
         current = self._current_for(event)
         if current is not None:
             self.current = replace(current, process_group=dict(event.payload))
+
+    def effect_started(self, event: TraceEvent) -> None:
+        """A ``once``/``reconcile`` effect began: from here on the attempt's outcome is not known until it ends."""
+        current = self._current_for(event)
+        if current is not None:
+            self.current = replace(current, effect={**event.payload, "startedAt": event.at})
+
+    def effect_reconciled(self, event: TraceEvent) -> None:
+        current = self._current_for(event)
+        if current is not None:
+            self.current = replace(
+                current, effect={**(current.effect or {}), "reconciled": dict(event.payload)}
+            )
+
+    def effect_outcome_unknown(self, event: TraceEvent) -> None:
+        """The run parks with status ``unknown`` until ``piw resolve`` (``effect_resolved``)."""
+        unresolved = {"nodeId": event.node_id, "attemptId": event.attempt_id, "at": event.at, **event.payload}
+        self.fields.update(status="unknown", unresolved=unresolved)
+
+    def effect_resolved(self, event: TraceEvent) -> None:
+        self.fields.update(status="running", unresolved=None)
 
     def usage_recorded(self, event: TraceEvent) -> None:
         """One model request's spend: summed into ``spent`` (the budget's ledger) and per node."""
@@ -371,6 +395,10 @@ _HANDLERS = {
     "update_published": _Folder.update_published,
     "usage_recorded": _Folder.usage_recorded,
     "process_started": _Folder.process_started,
+    "effect_started": _Folder.effect_started,
+    "effect_reconciled": _Folder.effect_reconciled,
+    "effect_outcome_unknown": _Folder.effect_outcome_unknown,
+    "effect_resolved": _Folder.effect_resolved,
     "node_finished": _Folder.node_terminal,
     "node_failed": _Folder.node_terminal,
     **{

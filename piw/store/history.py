@@ -20,13 +20,14 @@ from typing import Any, Literal, Protocol
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
 from piw.store.db.database import now_ms
-from piw.store.db.index import IndexRow, from_ms, indexed_rows, usage_cost
+from piw.store.db.index import IndexRow, decode_row, from_ms, iter_values, to_ms, usage_cost
 from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.place import refresh_mirrors
+from piw.store.run_query import RunQuery
 from piw.store.storage import storage_error
 
-RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled")
+RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled", "unknown")
 """What ``piw runs --status`` takes: the run statuses, with ``waiting`` narrowed to gates that still need an answer
 and ``answered`` for the waiting runs that were answered (and ``cancelled`` taking the cancelled waiting runs)."""
 
@@ -137,6 +138,12 @@ class RunSummary:
     has a budget."""
     wait: WaitSummary | None = None
     """A waiting run's gate (``None`` for any other run, or when ``piw.sqlite`` cannot be read)."""
+    parent_run_id: str | None = None
+    """The run whose checkpoint answer this run continues (``piw runs --parent``)."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire that started it (``piw runs --schedule``, docs/schedules.md)."""
+    size_bytes: int | None = None
+    """Disk use of its bundle, when asked for (``piw runs --size``)."""
 
     @classmethod
     def of(cls, head: RunHead, current_node: str | None, **rest: Any) -> RunSummary:
@@ -164,6 +171,9 @@ class RunSummary:
             "damage": self.damage.to_json() if self.damage else None,
             "usage": self.usage,
             "wait": self.wait.to_json() if self.wait else None,
+            "parentRunId": self.parent_run_id,
+            "schedule": self.schedule,
+            "sizeBytes": self.size_bytes,
         }
 
     @property
@@ -191,24 +201,34 @@ def queue_detail(row: QueueRow | None, paused: bool, now: int) -> tuple[str | No
 
 
 def run_summaries(home: Path, status: str | None = None, limit: int | None = None) -> Iterator[RunSummary]:
-    """Summaries of every run, newest first, from the index (reconciled with the bundles on disk).
+    """Summaries of every run (with ``status``, at most ``limit``), newest first: :func:`find_runs`."""
+    yield from find_runs(home, RunQuery(statuses=(status,) if status else (), limit=limit))
+
+
+def find_runs(home: Path, query: RunQuery) -> list[RunSummary]:
+    """The runs ``query`` selects, newest first, from the index (reconciled with the bundles on disk): what
+    ``piw runs`` and ``GET /api/runs`` list (``docs/cli.md``, "Finding runs").
 
     A home whose index cannot be opened or created (a read-only ``PIW_HOME``) is listed by folding its bundles,
     so ``piw runs`` works wherever the bundles can be read.
     """
     now = now_ms()
+    limit = query.limit
     try:
         refresh_mirrors(home, limit)
         database: RunDatabase | None = None
         rows: list[tuple[IndexRow, WaitSummary | None]] = []
-        for row in indexed_rows(home):
+        for values in iter_values(home):
             if limit is not None and len(rows) >= limit:
                 break
+            if not query.keeps(values):
+                continue
+            row = decode_row(values)
             wait = None
             if row.status == "waiting":
                 database = database or open_run_database(home)
                 wait = wait_summary(database, row.run_id, now)
-            if _listed(status, row.status, wait):
+            if not query.statuses or any(_listed(status, row.status, wait) for status in query.statuses):
                 rows.append((row, wait))
         running = [row.run_id for row, _ in rows if row.status == "running" and row.damage_line is None]
         queue_rows = (database or open_run_database(home)).queue.rows(running) if running else {}
@@ -218,16 +238,33 @@ def run_summaries(home: Path, status: str | None = None, limit: int | None = Non
     except Exception as exc:
         if storage_error(exc, home) is None:
             raise
-        folded = [row for row in folded_summaries(home) if _listed(status, row.status, None)]
-        yield from folded[:limit] if limit is not None else folded
-        return
+        folded = [row for row in folded_summaries(home) if _folded_match(query, row)]
+        return folded[:limit] if limit is not None else folded
+    found = []
     for row, wait in rows:
         detail, interrupted = (None, False)
         if row.run_id in running:
             detail, interrupted = queue_detail(queue_rows.get(row.run_id), row.paused, now)
             if detail == "queued" and row.run_id in unserved:
                 detail = UNSERVED
-        yield _summary(row, detail, interrupted, wait)
+        found.append(_summary(row, detail, interrupted, wait))
+    return found
+
+
+def _folded_match(query: RunQuery, row: RunSummary) -> bool:
+    """The filters a summary folded from its bundle can answer (a home without a usable index)."""
+    if query.statuses and not any(_listed(status, row.status, None) for status in query.statuses):
+        return False
+    if query.workflow is not None and row.workflow_name != query.workflow:
+        return False
+    started = to_ms(row.started_at)
+    if query.since_ms is not None and (started is None or started < query.since_ms):
+        return False
+    if query.until_ms is not None and (started is None or started >= query.until_ms):
+        return False
+    if query.search and query.search.casefold() not in (row.run_title or "").casefold():
+        return False
+    return query.parent is None and query.schedule is None
 
 
 UNSERVED = "queued: no live host serves this workflow version"
@@ -260,6 +297,8 @@ def _summary(row: IndexRow, detail: str | None, interrupted: bool, wait: WaitSum
         cost=row.cost,
         usage=row.usage,
         wait=wait,
+        parent_run_id=row.parent_run_id,
+        schedule={"name": row.schedule_name, "fireAt": row.fire_at} if row.schedule_name else None,
     )
 
 
@@ -293,6 +332,8 @@ def folded_summaries(home: Path) -> list[RunSummary]:
                 interrupted=damage is None and state.status == "running" and not run_is_live(bundle),
                 cost=usage_cost(state.usage),
                 usage=state.spent if state.budget else state.usage,
+                parent_run_id=state.parent_run_id,
+                schedule=state.schedule,
             )
         )
     return out

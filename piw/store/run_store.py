@@ -71,6 +71,16 @@ class RunStore(Protocol):
         """Before an external effect: make durable what it may depend on (ride-along lines wait)."""
         ...
 
+    def held_due(self) -> float | None:
+        """When the ride-along lines this store holds back must be sent (``time.monotonic()``), or ``None``
+        when it holds none. Database mode holds them to send with the next statement (``docs/many-machines.md``,
+        "The trace in rows"); files hold nothing."""
+        ...
+
+    def send_held(self) -> None:
+        """Send the held ride-along lines now (the writer's idle flusher, when no next line came in time)."""
+        ...
+
     def close(self) -> None:
         """Close the trace for appends (the run stays taken until :meth:`release`)."""
         ...

@@ -13,8 +13,9 @@ from typing import Any, Protocol, cast, overload
 
 import msgspec
 
-RUN_STATUSES = ("running", "waiting", "completed", "failed", "timed_out", "cancelled")
-TERMINAL_STATUSES = frozenset(RUN_STATUSES[1:])
+RUN_STATUSES = ("running", "waiting", "completed", "failed", "timed_out", "cancelled", "unknown")
+"""``unknown``: an ``effect="once"`` action was interrupted and the run is parked until ``piw resolve`` (not final)."""
+TERMINAL_STATUSES = frozenset({"waiting", "completed", "failed", "timed_out", "cancelled"})
 
 
 class StepRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename="camel", omit_defaults=True):
@@ -209,6 +210,9 @@ class CurrentAttempt:
     assistant_completion: dict[str, Any] | None = None
     process_group: dict[str, Any] | None = None
     """The shell command's group (``process_started``): a resume stops it before the node reruns."""
+    effect: dict[str, Any] | None = None
+    """A ``once``/``reconcile`` effect this attempt started (``effect_started``), and what reconciling it found
+    (``effect_reconciled``): a resume never reruns it blindly (``docs/effects.md``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +226,8 @@ class RunState:
     parent_run_id: str | None = None
     forked_from: dict[str, Any] | None = None
     """``{runId, seq}`` of the run this one was forked from (``piw fork``)."""
+    schedule: dict[str, Any] | None = None
+    """``{name, fireAt}`` of the schedule fire that started this run (``run_started.schedule``, docs/schedules.md)."""
     carried_step_count: int = 0
     human_decision: dict[str, Any] | None = None
     workflow_source: dict[str, Any] = field(default_factory=dict)
@@ -231,6 +237,9 @@ class RunState:
     updated_at: str | None = None
     finished_at: str | None = None
     status: str = "running"
+    unresolved: dict[str, Any] | None = None
+    """The interrupted ``once`` effect a person must resolve (``effect_outcome_unknown``), while ``status`` is
+    ``unknown``: node, attempt, idempotency key and when it started."""
     input: Any = None
     max_steps: int = 100
     origin_session: dict[str, Any] | None = None

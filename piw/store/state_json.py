@@ -87,6 +87,7 @@ def state_to_json(state: RunState, *, steps: bool = True) -> dict[str, Any]:
         "runTitle": state.run_title,
         "parentRunId": state.parent_run_id,
         "forkedFrom": state.forked_from,
+        "schedule": state.schedule,
         "carriedStepCount": state.carried_step_count or None,
         "humanDecision": state.human_decision,
         "workflowSource": state.workflow_source,
@@ -115,6 +116,7 @@ def state_to_json(state: RunState, *, steps: bool = True) -> dict[str, Any]:
         "currentAttempt": _current_to_json(current) if current else None,
         "mounts": dict(state.mounts) or None,
         "paused": True if state.paused else None,
+        "unresolvedEffect": state.unresolved,
         "waitingOn": state.waiting_on,
         "finalOutput": state.final_output,
         "error": state.error,
@@ -132,6 +134,7 @@ def _current_to_json(current: CurrentAttempt) -> dict[str, Any]:
             "children": list(current.children) or None,
             "assistantCompletion": current.assistant_completion,
             "processGroup": current.process_group,
+            "effect": current.effect,
         }
     )
 
@@ -300,6 +303,7 @@ def _state_of(
             children=tuple(detail.get("children") or ()),
             assistant_completion=detail.get("assistantCompletion"),
             process_group=detail.get("processGroup"),
+            effect=detail.get("effect"),
         )
     sources = data.get("workflowSources")
     return RunState(
@@ -309,6 +313,7 @@ def _state_of(
         run_title=data.get("runTitle"),
         parent_run_id=data.get("parentRunId"),
         forked_from=data.get("forkedFrom"),
+        schedule=data.get("schedule"),
         carried_step_count=data.get("carriedStepCount", 0),
         human_decision=data.get("humanDecision"),
         workflow_source=data.get("workflowSource", {}),
@@ -318,6 +323,7 @@ def _state_of(
         updated_at=data.get("updatedAt"),
         finished_at=data.get("finishedAt"),
         status=data.get("status", "running"),
+        unresolved=data.get("unresolvedEffect"),
         input=data.get("input"),
         max_steps=data.get("maxSteps", 100),
         origin_session=data.get("originSession"),

@@ -96,6 +96,8 @@ class RunWriter:
         """The ``traceSeq`` of the last ``runs`` index row upserted."""
         self._idle = threading.Condition(self._mutex)
         self._flusher: threading.Thread | None = None
+        self._held_seen: float | None = None
+        """The store's held-lines due the idle flusher was last woken for (``RunStore.held_due``)."""
         """Writes the caches an append left behind when no next append comes to do it (:meth:`_flush_when_idle`)."""
         self._closed = False
         self._failed: OSError | None = None
@@ -139,6 +141,10 @@ class RunWriter:
                 raise self._failed
             self.store.fence()
             event = self._commit(scope, type, payload, node_id, attempt_id, sync, at, externalized)
+            held = self.store.held_due()
+            if held is not None and held != self._held_seen:
+                self._held_seen = held
+                self._idle.notify()  # the idle flusher sends the held lines if no next line comes in time
             if self._flusher is None:
                 self._flusher = threading.Thread(
                     target=self._flush_when_idle, name="piw-cache-flush", daemon=True
@@ -178,6 +184,7 @@ class RunWriter:
         terminal = type in RUN_TERMINAL_TYPES
         ride_along = not sync and (type == "node_started" or type in NODE_TERMINAL_TYPES)
         if seq == self._kill_before:
+            self.store.send_held()  # "before the append": every line before it is in the store
             _die()
         try:
             self.store.append(line, sync=sync or terminal or scope == "run", ride_along=ride_along)
@@ -187,6 +194,7 @@ class RunWriter:
             self._failed = exc
             raise
         if seq == self._kill_after:
+            self.store.send_held()  # "after the append": the line is in the store, not held back
             _die()
         self.state = fold_more(self.state, [event])
         if self._trail is not None:
@@ -249,9 +257,10 @@ class RunWriter:
 
     def fence(self) -> None:
         """An effect that depends on nothing unsynced is about to start (a model request): ``ClaimLost`` unless
-        this process still holds the run."""
+        this process still holds the run. Lines the store holds back are sent first (``RunStore.held_due``)."""
         with self._mutex:
             self.store.fence()
+            self.store.send_held()
 
     def _write_state(self) -> None:
         started = time.monotonic()
@@ -321,9 +330,11 @@ class RunWriter:
         with self._idle:
             while not self._closed and self._failed is None:
                 seq = self.state.trace_seq
+                held = self.store.held_due()
                 due = min(
                     self._state_due if seq != self._state_seq else math.inf,
                     self._index_due if self.index is not None and seq != self._index_seq else math.inf,
+                    math.inf if held is None else held,
                 )
                 now = time.monotonic()
                 if due > now:
@@ -336,6 +347,14 @@ class RunWriter:
                 except Exception as exc:  # a fence that cannot be checked: write nothing rather than guess
                     log.warning("run %s: caches not refreshed while idle: %s", self.bundle.run_id, exc)
                     return
+                if held is not None and held <= now:
+                    try:
+                        self.store.send_held()
+                    except Exception as exc:  # the next append sends them, or finds out why it cannot
+                        log.warning(
+                            "run %s: held trace lines not sent while idle: %s", self.bundle.run_id, exc
+                        )
+                        return
                 self._refresh_caches(force=False)  # (a failed write sets its own next due: no spin)
 
     def close(self) -> None:

@@ -58,9 +58,13 @@ def view_for(
     """
     state = run.state
     if name == "state":
+        from piw.store.telemetry_status import read_telemetry
         from piw.views.state import state_view
 
-        return state_view(state, run.now, live=run.live, notice=run.notice, at=run.at, forks=run.forks)
+        telemetry = read_telemetry(run.bundle.path)  # live OpenTelemetry export's counts (docs/telemetry.md)
+        return state_view(
+            state, run.now, live=run.live, notice=run.notice, at=run.at, forks=run.forks, telemetry=telemetry
+        )
     if name == "graph":
         from piw.views.graph import graph_view
 

@@ -60,7 +60,12 @@ def _with_limit(count: int, limit: Any, word: str) -> str:
 def budget_stop_lines(run_id: str, stop: Any) -> Iterator[Text]:
     """Why the run stopped, what was spent and on what, and the commands that top it up or stop it."""
     stop = stop if isinstance(stop, dict) else {}
-    head = Text("Stopped by its budget before a model request of ")
+    fan_out = stop.get("fanOut") if isinstance(stop.get("fanOut"), dict) else None
+    head = Text(
+        "Stopped by its budget before the fan-out of "
+        if fan_out
+        else "Stopped by its budget before a model request of "
+    )
     head.append(node_label(str(stop.get("blockedNode", "?"))), style="bold")
     head.append(":")
     yield head
@@ -78,4 +83,10 @@ def budget_stop_lines(run_id: str, stop: Any) -> Iterator[Text]:
     yield Text("Continue with more: ") + Text(
         f"piw answer {shlex.quote(run_id)} {shlex.quote(top_up)}", style="bold"
     )
+    fits = fan_out.get("fits") if fan_out else None
+    if isinstance(fits, int) and fits >= 1:
+        fewer = json.dumps({"maxTasks": fits})
+        yield Text("Or fewer children:  ") + Text(
+            f"piw answer {shlex.quote(run_id)} {shlex.quote(fewer)}", style="bold"
+        )
     yield Text("Or stop it:         ") + Text(f"piw cancel {shlex.quote(run_id)}", style="bold")

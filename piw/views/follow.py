@@ -5,8 +5,10 @@ the CLI. File events come from ``watchfiles`` (coalesced over ~50 ms, with a onc
 tick), and a plain stat-polling loop takes over when file notifications are unavailable. Reading is incremental:
 the :class:`~piw.views.source.Tail` keeps its byte offset, buffers a partial last line and starts again from byte
 0 when the file shrank (a torn tail repaired on resume), in which case the model is rebuilt from scratch;
-otherwise only the new events are folded (``fold_more``). The first read starts from the newest fold checkpoint
-(:func:`piw.store.foldcache.replay`, which may leave new ones: the only thing written, a cache).
+otherwise only the new events are folded (``fold_more``). The running agent step's stream comes from the
+bundle's side file (:mod:`piw.store.live_stream`, ``docs/views.md``), shown until its reply is committed.
+The first read starts from the newest fold checkpoint (:func:`piw.store.foldcache.replay`, which may leave new
+ones: the only thing written, a cache).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from piw.store.bundle import Bundle
 from piw.store.fold import RunState
 from piw.store.foldcache import events_of_type, replay
+from piw.store.live_stream import STREAM_FILE, StreamReader
 from piw.views.frame import FrameModel
 from piw.views.source import session_tail, trace_tail
 
@@ -37,6 +40,8 @@ class Follower:
         self.bundle = bundle
         self.trace = trace_tail(bundle)
         self.session = session_tail(bundle)
+        self.stream = StreamReader(bundle.path)
+        """The agent step's stream as the running process writes it (a side file, never the fold's input)."""
         self.model = FrameModel(bundle.read_snapshot())
         self.restarts = 0
 
@@ -100,11 +105,14 @@ class Follower:
                     self.model.add_events([event])
                     on_event(event, self.model.state)
             changed = changed or bool(events)
-        return changed
+        streamed = self.stream.poll()
+        current = self.model.state.current
+        self.model.live_reply = self.stream.reply_of(current.attempt_id if current is not None else None)
+        return changed or streamed
 
 
 def _is_followed(path: str, bundle: Bundle) -> bool:
-    return Path(path).name in (bundle.trace_path.name, bundle.session_path.name)
+    return Path(path).name in (bundle.trace_path.name, bundle.session_path.name, STREAM_FILE)
 
 
 def file_changes(bundle: Bundle, stop: threading.Event, *, force_polling: bool = False) -> Iterator[bool]:
@@ -139,7 +147,7 @@ def file_changes(bundle: Bundle, stop: threading.Event, *, force_polling: bool =
 
 def _sizes(bundle: Bundle) -> tuple[int, ...]:
     sizes = []
-    for path in (bundle.trace_path, bundle.session_path):
+    for path in (bundle.trace_path, bundle.session_path, bundle.path / STREAM_FILE):
         try:
             sizes.append(os.stat(path).st_size)
         except FileNotFoundError:

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from piw.store.fold import RunState, fold_more
+from piw.store.live_stream import LiveReply
 from piw.store.session import SessionEntry
 from piw.store.trace import TraceEvent
 from piw.views.base import View, fit, safe, safe_block
@@ -56,6 +57,10 @@ class FrameModel:
         self.notifications: deque[Notification] = deque(maxlen=NOTIFICATIONS)
         self.step: dict[str, Any] | None = None
         self.streaming = ""
+        self.live_reply: LiveReply | None = None
+        """Another process's stream of the current step (``piw watch``, from the bundle's side file)."""
+        self.committed: tuple[str, str] | None = None
+        """``(attempt id, text)`` of the newest committed assistant reply: shown once the stream has ended."""
 
     def stream(self, delta: str) -> None:
         """Assistant text arriving for the current step (only its tail is kept, and shown under the card)."""
@@ -74,6 +79,9 @@ class FrameModel:
     def add_entries(self, entries: Iterable[SessionEntry]) -> None:
         for entry in entries:
             message = entry.message
+            if message.get("role") == "assistant" and self.step is not None and not message.get("retried"):
+                attempt = str((self.step.get("contract") or {}).get("attemptId", ""))
+                self.committed = (attempt, _reply_text(message.get("content")))
             if message.get("role") != "custom":
                 continue
             details = message.get("details")
@@ -83,6 +91,21 @@ class FrameModel:
                 self.notifications.append(Notification(ident, kind, str(message.get("content", ""))))
             elif message.get("customType") == STEP_TYPE:
                 self.step = details
+
+    def reply_lines(self) -> tuple[str, str] | None:
+        """``(text, style)`` to show under the current step's card: this process's own stream, else another
+        process's (``live_reply``) while it streams, else the reply the conversation committed for the step."""
+        current = self.state.current
+        if self.streaming.strip():
+            return self.streaming.strip(), "dim"
+        live = self.live_reply
+        if live is not None and not live.ended:
+            tools = "".join(f"\n⚙ {tool}" for tool in live.tools[-2:])
+            text = (live.text.strip() + " ▍" if live.text.strip() else "") + tools
+            return (text.strip(), "dim") if text.strip() else None
+        if current is not None and self.committed is not None and self.committed[0] == current.attempt_id:
+            return (self.committed[1].strip(), "") if self.committed[1].strip() else None
+        return None
 
     def notification_text(self, event: TraceEvent) -> str | None:
         """The text of a recent notification named by a ``notification_queued`` event."""
@@ -106,6 +129,16 @@ class FrameModel:
         self, now: datetime, *, live: bool | None = None, height: int | None = None, notice: str | None = None
     ) -> FrameView:
         return FrameView(self, now, live, height, notice)
+
+
+def _reply_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
 
 
 def summary_lines(state: RunState, now: datetime, live: bool | None) -> list[Text]:
@@ -146,10 +179,9 @@ class FrameView(View):
         details = model.card_details()
         if details is not None:
             bottom += [Text("")] + [Text(line, style="cyan") for line in compact_card_lines(details, width)]
-            if model.streaming.strip():
-                bottom += list(safe_block(model.streaming.strip(), "dim").wrap(console, width))[
-                    -STREAM_LINES:
-                ]
+            reply = model.reply_lines()
+            if reply is not None:
+                bottom += list(safe_block(reply[0], reply[1]).wrap(console, width))[-STREAM_LINES:]
         progress = panel_lines(model.tracks, model.state, now, console=console, width=width)
         if progress:
             bottom += [Text(""), Text("Progress", style="bold"), *progress]

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from piw.progress import format_remaining, parse_instant
 from piw.store.fold import RunState
+from piw.store.telemetry_status import telemetry_line
 from piw.views.base import (
     OUTCOME_MARKS,
     STATUS_STYLES,
@@ -27,6 +28,7 @@ from piw.views.base import (
     safe,
 )
 from piw.views.budget import spent_line
+from piw.views.effects import UNKNOWN_MARK, unresolved_lines
 from piw.views.progress import next_check_at
 from piw.wire import digest
 
@@ -36,6 +38,8 @@ _WAITS = {"agent": "waiting for the model", "checkpoint": "recording the checkpo
 
 def status_line(state: RunState, live: bool | None) -> Text:
     """``✓ completed``, ``⏸ waiting on ask``, ``▶ running · possibly interrupted`` …"""
+    if state.status == "unknown":  # parked on an interrupted effect="once" step: a person answers it
+        return Text(f"{UNKNOWN_MARK} outcome unknown", style="bold yellow")
     mark = OUTCOME_MARKS.get("ok" if state.status == "completed" else state.status, "·")
     line = Text(f"{mark} {state.status}", style=f"bold {STATUS_STYLES.get(state.status, '')}".strip())
     if state.status == "waiting" and state.waiting_on:
@@ -112,9 +116,12 @@ class StateView(View):
         notice: str | None = None,
         at: int | None = None,
         forks: tuple[str, ...] = (),
+        telemetry: dict[str, Any] | None = None,
     ) -> None:
         self.state, self.now, self.live, self.notice, self.at = state, now, live, notice, at
         self.forks = forks
+        self.telemetry = telemetry
+        """The run's ``telemetry.json`` (live OpenTelemetry export, ``docs/telemetry.md``), when it has one."""
 
     def lines(self, console: Console, width: int) -> Iterator[Text]:
         state = self.state
@@ -145,6 +152,8 @@ class StateView(View):
         yield _row("input", input_line)
         if state.current is not None:
             yield _row("current", current_line(state, self.now))
+        for index, line in enumerate(unresolved_lines(state)):
+            yield _row("effect" if index == 0 else "", safe(line, "yellow"))
         yield _row("started", safe(state.started_at or ""))
         if state.finished_at:
             took = fmt_duration(ms_between(state.started_at, parse_instant(state.finished_at)))
@@ -156,6 +165,9 @@ class StateView(View):
         yield _row("totals", Text(totals_line(state)))
         if state.budget:
             yield _row("budget", Text(spent_line(state.spent, state.budget)))
+        if self.telemetry is not None:
+            dropped = bool(self.telemetry.get("dropped"))
+            yield _row("telemetry", safe(telemetry_line(self.telemetry), "yellow" if dropped else ""))
 
     def _error(self, console: Console, width: int) -> Iterator[Text]:
         """The error, wrapped over up to four lines (it is usually the one thing a reader came for)."""

@@ -8,7 +8,9 @@ each request must pass four checks, in this order, before it reaches the app:
    (on a wildcard address, any IP address at the port); anything else may be a rebound foreign name (403).
 2. **Token**: a random token (``secrets.token_urlsafe(32)``, as Jupyter does) arrives in the query
    (``?token=…``, the printed URL) or in the cookie a first load sets; compared with :func:`hmac.compare_digest`
-   (403).
+   (403). An API token of ``piw tokens`` is accepted too when :attr:`WebGuard.accepts` is set (``piw view
+   --serve`` sets it: ``docs/serve.md``, "Access"); a client address with too many failed tokens is refused
+   (429) until its window passes (``piw.web.access.FailureLimiter``).
 3. **Origin**: a websocket must carry an ``Origin`` that is this server's own (``http://`` or ``https://`` and
    the request's ``Host``); browsers always send one, so a missing one is refused too. Any other request that
    carries an ``Origin`` must match as well (403).
@@ -25,7 +27,10 @@ import hmac
 import ipaddress
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from piw.web.access import RATE_LIMITED, FailureLimiter
 
 TOKEN_PARAM = "token"
 DEFAULT_MAX_SESSIONS = 4
@@ -84,6 +89,9 @@ class WebGuard:
     allowed_hosts: tuple[str, ...] = ()
     max_sessions: int = DEFAULT_MAX_SESSIONS
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+    accepts: Callable[[str], bool] | None = field(default=None, repr=False)
+    """Also accept these tokens (an active API token of ``piw tokens``), besides :attr:`token`."""
+    limiter: FailureLimiter = field(default_factory=FailureLimiter, repr=False)
     _open: int = field(default=0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -146,16 +154,21 @@ class WebGuard:
         query_token: str | None,
         cookie_token: str | None,
         websocket: bool,
+        client: str = "?",
     ) -> Refusal | None:
-        """``None`` when the request may go on; otherwise the refusal to send instead."""
+        """``None`` when the request may go on; otherwise the refusal to send instead. ``client`` is the peer's
+        address, for the limit on failed tokens."""
         if host is None or not self.host_allowed(host):
             return Refusal(
                 403,
                 "This server answers only to the address it printed and to names given with --allow-host; "
                 "this request named another host.",
             )
+        if self.limiter.blocked(client):
+            return Refusal(429, RATE_LIMITED)
         given = [token for token in (query_token, cookie_token) if token]
-        if not any(same_secret(token, self.token) for token in given):
+        if not any(self._accepted(token) for token in given):
+            self.limiter.failed(client)
             return Refusal(
                 403,
                 "This page needs its token: open the full address piw printed when it started (…/?token=…).",
@@ -167,6 +180,11 @@ class WebGuard:
         }:
             return Refusal(403, "Requests from another site's page are refused.")
         return None
+
+    def _accepted(self, token: str) -> bool:
+        if same_secret(token, self.token):
+            return True
+        return self.accepts is not None and self.accepts(token)
 
     def open_session(self) -> Refusal | None:
         """Take a session slot (release it with :meth:`close_session`); a refusal when all are in use."""

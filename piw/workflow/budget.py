@@ -126,6 +126,35 @@ def parse_top_up(value: Any) -> Budget:
     return extra
 
 
+ANSWER_KEYS = ("topUp", "maxTasks", "confirm")
+"""What ``piw answer`` may give a run waiting on its budget (``docs/planning.md``)."""
+
+
+def parse_budget_answer(value: Any) -> dict[str, Any]:
+    """The answer to a budget wait, normalised: ``topUp`` (more budget), ``maxTasks`` (a smaller fan-out: the
+    stopped node's ``ctx.start_fan_out`` then allows at most that many children) and ``confirm: true`` (go ahead
+    with a run parked by ``--confirm-above``); ``UsageError`` otherwise."""
+    if not isinstance(value, dict) or not value or set(value) - set(ANSWER_KEYS):
+        raise UsageError(
+            'A run waiting on its budget takes {"topUp": {"costUsd": 1.0}} (keys costUsd, tokens, modelRequests, '
+            'agentSteps), {"maxTasks": N} for a smaller fan-out, or {"confirm": true} after --confirm-above; to stop '
+            "it instead, cancel it with 'piw cancel RUN'."
+        )
+    answer: dict[str, Any] = {
+        "topUp": parse_top_up({"topUp": value["topUp"]}).to_wire() if "topUp" in value else {}
+    }
+    if "maxTasks" in value:
+        tasks = value["maxTasks"]
+        if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+            raise UsageError(f"maxTasks must be a whole number of 1 or more, got {tasks!r}.")
+        answer["maxTasks"] = tasks
+    if "confirm" in value:
+        if value["confirm"] is not True:
+            raise UsageError('confirm takes true: {"confirm": true}; to stop the run, cancel it instead.')
+        answer["confirm"] = True
+    return answer
+
+
 def parse_budget(text: str) -> Budget:
     """``cost=2.50,tokens=200k,requests=20,steps=5`` → ``Budget``; malformed text is one ``UsageError``."""
     values: dict[str, Any] = {}

@@ -76,6 +76,9 @@ class ActionContext(NodeContext):
     agent_runner: Callable[..., Any] | None = field(default=None, repr=False)
     waiter: Callable[[threading.Event, float], bool] = field(default=_event_wait, repr=False)
     """How ``sleep`` waits on the cancel event (the engine clock's companion: injectable in tests)."""
+    idempotency_key: str = ""
+    """The same for every attempt of this visit of the node (a rerun after a crash, ``piw resolve RUN retry``),
+    another for the next visit: hand it to an API that deduplicates requests (``docs/effects.md``)."""
 
     def publish_update(self, type: str, key: str, data: Mapping[str, Any]) -> UpdateReceipt:
         """Record a durable update for ``(type, key)``; returns once the event is durable."""
@@ -88,6 +91,13 @@ class ActionContext(NodeContext):
         if self.agent_runner is None:
             raise RuntimeError("run_agent needs an agent provider; start the run with --provider")
         return self.agent_runner(prompt, **kwargs)
+
+    def start_fan_out(self, children: int) -> int:
+        """Announce ``children`` ``run_agent`` children about to start; returns how many may (fewer after a budget
+        answer's ``maxTasks``). When their projected spend would cross the run's budget, the run parks on it
+        before any child request (``Cancelled`` is raised here: docs/planning.md)."""
+        gate = getattr(self.agent_runner, "fan_out", None)
+        return int(gate(children)) if gate is not None else children
 
     def sleep(self, seconds: float) -> None:
         """Sleep, returning early with ``Cancelled`` when the attempt is cancelled, parked or past its deadline."""

@@ -19,6 +19,7 @@ from pydantic import BaseModel, create_model
 
 from piw.errors import DefinitionError
 from piw.workflow.budget import Budget
+from piw.workflow.effects import EffectClass, check_effect, effect_class
 from piw.workflow.gates import (
     AudienceArg,
     Choice,
@@ -140,6 +141,15 @@ class ActionNode:
     shell: ShellSpec | None = None
     status_detail: str | None = None
     node_type: Literal["action"] = "action"
+    fan_out: int | Callable[[NodeContext], int] | None = None
+    """The most ``ctx.run_agent`` children one visit starts (a bound ``piw run --plan`` uses: docs/planning.md)."""
+    check: Callable[[ActionContext], Any] | None = None
+    """``effect="reconcile"``: asked once on resume whether the interrupted effect happened (``docs/effects.md``)."""
+
+    @property
+    def effect_class(self) -> EffectClass:
+        """``retry``, ``once`` or ``reconcile``: what a resume does with an interrupted attempt."""
+        return effect_class(self.effect)
 
 
 @dataclass(frozen=True)
@@ -354,15 +364,26 @@ def action(
     timeout_s: TimeoutArg = None,
     *,
     status_detail: str | None = None,
+    fan_out: int | Callable[[NodeContext], int] | None = None,
+    check: Callable[[ActionContext], Any] | None = None,
 ) -> ActionNode:
-    """A side-effecting function; ``effect="idempotent"`` labels one that is safe to repeat."""
+    """A side-effecting function; ``effect`` is its class: ``"retry"`` (default; ``"idempotent"`` means the same),
+    ``"once"`` or ``"reconcile"`` with ``check=fn`` (``docs/effects.md``); ``fan_out`` bounds the ``ctx.run_agent``
+    children of one visit (a number, or a function of the context, docs/planning.md)."""
     if not callable(run):
         raise DefinitionError("action run must be a function of the action context")
-    if effect is not None and not isinstance(effect, str):
-        raise DefinitionError("effect must be a string label such as 'idempotent'")
+    check_effect(effect, check)
     _check_timeout(timeout_s)
     _check_status_detail(status_detail)
-    return ActionNode(run, effect, timeout_s, None, status_detail)
+    if (
+        fan_out is not None
+        and not callable(fan_out)
+        and (isinstance(fan_out, bool) or not isinstance(fan_out, int) or fan_out < 0)
+    ):
+        raise DefinitionError(
+            "action fan_out must be a whole number of 0 or more, or a function of the context"
+        )
+    return ActionNode(run, effect, timeout_s, None, status_detail, fan_out=fan_out, check=check)
 
 
 def shell(
@@ -372,8 +393,12 @@ def shell(
     timeout_s: TimeoutArg = 600.0,
     *,
     status_detail: str | None = None,
+    effect: str | None = None,
+    check: Callable[[ActionContext], Any] | None = None,
 ) -> ActionNode:
-    """Run a command (argument list) as an action; output is the command result unless ``parse`` maps it."""
+    """Run a command (argument list) as an action; output is the command result unless ``parse`` maps it.
+
+    ``effect`` and ``check`` as for :func:`action` (``docs/effects.md``)."""
     if not (callable(exec) or isinstance(exec, ShellCommand | Mapping)):
         raise DefinitionError("shell exec must be a ShellCommand, a mapping or a function returning one")
     if parse is not None and not callable(parse):
@@ -382,7 +407,8 @@ def shell(
         raise DefinitionError("shell updates must be a ShellUpdates(...)")
     _check_timeout(timeout_s)
     _check_status_detail(status_detail)
-    return ActionNode(None, None, timeout_s, ShellSpec(exec, parse, updates), status_detail)
+    check_effect(effect, check)
+    return ActionNode(None, effect, timeout_s, ShellSpec(exec, parse, updates), status_detail, check=check)
 
 
 def notify(

@@ -26,6 +26,7 @@ from piw.workflow.definition import (
     Switch,
     WorkflowDefinition,
 )
+from piw.workflow.schemas import json_schema
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ def expected_output_snapshot(expected: Any) -> Any:
             marker["maxChars"] = expected.max_chars
         return marker
     if isinstance(expected, type) and issubclass(expected, BaseModel):
-        return {"kind": "json-schema", "schema": expected.model_json_schema()}
+        return {"kind": "json-schema", "schema": json_schema(expected)}
     return expected
 
 

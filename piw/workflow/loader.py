@@ -129,6 +129,9 @@ def resolve_reference(reference: str, home: Path) -> Path:
     )
 
 
+_import_lock = threading.RLock()
+
+
 def import_definition(path: Path, deadline: DeadlineSetting | None = None) -> WorkflowDefinition:
     """Import a ``*.workflow.py`` file and return the ``workflow`` it binds; errors name the file.
 
@@ -145,11 +148,15 @@ def import_definition(path: Path, deadline: DeadlineSetting | None = None) -> Wo
         raise LoadError(f"{path}: cannot be imported as a Python module.")
     module = importlib.util.module_from_spec(spec)
     setting = deadline or import_setting(None)
-    sys.modules[module_name] = module
-    try:
-        _execute(code, module.__dict__, path, setting)
-    finally:
-        sys.modules.pop(module_name, None)
+    # One import at a time: two threads loading the same file share its module name, and pydantic resolves a
+    # model's annotations through sys.modules, so the second thread's empty module would replace the first's
+    # half-way through (``piw test -j N`` runs cases in threads).
+    with _import_lock:
+        sys.modules[module_name] = module
+        try:
+            _execute(code, module.__dict__, path, setting)
+        finally:
+            sys.modules.pop(module_name, None)
     workflow = getattr(module, "workflow", None)
     if workflow is None:
         raise LoadError(f"{path}: the file does not bind `workflow`; add `workflow = define_workflow(...)`.")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from piw.app.serve import is_loopback, view_command
+from piw.app.serve import view_command
+from piw.web.access import is_loopback
 from tests.support.views import RUN_IDS, Runs, shared_runs
 
 TMUX = shutil.which("tmux")
@@ -64,11 +65,12 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_serve_on_another_host_warns(cli) -> None:  # type: ignore[no-untyped-def]
-    # 192.0.2.1 (TEST-NET-1) is on no interface here, so the bind fails at once and no traffic is sent.
+def test_serve_on_another_host_without_tokens_is_refused(cli) -> None:  # type: ignore[no-untyped-def]
+    # 192.0.2.1 (TEST-NET-1) is on no interface here: nothing could listen there, and nothing tries.
     done = cli.process("view", "--serve", "--host", "192.0.2.1", "--port", str(_free_port()), timeout=60)
-    assert "Warning: serving on 192.0.2.1, not loopback" in done.stderr
-    assert done.returncode == 2 and "Error: Cannot listen on 192.0.2.1" in done.stderr
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: piw view --serve on 192.0.2.1 (not loopback) needs API tokens")
+    assert "Cannot listen" not in done.stderr
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed")

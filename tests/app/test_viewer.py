@@ -74,7 +74,7 @@ def test_runs_filter_and_search(runs: Runs) -> None:
         assert "status: running" in text(pilot) and "No runs match" in text(pilot)
         await pilot.press("f")
         assert "status: waiting" in text(pilot) and "1 of 3" in text(pilot)
-        for _ in range(5):  # completed, failed, timed_out, cancelled, back to all
+        for _ in range(6):  # completed, failed, timed_out, cancelled, unknown (outcome unknown), back to all
             await pilot.press("f")
         assert "status: all" in text(pilot) and "3 of 3" in text(pilot)
         await pilot.press("slash", *"00000002")

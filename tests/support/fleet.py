@@ -54,14 +54,13 @@ def _count_done(server: Any, schema: str) -> int:
     return int(found[0][0])
 
 
-def _holders(server: Any, schema: str, count: int) -> list[str] | None:
-    """``count`` host ids that hold a run in a shell step now, or ``None``."""
+def _holding(server: Any, schema: str) -> set[str]:
+    """The host ids that hold a run with a live lease now."""
     found = server.execute(
         f"SELECT DISTINCT split_part(runner_id, ':', 1) FROM \"{schema}\".run_queue "
         "WHERE status = 'running' AND claim_expires_at > (extract(epoch from clock_timestamp()) * 1000)::bigint"
     )
-    hosts = sorted(str(host) for (host,) in found)
-    return hosts[:count] if len(hosts) >= count else None
+    return {str(host) for (host,) in found}
 
 
 def run_fleet(
@@ -90,6 +89,12 @@ def run_fleet(
     try:
         wait_for(
             lambda: _count_done(server, schema) >= max(1, runs // 6), timeout=timeout_s, what="first runs"
+        )
+        # Strike while both victims hold a run, so that the kill and the stop strand work (on a busy machine a
+        # host may be between two claims at any given instant).
+        victims = {killed.host_id, stopped.host_id}
+        wait_for(
+            lambda: victims <= _holding(server, schema), timeout=timeout_s, what="both victims holding a run"
         )
         killed.signal(signal.SIGKILL)
         stopped.signal(signal.SIGSTOP)

@@ -197,6 +197,15 @@ PROGRESS_AFTER = {"ok": ("completed", None), "failed": ("failed", None), "timed_
 def fan_out(ctx: ActionContext) -> dict[str, Any]:
     spec = spec_of(ctx)
     plan = ctx.outputs["parse_plan"]["plan"]
+    allowed = ctx.start_fan_out(
+        len(plan)
+    )  # the budget's fan-out gate: may park the run before any task starts
+    skipped = [
+        {"index": task["index"], "agent": task["agent"], "task": task["task"], "outcome": "skipped",
+         "error": f"Not started: the budget answer allowed {allowed} of {len(plan)} tasks."}
+        for task in plan[allowed:]
+    ]  # fmt: skip
+    plan = plan[:allowed]
     for task in plan:
         track(ctx, task, "pending")
 
@@ -227,12 +236,12 @@ def fan_out(ctx: ActionContext) -> dict[str, Any]:
         results = list(pool.map(run, plan))
     if ctx.cancelled.is_set():
         raise Cancelled("The run was cancelled during the fan-out.")
-    return {"results": results}
+    return {"results": results + skipped}
 
 
 def reduce(ctx: NodeContext) -> dict[str, str]:
     results = ctx.outputs["fan_out"]["results"]
-    return {"status": "completed" if all(r["outcome"] == "ok" for r in results) else "failed"}
+    return {"status": "completed" if all(r["outcome"] in ("ok", "skipped") for r in results) else "failed"}
 
 
 def completed(ctx: NodeContext) -> dict[str, Any]:
@@ -243,7 +252,7 @@ def failed(ctx: NodeContext) -> dict[str, Any]:
     parsed = ctx.outputs["parse_plan"]
     if "fan_out" in ctx.outputs:
         results = ctx.outputs["fan_out"]["results"]
-        bad = [r for r in results if r["outcome"] != "ok"]
+        bad = [r for r in results if r["outcome"] not in ("ok", "skipped")]
         listed = "; ".join(
             f"task {r['index']} ({r['agent']}) {r['outcome']}: {clip(r['error'], 300)}" for r in bad
         )
@@ -270,7 +279,7 @@ workflow = define_workflow(
         "plan_assistant": agent(prompt=planner_prompt, expected_output=assistant_message(max_chars=16_000)),
         "parse_plan": compute(parse_plan),
         "validate": compute(validate),
-        "fan_out": action(fan_out, timeout_s=fan_out_timeout),
+        "fan_out": action(fan_out, timeout_s=fan_out_timeout, fan_out=lambda ctx: spec_of(ctx).max_tasks),
         "reduce": compute(reduce),
         "completed": compute(completed),
         "failed": compute(failed),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from piw.channels.book import QueuedPost
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.wire import sha256_hex
 from piw.workflow.definition import CheckpointNode
@@ -30,9 +31,18 @@ class DecisionBook(Protocol):
         ...
 
 
+class PostBook(Protocol):
+    """Where an opened gate's channel posts are queued (``piw.channels.book``, ``docs/channels.md``)."""
+
+    def queue(
+        self, *, run_id: str, node_id: str, workflow_name: str, request: dict[str, Any]
+    ) -> list[QueuedPost]: ...
+
+
 class CheckpointExecutor:
-    def __init__(self, book: DecisionBook | None = None) -> None:
+    def __init__(self, book: DecisionBook | None = None, posts: PostBook | None = None) -> None:
         self.book = book
+        self.posts = posts
 
     def execute(self, attempt: Attempt) -> NodeOutcome:
         node = attempt.gnode.node
@@ -56,6 +66,36 @@ class CheckpointExecutor:
                     decision_id=ident,
                     request=request,
                 )
+                if self.posts is not None:
+                    self._announce(attempt, request)
             return NodeOutcome.ok(request)
         except Exception as exc:
             return NodeOutcome.failed(describe_exception(exc), exception=exc)
+
+    def _announce(self, attempt: Attempt, request: dict[str, Any]) -> None:
+        """Queue the gate's channel posts, then ``notification_queued`` once per post (a rerun finds both)."""
+        assert self.posts is not None
+        writer = attempt.writer
+        for post in self.posts.queue(
+            run_id=attempt.run_id,
+            node_id=attempt.node_id,
+            workflow_name=writer.state.workflow_name,
+            request=request,
+        ):
+            if writer.notification_queued(post.post_id):
+                continue
+            writer.append(
+                "node",
+                "notification_queued",
+                {
+                    "notificationId": post.post_id,
+                    "runId": attempt.run_id,
+                    "kind": "channel",
+                    "channel": post.channel,
+                    "channelKind": post.kind,
+                    "decisionId": request.get("decisionId"),
+                },
+                node_id=attempt.node_id,
+                attempt_id=attempt.attempt_id,
+                sync=True,
+            )

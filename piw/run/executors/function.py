@@ -8,6 +8,7 @@ from typing import Any
 
 from piw.errors import Cancelled, NodeFailure
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, run_with_deadline, to_json_output
+from piw.run.executors.effect_start import mark_effect_start
 from piw.workflow.definition import ActionNode
 
 
@@ -18,6 +19,7 @@ class FunctionActionExecutor:
         run = node.run
         started = time.monotonic()
         attempt.writer.sync()  # every line the effect depends on is durable before it starts
+        mark_effect_start(attempt, {"actionType": "function"})  # once/reconcile: the start is durable first
         status, value = run_with_deadline(attempt, lambda: run(attempt.ctx))  # type: ignore[arg-type]
         receipt = {"actionType": "function", "durationMs": int((time.monotonic() - started) * 1000)}
         outcome = self._outcome(attempt, status, value, receipt)

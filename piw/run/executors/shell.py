@@ -19,6 +19,7 @@ from typing import Any
 from piw.errors import DefinitionError, NodeFailure, UpdateRejected
 from piw.processes import kill_process_group
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
+from piw.run.executors.effect_start import mark_effect_start
 from piw.run.process_groups import group_record
 from piw.updates.shell_lines import CappedText, LineFramer, ShellLine
 from piw.workflow.definition import ActionNode, ShellCommand, ShellUpdates
@@ -153,7 +154,8 @@ class ShellActionExecutor:
         try:
             # The group is durable in the trace before the command starts: a resume can then find and stop it
             # if piw dies while it runs (docs/design/persistence.md §8, piw.run.process_groups). The fsync also covers
-            # node_started and every line before it.
+            # node_started and every line before it (effect_started of a once/reconcile command too).
+            mark_effect_start(attempt, receipt, sync=False)
             attempt.writer.append(
                 "action",
                 "process_started",

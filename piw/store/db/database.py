@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from piw.errors import StateSchemaMismatch, StoreError
+from piw.errors import PiwError, StateSchemaMismatch, StoreError
 from piw.store.db.access import connect_read_only, is_unwritable, may_write, unwritable
 from piw.store.db.busy import BUSY_TIMEOUT_MS, begin
 
@@ -92,6 +92,10 @@ TABLES: dict[str, TableSpec] = {
             "damage_line": int,  # the trace's first damaged line; the row shows its readable prefix
             "usage_json": str,  # the run's usage, or its spend when it has a budget
             "trace_stamp": str,  # size:mtime_ns of trace.ndjson when the row was computed
+            # Finding runs (piw runs --search/--schedule, docs/cli.md): title and input as text, the schedule fire.
+            "search_text": str,
+            "schedule_name": str,
+            "fire_at": int,
         },
         pk="run_id",
         not_null=("workflow_name", "status"),
@@ -168,6 +172,43 @@ TABLES: dict[str, TableSpec] = {
         not_null=("run_id", "node_id", "status"),
         defaults={"status": "open"},
     ),
+    # Schedules and their fires (issue 33, docs/schedules.md; piw.store.db.schedules).
+    "schedules": TableSpec(
+        columns={
+            "name": str,
+            "workflow_ref": str,
+            "input_json": str,
+            "timing_json": str,
+            "missed": str,
+            "max_backlog": int,
+            "overlap": str,
+            "budget": str,
+            "title": str,
+            "paused": int,
+            "held_json": str,
+            "cursor_at": int,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk="name",
+        not_null=("workflow_ref", "timing_json", "missed", "max_backlog", "overlap", "paused", "cursor_at"),
+        defaults={"paused": 0},
+    ),
+    "schedule_fires": TableSpec(
+        columns={
+            "schedule_name": str,
+            "fire_at": int,
+            "state": str,
+            "run_id": str,
+            "claimer": str,
+            "claim_expires_at": int,
+            "note": str,
+            "created_at": int,
+            "updated_at": int,
+        },
+        pk=("schedule_name", "fire_at"),
+        not_null=("state",),
+    ),
     # Command-level idempotency records.
     "idempotency": TableSpec(
         columns={
@@ -179,6 +220,83 @@ TABLES: dict[str, TableSpec] = {
         },
         pk=("scope", "key"),
         not_null=("request_sha256",),
+    ),
+    # piw serve: API tokens, only the SHA-256 of each secret (docs/serve.md, piw.store.db.tokens).
+    "api_tokens": TableSpec(
+        columns={
+            "name": str,
+            "scope": str,
+            "token_sha256": str,
+            "created_at": int,
+            "expires_at": int,
+            "revoked_at": int,
+        },
+        pk="name",
+        not_null=("scope", "token_sha256", "created_at"),
+    ),
+    # Shared provider rate limits: one token bucket per provider and the requests in flight (docs/rate-limits.md).
+    "rate_limits": TableSpec(
+        columns={
+            "bucket": str,
+            "requests": float,  # request tokens left (requests_per_minute)
+            "tokens": float,  # model tokens left (tokens_per_minute); below 0 after a large request
+            "refilled_at": int,
+            "paused_until": int,  # a 429 with Retry-After: every caller waits until then
+            "pause_reason": str,
+        },
+        pk="bucket",
+        not_null=("requests", "tokens", "refilled_at", "paused_until"),
+        defaults={"paused_until": 0},
+    ),
+    "rate_limit_slots": TableSpec(
+        columns={"slot_id": str, "bucket": str, "holder": str, "acquired_at": int, "expires_at": int},
+        pk="slot_id",
+        not_null=("bucket", "holder", "expires_at"),
+    ),
+    # Channels (docs/channels.md): one post per wait and channel, the answer tokens its buttons carry (hashes
+    # only), and each Telegram bot's getUpdates offset with the lease of the one host that polls it.
+    "channel_posts": TableSpec(
+        columns={
+            "post_id": str,
+            "decision_id": str,
+            "run_id": str,
+            "node_id": str,
+            "channel": str,
+            "request_sha256": str,
+            "status": str,
+            "sends": int,
+            "attempts": int,
+            "due_at": int,
+            "last_error": str,
+            "lease_token": str,
+            "lease_expires_at": int,
+            "sent_at": int,
+            "created_at": int,
+        },
+        pk="post_id",
+        not_null=("decision_id", "run_id", "channel", "status"),
+        defaults={"status": "pending", "sends": 0, "attempts": 0},
+    ),
+    "answer_tokens": TableSpec(
+        columns={
+            "token_sha256": str,
+            "post_id": str,
+            "decision_id": str,
+            "run_id": str,
+            "request_sha256": str,
+            "channel": str,
+            "choice": str,
+            "expires_at": int,
+            "used_at": int,
+            "used_by": str,
+            "created_at": int,
+        },
+        pk="token_sha256",
+        not_null=("decision_id", "run_id", "channel", "expires_at"),
+    ),
+    "channel_cursors": TableSpec(
+        columns={"channel": str, "cursor": int, "holder": str, "lease_expires_at": int},
+        pk="channel",
     ),
 }
 
@@ -193,6 +311,17 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS human_decisions_open ON human_decisions(status, expires_at)",
     "CREATE INDEX IF NOT EXISTS human_decisions_run ON human_decisions(run_id, node_id)",
     "CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at)",
+    # piw serve: a token is found by its digest (docs/serve.md).
+    "CREATE UNIQUE INDEX IF NOT EXISTS api_tokens_digest ON api_tokens(token_sha256)",
+    "CREATE INDEX IF NOT EXISTS rate_limit_slots_bucket ON rate_limit_slots(bucket)",
+    # Channels (docs/channels.md): one post per decision and channel; due posts; a post's tokens.
+    "CREATE UNIQUE INDEX IF NOT EXISTS channel_posts_one_per_wait ON channel_posts(decision_id, channel)",
+    "CREATE INDEX IF NOT EXISTS channel_posts_due ON channel_posts(due_at) WHERE due_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS answer_tokens_decision ON answer_tokens(decision_id)",
+    # Schedules: the fires a host looks at again (issue 33).
+    "CREATE INDEX IF NOT EXISTS schedule_fires_pending ON schedule_fires(state) "
+    "WHERE state IN ('claimed', 'queued')",
+    "CREATE INDEX IF NOT EXISTS schedule_fires_run ON schedule_fires(run_id)",
 )
 
 
@@ -496,3 +625,20 @@ def close_databases() -> None:
         _OPEN.clear()
     for db in dbs:
         db.close()
+
+
+def close_database(home: Path) -> None:
+    """Close the database of ``home`` if this process opened it (``piw test`` closes each throwaway home's before
+    deleting it, so a long suite does not keep one open file per case)."""
+    with _OPEN_LOCK:
+        db = _OPEN.pop(database_path(home), None)
+    if db is not None:
+        db.close()
+
+
+def holds_current_schema(path: Path) -> bool:
+    """Whether the database file at ``path`` holds exactly this piw's schema (``False``: empty, foreign, damaged)."""
+    try:
+        return path.is_file() and _check_existing(path)
+    except PiwError:
+        return False

@@ -33,6 +33,7 @@ ParkReason = Literal[
     "needs-origin-session",
     "interrupted",
     "disk_full",
+    "outcome_unknown",
 ]
 QUEUE_STATUSES: tuple[str, ...] = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})

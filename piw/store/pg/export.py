@@ -169,11 +169,6 @@ def import_bundle(home: Path, path: Path) -> Imported:
     from piw.store.place import database_place
 
     place = database_place(home)
-    if place is None:
-        raise UsageError(
-            "piw import moves a run into a database; name one with --database URL (or PIW_DATABASE, or "
-            "config.toml [database])."
-        )
     bundle = _bundle_at(path)
     if run_is_live(bundle):
         raise UsageError(
@@ -190,6 +185,11 @@ def import_bundle(home: Path, path: Path) -> Imported:
             f"{path} holds run {state.run_id}, not {bundle.run_id}; rename the folder to its run id."
         )
     queue_status = FINAL_QUEUE_STATUS.get(state.status, "parked") if state.is_terminal else "parked"
+    if place is None:  # a SQLite home: the bundle copied in whole (a gc archive brought back)
+        from piw.store.local_import import import_local
+
+        import_local(home, bundle)
+        return Imported(state.run_id, state.status, queue_status, len(files.trace))
     _insert(place, files, state, queue_status)
     return Imported(state.run_id, state.status, queue_status, len(files.trace))
 

@@ -150,7 +150,11 @@ class Mirrors:
 
     def refresh(self, limit: int) -> int:
         """Bring the mirrors of the newest ``limit`` runs up to date, syncing only those whose heads moved past
-        what their mirror holds (one query for all of them); how many were synced."""
+        what their mirror holds (one query for all of them); how many were synced. Mirrors of runs the database
+        no longer has (removed by ``piw gc``/``piw rm`` on any host) are dropped first."""
+        from piw.store.pg.retention import prune_mirrors
+
+        prune_mirrors(self.db, self.runs)
         with autocommit(self.db) as conn:
             heads = conn.execute(
                 "SELECT q.run_id, q.trace_seq, q.session_seq FROM run_queue q JOIN run_bundles b USING (run_id) "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,12 +48,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRIES = 5
+HOLD_S = 0.005
+"""How long a ride-along line may wait for the next statement to carry it (the writer's idle flusher sends it
+then): a loop of compute steps sends one statement per few dozen lines instead of one per line, and another host
+sees a line at most this much later."""
+HOLD_LINES = 64
+"""At most this many lines wait; the next one sends them."""
 """How often an append whose outcome is unknown (a dropped connection) is resolved and retried before it fails."""
 
 _FENCE = """
     UPDATE run_queue SET {head} = %(seq)s, claim_expires_at = now_ms() + %(lease)s, updated_at = now_ms()
      WHERE run_id = %(run)s AND claim_token = %(token)s AND claim_generation = %(gen)s
-       AND status IN ('starting', 'running') AND claim_expires_at > now_ms() AND {head} = %(seq)s - 1
+       AND status IN ('starting', 'running') AND claim_expires_at > now_ms() AND {head} = %(first)s - 1
        AND set_config('synchronous_commit', %(commit)s, true) IS NOT NULL
     RETURNING run_id, status, pause_requested, cancel_requested"""
 _FLAGS = (
@@ -61,8 +68,11 @@ _FLAGS = (
 APPEND_TRACE = (
     "WITH f AS (" + _FENCE.format(head="trace_seq") + ") "
     "INSERT INTO trace_events (run_id, seq, generation, type, line) "
-    "SELECT run_id, %(seq)s, %(gen)s, %(type)s, %(line)s FROM f" + _FLAGS
+    "SELECT f.run_id, l.seq, %(gen)s, l.type, l.line FROM f, "
+    "unnest(%(seqs)s::bigint[], %(types)s::text[], %(lines)s::bytea[]) AS l(seq, type, line)" + _FLAGS
 )
+"""The fenced append of the lines ``first`` … ``seq`` (held ride-along lines, then the line that sends them):
+one statement, so they commit together or not at all."""
 APPEND_SESSION = (
     "WITH f AS (" + _FENCE.format(head="session_seq") + ") "
     "INSERT INTO session_entries (run_id, seq, generation, line) SELECT run_id, %(seq)s, %(gen)s, %(line)s FROM f"
@@ -109,20 +119,29 @@ class _Appender:
         self.seq = seq
         """The head this process last committed (or read)."""
 
-    def append(self, line: bytes, commit: str, artifacts: list[tuple[str, bytes]] | None = None) -> int:
+    def append(
+        self, lines: list[bytes], commit: str, artifacts: list[tuple[str, bytes]] | None = None
+    ) -> int:
+        """Append ``lines`` (the trace: one or more; the conversation: one) in one fenced statement; the last seq."""
         store = self.store
-        seq = self.seq + 1
+        first, seq = self.seq + 1, self.seq + len(lines)
         token, generation = store.claim_of()
-        params = {
+        params: dict[str, Any] = {
             "run": store.run_id,
             "token": token,
             "gen": generation,
+            "first": first,
             "seq": seq,
             "lease": lease_ms(),
             "commit": commit,
-            "type": _event_type(line) if self.table == "trace_events" else None,
-            "line": line,
         }
+        if self.table == "trace_events":
+            params.update(
+                seqs=list(range(first, seq + 1)), types=[_event_type(line) for line in lines], lines=lines
+            )
+        else:
+            (params["line"],) = lines
+        line = lines[-1]
         sent = holder_clock()  # the append renews the lease: the holder's own deadline moves from here
         for attempt in range(RETRIES):
             try:
@@ -218,6 +237,11 @@ class PgRunStore:
         self._session: _Appender | None = None
         self._pending: list[tuple[str, bytes]] = []
         """Artifacts put since the last append: inserted in the same transaction as the line that names them."""
+        self._held: list[bytes] = []
+        """Ride-along lines appended but not yet sent: the next statement carries them (:data:`HOLD_S`)."""
+        self._held_due: float | None = None
+        self._lock = threading.RLock()
+        """The writer and the conversation log append from different threads; held lines keep their order."""
         self._required = False
         """An asynchronous line that is not a ride-along is pending: an effect must flush it first."""
         self._unflushed = False
@@ -258,6 +282,12 @@ class PgRunStore:
         self._claim.fence()
 
     def release(self) -> None:
+        if self._held and self._claim is not None:
+            try:
+                self.send_held()
+            except Exception as exc:  # the claim went: they are lost like any uncommitted line
+                log.warning("run %s: %d held trace lines not sent: %s", self.run_id, len(self._held), exc)
+        self._held, self._held_due = [], None
         self._claim = None
         if self._mirror is not None:
             self._mirror.close()
@@ -297,21 +327,43 @@ class PgRunStore:
             raise RunLocked(f"Run {self.run_id}: not taken for writing.")
         commit = self._commit_mode(sync, ride_along)
         line = line.removesuffix(b"\n")  # (a row holds the line without its newline)
+        with self._lock:
+            if commit == "off" and ride_along and not self._pending and len(self._held) < HOLD_LINES:
+                if not self._held:
+                    self._held_due = time.monotonic() + HOLD_S
+                self._held.append(line)  # it rides with the next statement (or the idle flush)
+                return
+            self._send([*self._held, line], commit, ride_along)
+
+    def _send(self, lines: list[bytes], commit: str, ride_along: bool) -> None:
+        """One fenced statement for the held lines and ``lines``' last (``lines`` starts with the held ones)."""
+        assert self._trace is not None
         artifacts, self._pending = self._pending, []
         try:
-            seq = self._trace.append(line, commit, artifacts)
+            seq = self._trace.append(lines, commit, artifacts)
         except BaseException:
             self._pending = artifacts + self._pending
             raise
+        self._held, self._held_due = [], None
         if commit == "on":
             self._required = self._unflushed = False
         else:
             self._unflushed = True
             self._required = self._required or not ride_along
-        self._write_mirror(TRACE, seq, line)
+        first = seq - len(lines) + 1
+        for offset, sent in enumerate(lines):
+            self._write_mirror(TRACE, first + offset, sent)
         from piw.store.pg.notify import notifier
 
-        notifier(self.db).touch(self.run_id, urgent=line.find(b'"scope":"run"') >= 0)
+        notifier(self.db).touch(self.run_id, urgent=any(sent.find(b'"scope":"run"') >= 0 for sent in lines))
+
+    def held_due(self) -> float | None:
+        return self._held_due
+
+    def send_held(self) -> None:
+        with self._lock:
+            if self._held:
+                self._send(list(self._held), "off", True)
 
     def _write_mirror(self, name: str, seq: int, line: bytes) -> None:
         if self._mirror is None:
@@ -322,12 +374,22 @@ class PgRunStore:
             log.warning("run %s: mirror not written: %s", self.run_id, exc)
 
     def sync(self) -> None:
-        if self._unflushed and self.durability != "flush":
-            self._flush()
+        with self._lock:
+            if self._held:  # one statement sends them and, synchronous, makes everything before durable too
+                self._send(list(self._held), "off" if self.durability == "flush" else "on", True)
+            if self._unflushed and self.durability != "flush":
+                self._flush()
 
     def sync_required(self) -> None:
-        if self._required and self.durability != "flush":
-            self._flush()
+        """Before an effect: what it depends on is made durable. Held lines are ride-along (a step started, a
+        compute step's result): nothing depends on them, so they wait for the next statement, as a file's
+        ride-along lines wait for the next fsync; the idle flush sends them within :data:`HOLD_S` meanwhile."""
+        with self._lock:
+            if self._required and self.durability != "flush":
+                if self._held:
+                    self._send(list(self._held), "on", True)
+                else:
+                    self._flush()
 
     def _flush(self) -> None:
         """One synchronous commit: it flushes the WAL up to itself, so every earlier asynchronous line too."""
@@ -336,7 +398,7 @@ class PgRunStore:
         self._required = self._unflushed = False
 
     def close(self) -> None:
-        pass  # rows need no closing; the mirror goes with release()
+        self.send_held()  # rows need no closing; the mirror goes with release()
 
     def _heads(self) -> tuple[int, int]:
         with autocommit(self.db) as conn:
@@ -347,6 +409,7 @@ class PgRunStore:
 
     def read_trace(self, from_seq: int = 1) -> TraceRead:
         """The committed trace from PostgreSQL (never the mirror): rows are whole, so there is no torn tail."""
+        self.send_held()
         events: list[TraceEvent] = []
         size = 0
         for seq, line in self._rows(from_seq):
@@ -368,10 +431,12 @@ class PgRunStore:
                 yield int(seq), bytes(line)
 
     def iter_trace(self, from_seq: int = 1) -> Iterator[TraceEvent]:
+        self.send_held()
         for seq, line in self._rows(from_seq):
             yield decode_event(line, seq)
 
     def head(self) -> int:
+        self.send_held()
         return self._heads()[0]
 
     def unchanged(self, valid_bytes: int, tail: bytes) -> bool:
@@ -401,10 +466,12 @@ class PgRunStore:
             raise RunLocked(f"Run {self.run_id}: not taken for writing.")
         body = line.rstrip(b"\n")
         commit = "on" if self.durability == "always" or (self.durability == "effects" and sync) else "off"
-        seq = self._session.append(body, commit)
-        if commit == "off":
-            self._unflushed = self._required = True
-        self._write_mirror(SESSION, seq, body)
+        with self._lock:
+            self.send_held()  # the trace lines before it commit first, as their order says
+            seq = self._session.append([body], commit)
+            if commit == "off":
+                self._unflushed = self._required = True
+            self._write_mirror(SESSION, seq, body)
 
     def put_artifact(self, text: str) -> dict[str, Any]:
         ref = self._artifacts.write(text)

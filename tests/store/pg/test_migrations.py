@@ -25,7 +25,14 @@ from tests.support.pg import PgServer
 TABLES = {
     "schema_migrations", "run_queue", "run_bundles", "trace_events", "session_entries", "artifacts", "runs",
     "notifications", "human_decisions", "idempotency", "hosts",
+    "api_tokens",  # 0004 (docs/serve.md)
+    "rate_limits", "rate_limit_slots",  # 0002 (docs/rate-limits.md)
+    "channel_posts", "answer_tokens", "channel_cursors",  # 0005 (docs/channels.md)
+    "schedules", "schedule_fires",  # 0006 (docs/schedules.md)
 }  # fmt: skip
+SHIPPED = [migration.version for migration in shipped()]
+LATEST = SHIPPED[-1]
+"""This piw's newest migration (numbers may have gaps: each feature takes the number it was given)."""
 
 
 def test_an_empty_schema_is_created_on_first_use(pg_server: PgServer, pg_setting: DatabaseSetting) -> None:
@@ -36,12 +43,15 @@ def test_an_empty_schema_is_created_on_first_use(pg_server: PgServer, pg_setting
     assert {name for (name,) in found} == TABLES
     with db.connection() as conn:
         state = read_state(conn, pg_setting.schema)
-    assert state.version == SCHEMA_MAX == len(shipped()) and state.version >= SCHEMA_MIN
-    rows = pg_server.execute(f'SELECT version, name, sha256 FROM "{pg_setting.schema}".schema_migrations')
-    assert rows == [(1, "initial", shipped()[0].sha256)]
+    assert state.version == SCHEMA_MAX == LATEST and state.version >= SCHEMA_MIN
+    rows = pg_server.execute(
+        f'SELECT version, name, sha256 FROM "{pg_setting.schema}".schema_migrations ORDER BY version'
+    )
+    assert rows == [(m.version, m.name, m.sha256) for m in shipped()] and rows[0][:2] == (1, "initial")
     # a second open finds it and changes nothing
     PgDatabase.open(pg_setting).close()
-    assert pg_server.execute(f'SELECT count(*) FROM "{pg_setting.schema}".schema_migrations') == [(1,)]
+    count = pg_server.execute(f'SELECT count(*) FROM "{pg_setting.schema}".schema_migrations')
+    assert count == [(len(SHIPPED),)]
 
 
 def test_the_database_clock_is_the_servers(pg_setting: DatabaseSetting) -> None:
@@ -57,6 +67,7 @@ def test_the_database_clock_is_the_servers(pg_setting: DatabaseSetting) -> None:
 
 # ---- piw db migrate: concurrency, the window, contract migrations (multi-host.md §5 test 15) -----------------
 
+
 EXPAND = "-- kind: expand\nCREATE TABLE later_notes (id int PRIMARY KEY);\n"
 CONTRACT = "-- kind: contract\nALTER TABLE run_queue DROP COLUMN concurrency_key;\n"
 
@@ -66,7 +77,7 @@ def newer_piw(folder: Path, *extra: str) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     for migration in shipped():
         (folder / f"{migration.version:04d}_{migration.name}.sql").write_text(migration.sql, encoding="utf-8")
-    for offset, text in enumerate(extra, start=len(shipped()) + 1):
+    for offset, text in enumerate(extra, start=LATEST + 1):
         (folder / f"{offset:04d}_step{offset}.sql").write_text(text, encoding="utf-8")
     return {TEST_MIGRATIONS_ENV: str(folder)}
 
@@ -98,9 +109,10 @@ def test_four_concurrent_migrates_apply_each_migration_once(
         assert racer.returncode == 0, err
         results.append(json.loads(out))
     applied = sorted(version for result in results for version in result["applied"])
-    assert applied == [1, 2, 3] and {result["version"] for result in results} == {3}
+    assert applied == [*SHIPPED, LATEST + 1, LATEST + 2]
+    assert {result["version"] for result in results} == {LATEST + 2}
     rows = pg_server.execute(f'SELECT version FROM "{pg_setting.schema}".schema_migrations ORDER BY version')
-    assert rows == [(1,), (2,), (3,)]
+    assert rows == [(version,) for version in [*SHIPPED, LATEST + 1, LATEST + 2]]
 
 
 def test_a_piw_outside_the_window_stops_with_one_line_and_changes_nothing(
@@ -114,7 +126,7 @@ def test_a_piw_outside_the_window_stops_with_one_line_and_changes_nothing(
         refused = cli(*args, "--database", url_of(pg_setting))
         assert refused.returncode == 2
         (line,) = refused.stderr.strip().splitlines()
-        assert "schema version 2, which needs a newer piw" in line and "1..1" in line
+        assert f"schema version {LATEST + 1}, which needs a newer piw" in line and f"1..{LATEST}" in line
     with pytest.raises(StateSchemaMismatch):
         PgDatabase.open(pg_setting)
     assert snapshot(pg_server, pg_setting.schema) == before
@@ -123,7 +135,9 @@ def test_a_piw_outside_the_window_stops_with_one_line_and_changes_nothing(
     PgDatabase.open(older).close()
     try:
         refused = cli("db", "status", "--database", url_of(older), env=env)
-        assert refused.returncode == 2 and "needs 2 or later. Run 'piw db migrate'" in refused.stderr
+        assert (
+            refused.returncode == 2 and f"needs {LATEST + 1} or later. Run 'piw db migrate'" in refused.stderr
+        )
     finally:
         pg_server.execute(f'DROP SCHEMA "{older.schema}" CASCADE')
 
@@ -135,8 +149,8 @@ def test_contract_migrations_wait_for_older_live_hosts(
     schema = pg_setting.schema
     pg_server.execute(
         f'INSERT INTO "{schema}".hosts (runner_id, seen_at, piw_version, schema_max) '
-        f'VALUES (%s, "{schema}".now_ms(), %s, 1)',
-        ("old-host:1:1", "0.1.0"),
+        f'VALUES (%s, "{schema}".now_ms(), %s, %s)',
+        ("old-host:1:1", "0.1.0", LATEST),
     )
     env = newer_piw(tmp_path / "newer", CONTRACT)
     plain = cli("db", "migrate", "--database", url_of(pg_setting), env=env)
@@ -145,10 +159,10 @@ def test_contract_migrations_wait_for_older_live_hosts(
     )
     refused = cli("db", "migrate", "--contract", "--database", url_of(pg_setting), env=env)
     assert refused.returncode == 2 and "would stop host old-host:1:1 (piw 0.1.0)" in refused.stderr
-    assert pg_server.execute(f'SELECT max(version) FROM "{schema}".schema_migrations') == [(1,)]
+    assert pg_server.execute(f'SELECT max(version) FROM "{schema}".schema_migrations') == [(LATEST,)]
     pg_server.execute(f'UPDATE "{schema}".hosts SET seen_at = seen_at - %s', (LIVE_HOST_MS + 1,))
     done = cli("db", "migrate", "--contract", "--database", url_of(pg_setting), env=env, timeout=60)
-    assert done.returncode == 0 and "Applied 0002" in done.stdout
+    assert done.returncode == 0 and f"Applied {LATEST + 1:04d}" in done.stdout
 
 
 def test_options_in_the_url_are_kept_beside_piws_own(pg_setting: DatabaseSetting) -> None:
@@ -183,7 +197,8 @@ def test_hosts_starting_at_once_on_an_empty_schema_create_it_once(
     for thread in threads:
         thread.join()
     assert errors == []
-    assert pg_server.execute(f'SELECT version FROM "{pg_setting.schema}".schema_migrations') == [(1,)]
+    found = pg_server.execute(f'SELECT version FROM "{pg_setting.schema}".schema_migrations ORDER BY 1')
+    assert found == [(version,) for version in SHIPPED]
 
 
 CONCURRENT = "-- kind: expand\nCREATE UNIQUE INDEX CONCURRENTLY run_queue_ref ON run_queue (workflow_ref);\n"
@@ -209,10 +224,10 @@ def test_an_index_built_concurrently_replaces_the_invalid_one_a_failed_run_left(
     assert failed.returncode != 0 and "could not create unique index" in failed.stderr
     invalid = f"SELECT indisvalid FROM pg_index WHERE indexrelid = '\"{schema}\".run_queue_ref'::regclass"
     assert pg_server.execute(invalid) == [(False,)]  # what a failed concurrent build leaves
-    assert pg_server.execute(f'SELECT max(version) FROM "{schema}".schema_migrations') == [(1,)]
+    assert pg_server.execute(f'SELECT max(version) FROM "{schema}".schema_migrations') == [(LATEST,)]
     pg_server.execute(f"DELETE FROM \"{schema}\".run_queue WHERE run_id = 'b'")
     done = cli("db", "migrate", "--database", url_of(pg_setting), env=env)
-    assert done.returncode == 0 and "Applied 0002" in done.stdout, done.stderr
+    assert done.returncode == 0 and f"Applied {LATEST + 1:04d}" in done.stdout, done.stderr
     assert pg_server.execute(invalid) == [(True,)]
     # a schema created by that piw gets the same index, built in its creating transaction
     fresh = DatabaseSetting(pg_setting.url, schema + "_new")
@@ -221,6 +236,6 @@ def test_an_index_built_concurrently_replaces_the_invalid_one_a_failed_run_left(
         PgDatabase.open(fresh).close()
         assert pg_server.execute(invalid.replace(schema, fresh.schema)) == [(True,)]
         rows = pg_server.execute(f'SELECT version FROM "{fresh.schema}".schema_migrations ORDER BY 1')
-        assert rows == [(1,), (2,)]
+        assert rows == [(version,) for version in [*SHIPPED, LATEST + 1]]
     finally:
         pg_server.execute(f'DROP SCHEMA IF EXISTS "{fresh.schema}" CASCADE')

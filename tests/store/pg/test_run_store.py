@@ -223,3 +223,47 @@ def test_a_holder_never_waits_for_a_mirror_another_process_keeps(
     finally:
         os.close(frozen)
     assert len(read_trace(mirrors.sync(RUN).trace_path).events) == 3
+
+
+def test_ride_along_lines_wait_for_the_next_statement_and_commit_with_it(
+    db: PgDatabase, piw_home: Path
+) -> None:
+    _claimed_row(db)
+    store, mirrors = _store(db, piw_home)
+    store.acquire(Held())
+    held = [_line(seq, value=seq) for seq in (1, 2, 3)]
+    for line in held:
+        store.append(line, ride_along=True)
+    assert _rows(db) == []  # held: no statement yet
+    assert store.held_due() is not None
+    store.append(_line(4, type="process_started"), sync=True)  # an effect point carries them
+    assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4]
+    assert store.held_due() is None
+    store.append(_line(5), ride_along=True)
+    store.send_held()  # the writer's idle flusher, when no next line comes in time
+    assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4, 5]
+    store.append(_line(6), ride_along=True)
+    store.sync_required()  # an effect depends on no held line: it rides with the effect's own record
+    assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4, 5]
+    store.append(_line(7), ride_along=False)  # an asynchronous line an effect depends on
+    store.append(_line(8), ride_along=True)
+    store.sync_required()  # now one synchronous statement carries what is held
+    assert [seq for seq, _ in _rows(db)] == [1, 2, 3, 4, 5, 6, 7, 8]
+    store.release()
+    assert mirrors.sync(RUN).trace_path.read_bytes().count(b"\n") == 8
+
+
+def test_held_lines_the_fence_refuses_are_refused_with_the_line_that_sends_them(
+    db: PgDatabase, piw_home: Path
+) -> None:
+    _claimed_row(db)
+    store, _ = _store(db, piw_home)
+    store.acquire(Held())
+    store.append(_line(1), sync=True)
+    store.append(_line(2), ride_along=True)
+    with autocommit(db) as conn:
+        conn.execute("UPDATE run_queue SET claim_token = 'other' WHERE run_id = %s", (RUN,))
+    with pytest.raises(ClaimLost) as lost:
+        store.append(_line(3, type="process_started"), sync=True)
+    assert lost.value.reason == "token_changed"
+    assert [seq for seq, _ in _rows(db)] == [1]

@@ -1,0 +1,108 @@
+"""Time to the first model request: ``piw run`` of a workflow whose first node is an agent step, from process
+start to the request arriving at a loopback OpenAI-compatible stub (issue 34, target 2: ≤ 300 ms here).
+
+Each run is a fresh ``piw`` process (byte-compiled modules, as an installed piw has them) with its own home and a
+``config.toml`` whose default provider is the stub. The stub notes ``time.monotonic()`` when the request arrives
+(the clock is shared by every process on the machine); the figure is that instant minus the instant just before
+``subprocess.Popen``. Prints min/median/max over ``--runs``, and the same for ``python -c 'import openai'`` and
+``piw --help``, measured in the same run, for scale. Not a test: figures only.
+
+    python bench/bench_first_request.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from piw.testing import OpenAIStub, StubReply  # noqa: E402
+
+PIW = str(Path(sys.executable).with_name("piw"))
+FLOW = """
+from piw import agent, assistant_message, define_workflow
+
+step = agent(prompt="Say hello.", expected_output=assistant_message())
+workflow = define_workflow(name="first", start_at="step", nodes={"step": step})
+"""
+
+
+def _home(folder: Path, stub: OpenAIStub) -> Path:
+    home = folder / f"home-{len(list(folder.iterdir()))}"
+    home.mkdir(mode=0o700)
+    config = f"""
+        default = "stub/m"
+        [providers.stub]
+        api = "openai-completions"
+        base_url = "{stub.base_url}"
+        models = ["m"]
+        """
+    (home / "config.toml").write_text(textwrap.dedent(config), encoding="utf-8")
+    return home
+
+
+def first_request_ms(folder: Path, stub: OpenAIStub, flow: Path) -> float:
+    arrived: list[float] = []
+
+    def respond(body: dict[str, Any]) -> StubReply:
+        arrived.append(time.monotonic())
+        return StubReply.text("hello")
+
+    stub.respond = respond
+    env = {**os.environ, "PIW_HOME": str(_home(folder, stub))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    started = time.monotonic()
+    done = subprocess.run(
+        [PIW, "run", str(flow), "--json"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and arrived, done.stderr
+    return (arrived[0] - started) * 1000
+
+
+def command_ms(command: list[str]) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    started = time.monotonic()
+    subprocess.run(command, env=env, capture_output=True, check=True, timeout=120)
+    return (time.monotonic() - started) * 1000
+
+
+def _line(label: str, values: list[float]) -> str:
+    return (
+        f"{label:34s} min {min(values):7.1f} ms  median {statistics.median(values):7.1f} ms  "
+        f"max {max(values):7.1f} ms  (n={len(values)})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="piw-first-") as scratch, OpenAIStub(models=["m"]) as stub:
+        folder = Path(scratch)
+        flow = folder / "first.workflow.py"
+        flow.write_text(FLOW, encoding="utf-8")
+        homes = folder / "homes"
+        homes.mkdir()
+        first_request_ms(homes, stub, flow)  # warm-up: byte-compile, page cache
+        firsts, imports, helps = [], [], []
+        for _ in range(args.runs):  # interleaved, so that load on the machine falls on each alike
+            firsts.append(first_request_ms(homes, stub, flow))
+            imports.append(command_ms([sys.executable, "-c", "import openai"]))
+            helps.append(command_ms([PIW, "--help"]))
+        print(_line("piw run → first model request", firsts))
+        print(_line("python -c 'import openai'", imports))
+        print(_line("piw --help", helps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""What ``piw runs`` (and ``GET /api/runs``) select: one :class:`RunQuery` of filter values (``docs/cli.md``,
+"Finding runs").
+
+The filters read a few columns of every raw ``runs`` index row (``piw.store.db.index.indexed_values``) and only
+the rows they keep are decoded, so a home of ten thousand runs answers in a few tens of milliseconds. The status
+filter needs the queue and decision records of waiting runs, so it is applied by :func:`piw.store.history.find_runs`
+on the rows the rest of the query kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from piw.errors import UsageError
+from piw.store.db.index import POSITION
+
+_AGO = re.compile(r"^(\d+)\s*(s|m|h|d|w)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """The filter values of a run listing; every one left ``None`` (or empty) selects every run."""
+
+    workflow: str | None = None
+    """Runs of this workflow name."""
+    since_ms: int | None = None
+    """Runs started at or after this instant (epoch ms)."""
+    until_ms: int | None = None
+    """Runs started before this instant (epoch ms)."""
+    statuses: tuple[str, ...] = ()
+    """Runs with any of these statuses (``piw.store.history.RUN_FILTERS``)."""
+    search: str | None = None
+    """Runs whose title or input contains this text (case-insensitive)."""
+    parent: str | None = None
+    """Continuations of this run (their ``parentRunId``)."""
+    schedule: str | None = None
+    """Runs started by this schedule's fires (``docs/schedules.md``)."""
+    limit: int | None = None
+    """At most this many runs (the newest)."""
+
+    @functools.cached_property
+    def _run_statuses(self) -> frozenset[str]:
+        """The run statuses (the index's column) the status filter can keep: a waiting run may be listed as
+        ``waiting``, ``answered`` or ``cancelled`` (decided from its gate, later), a cancelled run as ``cancelled``."""
+        found = set(self.statuses)
+        if found & {"waiting", "answered", "cancelled"}:
+            found.add("waiting")
+        return frozenset(found)
+
+    def keeps(self, values: tuple[Any, ...]) -> bool:
+        """Whether a raw index row passes every filter (the status one as far as the row's own status tells)."""
+        if self.statuses and values[_STATUS] not in self._run_statuses:
+            return False
+        if self.workflow is not None and values[_WORKFLOW] != self.workflow:
+            return False
+        if self.parent is not None and values[_PARENT] != self.parent:
+            return False
+        if self.schedule is not None and values[_SCHEDULE] != self.schedule:
+            return False
+        started = values[_STARTED]
+        if self.since_ms is not None and (started is None or started < self.since_ms):
+            return False
+        if self.until_ms is not None and (started is None or started >= self.until_ms):
+            return False
+        if self.search:
+            text = values[_SEARCH] if values[_SEARCH] is not None else (values[_TITLE] or "")
+            if self.search.casefold() not in text.casefold():
+                return False
+        return True
+
+
+_STATUS = POSITION["status"]
+_WORKFLOW = POSITION["workflow_name"]
+_TITLE = POSITION["run_title"]
+_PARENT = POSITION["parent_run_id"]
+_SCHEDULE = POSITION["schedule_name"]
+_STARTED = POSITION["started_at"]
+_SEARCH = POSITION["search_text"]
+
+
+def parse_instant(text: str, option: str, now: datetime, *, end_of_day: bool = False) -> int:
+    """``--since``/``--until`` as epoch ms: an age (``2d``, ``3h``, ``30m``, ``90s``, ``1w``: that long before now),
+    a date (``2026-12-01``, UTC midnight; with ``end_of_day`` the midnight after it, so ``--until`` a date includes
+    that day) or an ISO 8601 instant (UTC when it names no offset)."""
+    value = text.strip()
+    ago = _AGO.match(value)
+    if ago:
+        instant = now - timedelta(seconds=int(ago.group(1)) * _UNIT_S[ago.group(2)])
+        return int(instant.timestamp() * 1000)
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"{option} {text!r} is not a date (2026-12-01), an instant (2026-12-01T09:00) or an age (2d, 3h, 30m)."
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    if end_of_day and _DATE.match(value):
+        parsed += timedelta(days=1)
+    return int(parsed.timestamp() * 1000)
