@@ -47,9 +47,11 @@
     │                             the ``mcp`` SDK (``piw[mcp]``) is not installed (``docs/tools-mcp.md``)
     ├── TelemetryError            an OTLP endpoint is malformed, its collector refused the spans, or ``piw[otel]``
     │                             is not installed (``docs/telemetry.md``)
-    └── CaseError                 ``piw test``: a test case cannot be recorded or used (exit 2)
-        └── BrokenCase            a case folder's file or field is malformed, its workflow is missing, or its
-                                  recorded replies ran out; names the file and the field
+    ├── CaseError                 ``piw test``: a test case cannot be recorded or used (exit 2)
+    │   └── BrokenCase            a case folder's file or field is malformed, its workflow is missing, or its
+    │                             recorded replies ran out; names the file and the field
+    └── NotConfirmed              a run over ``--confirm-above`` was declined at the prompt (exit 1), or could
+                                  not be asked (stdin not a terminal, no ``--yes``: exit 2); nothing started
     OutcomeUnknown (ResumeRefused) a ``once`` effect was interrupted; only ``piw resolve`` continues the run
     NotOutcomeUnknown (UsageError) ``piw resolve`` on a run whose outcome is not unknown; nothing changed
     ScheduleExists (UsageError)   ``piw schedule add`` with a name that exists; nothing stored
@@ -338,3 +340,13 @@ class ScheduleNotFound(UsageError):
 
 class RunHeld(UsageError):
     """A run named for removal is not finished (running, waiting, parked, outcome unknown); nothing was removed."""
+
+
+class NotConfirmed(PiwError):
+    """A run whose projected cost is over ``--confirm-above`` / ``[budget] confirm_above`` did not start: the
+    person declined (exit 1), or nobody could be asked (exit 2: stdin is not a terminal and ``--yes`` is not
+    given). Nothing was created (``docs/planning.md``)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -25,7 +25,7 @@ from typing import Any
 import httpx2
 
 from piw.channels.config import AnyChannel, TelegramChannel
-from piw.channels.message import Button, Waiting
+from piw.channels.message import Button, Waiting, plain
 from piw.channels.senders import SEND_TIMEOUT_S, SendFailed, send, telegram_call
 from piw.channels.store import ChannelStore, PostRow, open_channel_store
 from piw.errors import AnswerInvalid, AnswerTokenRefused, DecisionResolved, NeedsKey, PiwError
@@ -63,11 +63,27 @@ class ChannelDuty:
         self._client: httpx2.Client | None = None
         self._pollers: dict[str, TelegramPoller] = {}
         self._stop = threading.Event()
+        self._config: tuple[int | None, dict[str, AnyChannel]] | None = None
 
     def channels(self) -> dict[str, AnyChannel]:
-        from piw.providers.config import load_config
+        """The configured channels, read again when ``config.toml`` changes; a broken file is reported once and
+        counts as no channels until it is fixed (the host keeps serving)."""
+        from piw.errors import ProviderError
+        from piw.providers.config import config_path, load_config
 
-        return dict(load_config(self.home).channels)
+        try:
+            stamp = config_path(self.home).stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        if self._config is not None and self._config[0] == stamp:
+            return self._config[1]
+        try:
+            found: dict[str, AnyChannel] = dict(load_config(self.home).channels)
+        except ProviderError as exc:
+            self.report(f"channels: {exc}")
+            found = {}
+        self._config = (stamp, found)
+        return found
 
     @property
     def client(self) -> httpx2.Client:
@@ -259,6 +275,7 @@ class TelegramPoller(threading.Thread):
         user = query.get("from") if isinstance(query.get("from"), dict) else {}
         assert isinstance(user, dict)
         name = f"@{user['username']}" if user.get("username") else str(user.get("first_name") or "?")
+        name = plain(name, 64)  # a Telegram name is anyone's text: shown on terminals and in piw inspect
         who = f"telegram {self.channel_name}: {name} (id {user.get('id')})"
         data = str(query.get("data") or "")
         shown: str

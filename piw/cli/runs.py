@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from piw.cli.app import app
+from piw.cli.confirm import confirmation_needed
 from piw.cli.console import make_console
 from piw.cli.database import DatabaseOption, command_home
 from piw.cli.follow_flags import FollowFlags, follow_flags
@@ -65,6 +65,17 @@ def run(
         ),
     ] = None,
     plan: PlanOption = False,
+    confirm_above: Annotated[
+        str | None,
+        typer.Option(
+            "--confirm-above",
+            help="Ask before the first model request when the projected cost is over COST (USD); "
+            "overrides [budget] confirm_above.",
+        ),
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Answer yes to --confirm-above in advance (no prompt).")
+    ] = False,
     *,
     flags: FollowFlags,
 ) -> int:
@@ -85,8 +96,13 @@ def run(
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
     launch = flags.launch()
+    confirmation = confirmation_needed(
+        workflow, home, raw_input, launch, confirm_above, yes=yes, detach=detach
+    )  # asks, refuses, or gives the budget stop a detached run waits on before its first step
     if detach:
-        return _detach(workflow, raw_input, title, launch, no_origin, flags.as_json, key, limits)
+        return _detach(
+            workflow, raw_input, title, launch, no_origin, flags.as_json, key, limits, confirmation
+        )
     return Following(flags.as_json, launch, flags.verbose).follow(
         lambda options: start_run(
             workflow, home, raw_input, title, replace(options, budget=limits, idempotency_key=key)
@@ -112,8 +128,10 @@ def _detach(
     as_json: bool,
     idempotency_key: str | None = None,
     budget: Budget | None = None,
+    confirmation: dict[str, Any] | None = None,
 ) -> int:
-    """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0."""
+    """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0 (over
+    ``--confirm-above``: the run waits on its budget instead, with the projection)."""
     from piw.run.runner import new_origin_session
     from piw.run.starting import queue_detached
     from piw.store.db.idempotency import Adopted
@@ -129,12 +147,20 @@ def _detach(
         origin_session=new_origin_session() if from_terminal and not no_origin else None,
         idempotency_key=idempotency_key,
         budget=budget,
+        confirmation=confirmation,
     )
     if isinstance(state, Adopted):
         return report_adopted(state, as_json)
     if as_json:
-        payload = {"runId": state.run_id, "status": state.status, "finalOutput": None, "error": None}
+        final = state.final_output if state.status == "waiting" else None
+        payload = {"runId": state.run_id, "status": state.status, "finalOutput": final, "error": None}
         sys.stdout.write(json_text(payload) + "\n")
+    elif state.status == "waiting":
+        from piw.views.budget import budget_stop_lines
+
+        console = make_console()
+        for line in budget_stop_lines(state.run_id, state.final_output):
+            console.print(line, soft_wrap=True)
     else:
         make_console().print(
             f"Queued run {state.run_id}; 'piw host' executes it. Follow it with 'piw watch {state.run_id}'.",
@@ -260,35 +286,9 @@ def _run_query(
     limit: int | None,
 ) -> RunQuery:
     """The filter values of ``piw runs``, checked (one line, exit 2, for a bad one)."""
-    from datetime import UTC, datetime
+    from piw.store.run_query import query_of
 
-    from piw.store.history import RUN_FILTERS
-    from piw.store.run_query import RunQuery, parse_instant
-
-    statuses = tuple(
-        dict.fromkeys(part.strip() for value in status or () for part in value.split(",") if part.strip())
-    )
-    for value in statuses:
-        if value not in RUN_FILTERS:
-            raise UsageError(f"Unknown status {value!r}; use one of: {', '.join(RUN_FILTERS)}.")
-    if limit is not None and limit < 1:
-        raise UsageError("--limit must be at least 1.")
-    now = datetime.now(UTC)
-    since_ms = parse_instant(since, "--since", now) if since is not None else None
-    until_ms = parse_instant(until, "--until", now, end_of_day=True) if until is not None else None
-    if parent is not None:
-        with contextlib.suppress(PiwError):  # a parent already removed: its continuations keep its id
-            parent = resolve_run_id(home, parent)
-    return RunQuery(
-        workflow=workflow,
-        since_ms=since_ms,
-        until_ms=until_ms,
-        statuses=statuses,
-        search=search or None,
-        parent=parent,
-        schedule=schedule,
-        limit=limit,
-    )
+    return query_of(home, status, workflow, since, until, search, parent, schedule, limit)
 
 
 def _with_sizes(home: Path, rows: list[RunSummary]) -> list[RunSummary]:

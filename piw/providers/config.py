@@ -24,6 +24,7 @@ from piw.providers.rate_limit_config import RateLimit
 from piw.store.retention_config import RetentionTable
 from piw.telemetry.table import TelemetryTable
 from piw.toolservers.config import McpServerConfig, check_server_names
+from piw.workflow.budget_table import BudgetTable
 
 TOP_LEVEL_KEYS = (
     "default",
@@ -36,6 +37,7 @@ TOP_LEVEL_KEYS = (
     "telemetry",
     "channels",
     "retention",
+    "budget",
 )
 _ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -211,6 +213,7 @@ class PiwConfig(_Strict):
     telemetry: TelemetryTable = Field(default_factory=TelemetryTable)
     channels: ChannelTable = Field(default_factory=dict)  # docs/channels.md
     retention: RetentionTable | None = None  # piw.store.retention_config (issue 33)
+    budget: BudgetTable = Field(default_factory=BudgetTable)
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
 

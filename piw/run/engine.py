@@ -113,6 +113,11 @@ class Engine:
         input_value = prepare_input(self.workflow.definition, raw_input)
         self.control.claim.hold(lease)
         run = self._create_run(input_value, title, {}, run_id)
+        confirmation = self.options.confirmation
+        if (
+            not begin and confirmation is not None
+        ):  # over --confirm-above: waits on its budget before any step
+            return self._guarded(run, lambda steps: steps.wait_for_confirmation(confirmation))
         if not begin:
             self.control.stopped = "queued"
             return self._guarded(run, lambda steps: None)

@@ -42,6 +42,8 @@ class RunOptions:
     """A per-run budget (``piw run --budget``): sets or tightens the workflow's own."""
     schedule: dict[str, Any] | None = None
     """``{name, fireAt}`` of the schedule fire starting this run, recorded in ``run_started`` (docs/schedules.md)."""
+    confirmation: dict[str, Any] | None = None
+    """``piw run --detach`` over ``--confirm-above``: the budget stop the run waits on before its first step."""
     decisions: DecisionBook | None = None
     """Where human-decision gates record their open request (the run database); ``None`` records none."""
     outbox: Outbox | None = None

@@ -73,6 +73,8 @@ class ForegroundOptions:
     session_visible: bool = True
     budget: Budget | None = None
     """``piw run --budget``: sets or tightens the workflow's budget for this run."""
+    confirmation: dict[str, Any] | None = None
+    """A detached run whose projection is over ``--confirm-above``: it waits on its budget before any step."""
     show_notification: Callable[[NotificationRow], None] | None = None
     """How the origin session shows a notification an earlier process of this run left undelivered."""
     warn: Callable[[str], None] | None = None
@@ -115,6 +117,7 @@ def _engine(workflow: LoadedWorkflow, home: Path, options: ForegroundOptions) ->
             budget=options.budget,
             resolution=options.resolution,
             schedule=options.schedule,
+            confirmation=options.confirmation,
             **clock,
         ),
     )
@@ -256,6 +259,7 @@ def queue_run(
         budget=options.budget,
         idempotency_key=options.idempotency_key,
         schedule=options.schedule,
+        confirmation=options.confirmation,
     )
     with _closing(_engine(workflow, home, detached)) as engine:
         claimed = _claim_start(engine, home, raw_input, title, detached)

@@ -37,8 +37,10 @@ def queue_detached(
     origin_session: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     budget: Budget | None = None,
+    confirmation: dict[str, Any] | None = None,
 ) -> RunState | Adopted:
-    """Validate everything, write ``run_started``, queue the run for a host (or adopt the run of the same key)."""
+    """Validate everything, write ``run_started``, queue the run for a host (or adopt the run of the same key);
+    ``confirmation``: the budget stop a run over ``--confirm-above`` waits on before its first step."""
     from rich.console import Console
 
     from piw.agent_steps.factory import agent_executor_factory
@@ -51,6 +53,7 @@ def queue_detached(
         origin_session=origin_session,
         idempotency_key=idempotency_key,
         budget=budget,
+        confirmation=confirmation,
     )
     return queue_run(reference, home, raw_input, title, options, check=factory)
 

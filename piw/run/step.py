@@ -82,6 +82,14 @@ class StepLoop:
         self.started()
         self.loop(self.apply(self.route_answered(node_id)))
 
+    def wait_for_confirmation(self, stop: dict[str, Any]) -> None:
+        """A detached run over ``--confirm-above``: wait on the budget gate, before the first step, with the
+        projection in the stop; ``piw answer RUN '{"confirm": true}'`` continues it at the entry."""
+        self.started()
+        stop = {**stop, "blockedNode": self.workflow.definition.start_at}
+        payload = {"status": "waiting", "waitingOn": BUDGET_WAIT, "finalOutput": stop}
+        self.run.writer.append("run", "run_waiting", payload, sync=True)
+
     def after_top_up(self, node_id: str) -> None:
         """A budget top-up's continuation runs the node whose request was refused, from its start."""
         self.started()

@@ -2,19 +2,21 @@
 
 Each route calls the function its CLI command calls (``piw.run.answering``, ``piw.run.lifecycle``,
 ``piw.run.starting``), so the same checks, idempotency and one-line errors apply; a continuation or a started run
-is left queued for ``piw host``, as with ``--detach``. ``answered_by`` is the token's name.
+is left queued for ``piw host``, as with ``--detach``. ``answered_by`` is the token's name. A budget top-up spends
+money, so it needs ``operate`` whichever route carries it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from piw.serve.auth import Answerer, Operator
 from piw.serve.reads import home_of, run_of
 from piw.store.db.tokens import TokenRow
+from piw.web.access import allows
 
 router = APIRouter(prefix="/api")
 
@@ -60,6 +62,10 @@ def _receipt(receipt: Any) -> dict[str, Any]:
 def answer(request: Request, run_id: str, body: AnswerBody, token: TokenRow = Answerer) -> dict[str, Any]:
     from piw.run.answering import answer_detached
 
+    if isinstance(body.answer, dict) and "topUp" in body.answer and not allows(token.scope, "operate"):
+        raise HTTPException(
+            403, f"Token {token.name!r} has scope {token.scope}; a budget top-up needs operate."
+        )
     home = home_of(request)
     return _receipt(answer_detached(home, run_of(request, run_id), body.answer, answered_by=token.name))
 

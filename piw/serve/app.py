@@ -68,7 +68,11 @@ def create_app(
             )
         else:
             response = await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
+        for (
+            name,
+            value,
+        ) in SECURITY_HEADERS.items():  # a router's stricter policy (the answer page's CSP) stays
+            response.headers.setdefault(name, value)
         return response
 
     if cors_origins:

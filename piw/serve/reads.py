@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
@@ -33,15 +33,29 @@ def run_of(request: Request, run_id: str) -> str:
 @router.get("/runs", summary="List runs, newest first (the filters of 'piw runs').")
 def list_runs(
     request: Request,
-    status: str | None = Query(None, description="A run status, or waiting / answered as in 'piw runs'."),
-    limit: int | None = Query(None, ge=1, description="At most this many runs."),
+    status: Annotated[
+        list[str] | None,
+        Query(
+            description="Run statuses (repeat, or comma-separated), or waiting / answered as in 'piw runs'."
+        ),
+    ] = None,
+    workflow: str | None = Query(None, description="Only runs of this workflow."),
+    since: str | None = Query(None, description="Started since: a date, an instant or an age (2d, 3h)."),
+    until: str | None = Query(
+        None, description="Started before: a date (that day included), an instant, an age."
+    ),
+    search: str | None = Query(None, description="Title or input contains this text."),
+    parent: str | None = Query(None, description="Only the continuations of this run."),
+    schedule: str | None = Query(None, description="Only runs started by this schedule's fires."),
+    limit: int | None = Query(None, description="At most this many runs."),
     _: Any = Reader,
 ) -> list[dict[str, Any]]:
-    from piw.store.history import RUN_FILTERS, run_summaries
+    from piw.store.history import find_runs
+    from piw.store.run_query import query_of
 
-    if status is not None and status not in RUN_FILTERS:
-        raise UsageError(f"Unknown status {status!r}; use one of: {', '.join(RUN_FILTERS)}.")
-    return [row.to_json() for row in run_summaries(home_of(request), status, limit)]
+    home = home_of(request)
+    query = query_of(home, status, workflow, since, until, search, parent, schedule, limit)
+    return [row.to_json() for row in find_runs(home, query)]
 
 
 @router.get("/waiting", summary="What needs an answer, across runs (as 'piw waiting').")
@@ -57,11 +71,14 @@ def run_state(
     request: Request,
     run_id: str,
     at: int | None = Query(None, ge=1, description="Replay only events 1..at (time travel)."),
+    steps: Literal["all", "none"] = Query(
+        "all", description="none: leave 'steps' empty (a long run's state at once; page /steps instead)."
+    ),
     _: Any = Reader,
 ) -> StreamingResponse:
     from piw.views.waits import state_document
 
-    pieces = list(state_document(home_of(request), run_of(request, run_id), at))
+    pieces = list(state_document(home_of(request), run_of(request, run_id), at, steps=steps == "all"))
     return StreamingResponse(iter(pieces), media_type="application/json")
 
 
@@ -71,11 +88,21 @@ def _load(request: Request, run_id: str) -> Any:
     return load_run(home_of(request), run_of(request, run_id))
 
 
-@router.get("/runs/{run_id}/steps", summary="One row per attempt, as the steps view.")
-def steps(request: Request, run_id: str, _: Any = Reader) -> list[dict[str, Any]]:
+@router.get(
+    "/runs/{run_id}/steps", summary="One row per attempt, as the steps view (paged by offset, limit)."
+)
+def steps(
+    request: Request,
+    run_id: str,
+    offset: int = Query(0, ge=0, description="Skip this many attempts (oldest first)."),
+    limit: int | None = Query(None, ge=1, description="At most this many attempts."),
+    _: Any = Reader,
+) -> list[dict[str, Any]]:
     from piw.store.state_json import step_to_json
 
-    return [step_to_json(step) for step in _load(request, run_id).state.steps]
+    records = _load(request, run_id).state.steps
+    end = len(records) if limit is None else min(len(records), offset + limit)
+    return [step_to_json(step) for step in records[offset:end]]
 
 
 @router.get("/runs/{run_id}/updates", summary="Every update in order, and the current value per (type, key).")

@@ -9,10 +9,12 @@ on the rows the rest of the query kept.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from piw.errors import UsageError
@@ -104,3 +106,46 @@ def parse_instant(text: str, option: str, now: datetime, *, end_of_day: bool = F
     if end_of_day and _DATE.match(value):
         parsed += timedelta(days=1)
     return int(parsed.timestamp() * 1000)
+
+
+def query_of(
+    home: Path,
+    status: list[str] | None,
+    workflow: str | None,
+    since: str | None,
+    until: str | None,
+    search: str | None,
+    parent: str | None,
+    schedule: str | None,
+    limit: int | None,
+) -> RunQuery:
+    """The filter values of ``piw runs`` and ``GET /api/runs`` (``docs/serve.md``), checked: one line, exit 2 (HTTP
+    400), for a bad one."""
+    from piw.errors import PiwError
+    from piw.store.history import RUN_FILTERS
+    from piw.store.runref import resolve_run_id
+
+    statuses = tuple(
+        dict.fromkeys(part.strip() for value in status or () for part in value.split(",") if part.strip())
+    )
+    for value in statuses:
+        if value not in RUN_FILTERS:
+            raise UsageError(f"Unknown status {value!r}; use one of: {', '.join(RUN_FILTERS)}.")
+    if limit is not None and limit < 1:
+        raise UsageError("--limit must be at least 1.")
+    now = datetime.now(UTC)
+    since_ms = parse_instant(since, "--since", now) if since is not None else None
+    until_ms = parse_instant(until, "--until", now, end_of_day=True) if until is not None else None
+    if parent is not None:
+        with contextlib.suppress(PiwError):  # a parent already removed: its continuations keep its id
+            parent = resolve_run_id(home, parent)
+    return RunQuery(
+        workflow=workflow,
+        since_ms=since_ms,
+        until_ms=until_ms,
+        statuses=statuses,
+        search=search or None,
+        parent=parent,
+        schedule=schedule,
+        limit=limit,
+    )

@@ -60,6 +60,9 @@ def _with_limit(count: int, limit: Any, word: str) -> str:
 def budget_stop_lines(run_id: str, stop: Any) -> Iterator[Text]:
     """Why the run stopped, what was spent and on what, and the commands that top it up or stop it."""
     stop = stop if isinstance(stop, dict) else {}
+    if stop.get("limit") == "confirmAbove":
+        yield from _confirm_lines(run_id, stop)
+        return
     fan_out = stop.get("fanOut") if isinstance(stop.get("fanOut"), dict) else None
     head = Text(
         "Stopped by its budget before the fan-out of "
@@ -90,3 +93,12 @@ def budget_stop_lines(run_id: str, stop: Any) -> Iterator[Text]:
             f"piw answer {shlex.quote(run_id)} {shlex.quote(fewer)}", style="bold"
         )
     yield Text("Or stop it:         ") + Text(f"piw cancel {shlex.quote(run_id)}", style="bold")
+
+
+def _confirm_lines(run_id: str, stop: dict[str, Any]) -> Iterator[Text]:
+    """A run parked by ``--confirm-above`` before its first model request (``docs/planning.md``)."""
+    yield Text("Waiting for confirmation before the first model request:")
+    yield Text(f"  the {single_line(str(stop.get('reason', '')))}.")
+    start = json.dumps({"confirm": True})
+    yield Text("Start it:   ") + Text(f"piw answer {shlex.quote(run_id)} {shlex.quote(start)}", style="bold")
+    yield Text("Or stop it: ") + Text(f"piw cancel {shlex.quote(run_id)}", style="bold")

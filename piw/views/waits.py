@@ -81,9 +81,11 @@ def _recorded(home: Path, run_id: str, decision_id: str | None) -> dict[str, Any
     return found
 
 
-def state_document(home: Path, run_id: str, at: int | None = None) -> Iterator[bytes]:
+def state_document(home: Path, run_id: str, at: int | None = None, *, steps: bool = True) -> Iterator[bytes]:
     """``piw inspect RUN --json`` as pieces of JSON text: the replayed ``RunState``, with ``damage`` and the
-    waiting run's ``decision`` (``GET /api/runs/{run_id}`` sends the same bytes, ``docs/serve.md``)."""
+    waiting run's ``decision`` (``GET /api/runs/{run_id}`` sends the same bytes, ``docs/serve.md``). ``steps=False``
+    leaves ``steps`` empty (``?steps=none``): a long run's state without its one row per attempt, which a client
+    pages through ``/steps`` instead."""
     from piw.store.state_json import iter_state_json
     from piw.views.source import load_run, with_artifact_check
 
@@ -93,6 +95,12 @@ def state_document(home: Path, run_id: str, at: int | None = None) -> Iterator[b
         decision = decision_summary(home, run.state)
         if decision is not None:
             extra["decision"] = decision
+    if not steps:
+        import orjson
+
+        from piw.store.state_json import state_to_json
+
+        return iter([orjson.dumps({**state_to_json(run.state, steps=False), **extra})])
     return iter_state_json(run.state, extra or None)
 
 

@@ -1,10 +1,12 @@
-"""The answer page in a real headless Chromium: an answer link opens the request, its digest and one button per
-choice; pressing one continues the run; the link then refuses (``docs/channels.md``, "The answer page")."""
+"""The answer page of a real ``piw serve`` in a real headless Chromium: an answer link opens the request, its
+digest and one button per choice; pressing one continues the run; the link then refuses (``docs/channels.md``,
+"The answer page")."""
 
 from __future__ import annotations
 
 import json
 import os
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,10 @@ def test_pressing_a_button_on_the_answer_page_continues_the_run(
         link = post.json()["answerPage"]
         digest = post.json()["requestSha256"]
         assert link.startswith(f"{site}/answer/")
+
+        with urllib.request.urlopen(link, timeout=30) as response:  # looking does not use the link
+            assert "default-src 'none'" in response.headers["Content-Security-Policy"]  # no script may run
+            assert "<script" not in response.read().decode()
 
         browser = Browser(CHROMIUM)
         try:

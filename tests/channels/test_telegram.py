@@ -76,3 +76,31 @@ def test_a_button_press_continues_the_run_and_records_the_channel_user(
     recorded = "".join(path.read_text(errors="replace") for path in runs.rglob("*") if path.is_file())
     for secret in (bot.token, *tokens):
         assert secret not in recorded and secret not in out and secret not in err
+
+
+def test_a_press_by_someone_not_allowed_is_refused_and_an_allowed_one_counts(
+    cli: Cli, make_workflow: WorkflowMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from piw.channels.duty import ChannelDuty
+
+    with serving(TelegramStandIn()) as bot:
+        assert isinstance(bot, TelegramStandIn)
+        write_channels(cli.home, telegram_table(bot.url, extra='allowed_users = ["@alice"]'))
+        monkeypatch.setenv(BOT_ENV, bot.token)
+        done = cli("run", str(make_workflow("gate", GATE)), "--json")  # the foreground posts it
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["runId"]
+        assert len(bot.messages) == 1
+        duty = ChannelDuty(cli.home)
+        try:
+            duty.tick()  # starts the poller (nothing more to send)
+            bot.press(1, "hold", {"id": 7, "username": "mallory\x1b[2J"})
+            wait_for(lambda: bot.answered() == ["You may not answer this."], what="the refusal")
+            bot.press(1, "ship", ALICE)
+            wait_for(lambda: len(bot.answered()) == 2, what="the allowed press")
+        finally:
+            duty.close()
+    assert bot.answered()[1] == "Recorded: ship"
+    (decision,) = open_run_database(cli.home).decisions.decisions_of(run_id)
+    assert decision.response is not None and decision.response["choice"] == "ship"
+    assert decision.answered_by == "telegram tg: @alice (id 4242)"

@@ -112,12 +112,14 @@ def test_a_checkpoint_is_answered_over_http_and_a_bad_answer_is_one_line(
         refused = api.post(f"/api/runs/{run_id}/answer", reader, {"answer": {"ok": True}})
         bad = api.post(f"/api/runs/{run_id}/answer", answerer, {"answer": {"ok": "maybe"}})
         shapeless = api.post(f"/api/runs/{run_id}/answer", answerer, {"reply": 1})
+        top_up = api.post(f"/api/runs/{run_id}/answer", answerer, {"answer": {"topUp": {"costUsd": 5}}})
         answered = api.post(f"/api/runs/{run_id}/answer", answerer, {"answer": {"ok": True}})
         unknown = api.post("/api/runs/no-such-run/answer", answerer, {"answer": {"ok": True}})
     assert refused.status_code == 403
     assert bad.status_code == 422 and bad.json()["error"].startswith("The answer does not fit checkpoint ask")
     assert "\n" not in bad.json()["error"]
     assert shapeless.status_code == 422
+    assert top_up.status_code == 403 and "needs operate" in top_up.json()["error"]
     assert answered.status_code == 200, answered.text
     assert answered.json()["answer"] == {"ok": True}
     assert unknown.status_code == 404

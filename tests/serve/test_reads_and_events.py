@@ -55,8 +55,12 @@ def test_a_runs_state_is_the_json_of_inspect(cli: Cli, make_workflow: WorkflowMa
         gate_state = api.get(f"/api/runs/{gate}", token)
         runs = api.get("/api/runs", token)
         waiting = api.get("/api/runs", token, status="waiting")
+        filtered = api.get("/api/runs", token, workflow="crunch", since="1d")
+        bad_since = api.get("/api/runs", token, since="whenever")
         bad = api.get("/api/runs", token, status="sleeping")
         steps = api.get(f"/api/runs/{run_id}/steps", token)
+        paged = api.get(f"/api/runs/{run_id}/steps", token, offset=1, limit=5)
+        light = api.get(f"/api/runs/{run_id}", token, steps="none")
         updates = api.get(f"/api/runs/{run_id}/updates", token)
         progress = api.get(f"/api/runs/{run_id}/progress", token)
         request = api.get(f"/api/runs/{gate}/waiting", token)
@@ -68,12 +72,18 @@ def test_a_runs_state_is_the_json_of_inspect(cli: Cli, make_workflow: WorkflowMa
     assert gate_state.json() == cli.json("inspect", gate)
     assert runs.json() == cli.json("runs")
     assert [row["runId"] for row in waiting.json()] == [gate]
+    assert filtered.json() == cli.json("runs", "--workflow", "crunch", "--since", "1d")
+    assert [row["runId"] for row in filtered.json()] == [run_id]
+    cli_since = cli("runs", "--since", "whenever")
+    assert bad_since.status_code == 400 and f"Error: {bad_since.json()['error']}" == cli_since.stderr.strip()
     cli_bad = cli("runs", "--status", "sleeping")
     assert bad.status_code == 400 and f"Error: {bad.json()['error']}" == cli_bad.stderr.strip()
     assert [(step["nodeId"], step["outcome"]) for step in steps.json()] == [
         ("prepare", "ok"),
         ("crunch", "ok"),
     ]
+    assert paged.json() == steps.json()[1:]
+    assert light.json() == {**state.json(), "steps": []}
     assert [item["key"] for item in updates.json()["history"]] == ["rows", "rows", "rows", "last"]
     assert {(item["type"], item["key"]) for item in updates.json()["current"]} == {
         ("progress", "rows"),

@@ -1,54 +1,40 @@
-"""The answer page served for a test: a real HTTP server in its own process on a free loopback port."""
+"""``piw serve`` for a test: the real command as a subprocess on a free loopback port (``docs/serve.md``)."""
 
 from __future__ import annotations
 
 import os
-import socket
+import re
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-APP = """
-import sys
-from pathlib import Path
-import uvicorn
-from fastapi import FastAPI
-from piw.channels.page_routes import answer_router
+from tests.support.cli import PIW_COMMAND
 
-app = FastAPI()
-app.include_router(answer_router(Path(sys.argv[1])))
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+SERVING = re.compile(r"Serving the piw API on (http://127\.0\.0\.1:\d+)")
 
 
 @contextmanager
-def page_server(home: Path) -> Iterator[str]:
-    """Serve ``home``'s answer page; yields its base URL."""
-    port = free_port()
-    env = {**os.environ, "PIW_HOME": str(home)}
-    process = subprocess.Popen([sys.executable, "-c", APP, str(home), str(port)], env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/answer/probe", timeout=2)
-        except urllib.error.HTTPError:
-            break  # it answers (410 for an unknown token)
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, "the page server did not start"
-            time.sleep(0.05)
+def page_server(home: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``piw serve --port 0`` over ``home``; yields its base URL once it listens."""
+    process = subprocess.Popen(
+        [*PIW_COMMAND, "serve", "--port", "0"],
+        env={**os.environ, "PIW_HOME": str(home), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    deadline = time.monotonic() + 60
+    found = None
+    while found is None:
+        line = process.stdout.readline()
+        assert line or process.poll() is None, "piw serve exited before it listened"
+        found = SERVING.search(line)
+        assert time.monotonic() < deadline, "piw serve did not start"
     try:
-        yield url
+        yield found.group(1)
     finally:
         process.terminate()
         process.wait(timeout=30)
