@@ -29,6 +29,9 @@ from piw.toolservers.config import McpServerConfig
 
 STDERR_TAIL_CHARS = 2_000
 """Characters of a server's stderr kept for error messages (its last lines usually say what went wrong)."""
+STDERR_LINES = 3
+"""Lines of that tail quoted in the error the model and the card read."""
+STDERR_LINE_CHARS = 160
 STOP_WAIT_S = 10.0
 """How long :meth:`McpConnection.close` waits for the SDK's shutdown (stdin closed, then TERM, then KILL)."""
 _POLL_S = 0.05
@@ -43,10 +46,16 @@ class McpFailure(Exception):
         self.stderr_tail = stderr_tail
 
     def describe(self) -> str:
-        """The message, then the server's last stderr lines when there are any."""
-        if not self.stderr_tail.strip():
+        """The message, then the server's last few stderr lines (squeezed, so a card shows them), if any.
+
+        The whole tail (up to :data:`STDERR_TAIL_CHARS`) stays in the result's ``details``; the model and the one-line
+        views get the lines that usually say what went wrong: the last ones.
+        """
+        lines = [" ".join(line.split())[:STDERR_LINE_CHARS] for line in self.stderr_tail.splitlines()]
+        shown = [line for line in lines if line][-STDERR_LINES:]
+        if not shown:
             return self.message
-        return f"{self.message}\nServer stderr (last lines):\n{self.stderr_tail.rstrip()}"
+        return self.message + "\nServer stderr (last lines):\n" + "\n".join(shown)
 
 
 @dataclass(frozen=True)
@@ -118,9 +127,9 @@ class McpConnection:
 
     def close(self) -> None:
         """Stop the server (stdio: stdin closed, then its process group signalled) and wait a bounded time."""
-        if self._thread.is_alive() and self._stop is not None:
+        if self._thread.is_alive() and self._session is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
-        elif self._thread.is_alive():
+        elif self._thread.is_alive():  # still starting (a server that never answers): cancel the start
             self._loop.call_soon_threadsafe(self._cancel_all)
         if self._thread.ident is not None:
             self._thread.join(STOP_WAIT_S)
@@ -190,7 +199,9 @@ class McpConnection:
         from mcp import MCPError
 
         try:
-            result = await self._session.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
+            result = await self._session.call_tool(
+                tool, arguments, read_timeout_seconds=timeout_s + 1.0
+            )  # ours speaks first
         except MCPError as exc:
             if "connection closed" in str(exc).lower():  # the server process died or hung up
                 self.failure = McpFailure(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -56,6 +57,7 @@ def test_mcp_list_starts_each_server_lists_its_tools_and_says_why_one_failed(
     assert [tool["offeredAs"] for tool in as_json[1]["tools"]] == [
         "notes__search",
         "notes__crash",
+        "notes__locked",
         "notes__whoami",
         "notes__slow",
     ]
@@ -102,3 +104,12 @@ def test_show_lists_a_steps_mcp_servers_and_run_refuses_an_unconfigured_one(
     refused = piw_cli(home, "run", str(workflow), "--provider", "scripted")
     assert refused.returncode == 2 and "MCP tools need the piw agent backend" in refused.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_server_that_never_answers_is_reported_and_stopped_after_its_start_timeout(home: Path) -> None:
+    write_config(home, '[mcp.mute]\ncommand = ["sleep", "97.31"]\nstart_timeout_s = 1\n')
+    shown = piw_cli(home, "mcp", "list")
+    assert shown.returncode == 1
+    assert "failed: MCP server 'mute' did not start within 1 s." in shown.stdout
+    left = subprocess.run(["pgrep", "-f", "sleep 97.31"], capture_output=True, text=True)
+    assert left.stdout == ""  # its process group was stopped, not left behind

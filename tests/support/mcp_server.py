@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 app = MCPServer("notes")
 
@@ -32,6 +33,12 @@ def crash() -> str:
     """Crash the server (for tests)."""
     print("fatal: the notes index is corrupt", file=sys.stderr, flush=True)
     os._exit(3)
+
+
+@app.tool()
+def locked() -> str:
+    """Open a locked note (always fails: the server answers with an error result)."""
+    raise ToolError("the note is locked")
 
 
 @app.tool()

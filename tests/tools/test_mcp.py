@@ -174,28 +174,30 @@ def test_a_slow_call_times_out_and_a_crash_is_a_tool_error_with_stderr_and_a_rea
     home: Path, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls.txt"
-    flow = FLOW.replace('"search", "crash"', '"search", "crash", "slow"')
+    flow = FLOW.replace('"search", "crash"', '"search", "crash", "slow", "locked"')
     workflow = write_workflow(tmp_path / "wf", "notes", flow)
     console = plain_console(width=300)
     with OpenAIStub() as stub:
-        config(home, stub, stdio_table(calls).replace("timeout_s = 5", "timeout_s = 1"))
+        config(home, stub, stdio_table(calls))  # timeout_s = 5: the 60 s call is abandoned after 5
         stub.respond = sequence(
+            StubReply.tool("notes__locked", {}),
             StubReply.tool("notes__slow", {"seconds": 60}),
             StubReply.tool("notes__crash", {}),
             StubReply.tool("notes__search", {"query": "tea"}),
             submit_reply({"note": "none"}),
         )
         run = start_configured(home, workflow, console=console)
-        third = stub.requests[2]
+        told = stub.requests[3]
     assert run.state is not None and run.state.status == "completed"
-    slow, crash, after = [r for r in tool_results(run.bundle) if r["toolName"].startswith("notes__")]
-    assert slow["isError"] and "MCP server 'notes': slow" in slow["content"], slow
+    locked, slow, crash, after = [r for r in tool_results(run.bundle) if r["toolName"].startswith("notes__")]
+    assert locked["isError"] and "the note is locked" in locked["content"], locked
+    assert slow["isError"] and "slow stopped: no reply within 5 s." in slow["content"], slow
     assert crash["isError"] and "exited or closed the connection during crash" in crash["content"]
     assert "fatal: the notes index is corrupt" in crash["content"]
-    assert crash["details"]["stderrTail"].strip() == "fatal: the notes index is corrupt"
+    assert crash["details"]["stderrTail"].strip().endswith("fatal: the notes index is corrupt")
     assert after["isError"] and "is not running" in after["content"]
     assert call_count(calls) == 0
-    assert any(m["role"] == "tool" and "fatal: the notes index" in m["content"] for m in third["messages"])
+    assert any(m["role"] == "tool" and "fatal: the notes index" in m["content"] for m in told["messages"])
     shown = console.file.getvalue()  # type: ignore[attr-defined]
     assert "✗ MCP server 'notes' exited or closed the connection during crash." in shown
     card = piw_cli(home, "inspect", run.run_id, "--view", "conversation", env={"COLUMNS": "300"})
