@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -58,3 +59,57 @@ def test_a_long_steps_node_started_reaches_the_rows_while_it_runs(
             run.kill()
     assert run.returncode == 0, err
     assert '"status": "completed"' in out or '"status":"completed"' in out
+
+
+TWO_ACTIONS = """
+import time
+from pathlib import Path
+
+from piw import action, define_workflow, edge
+
+def first(ctx):
+    gate = Path({gate!r})
+    Path({started!r}).touch()
+    deadline = time.monotonic() + 60
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {{"first": True}}
+
+def second(ctx):
+    Path({second!r}).touch()
+    return {{"second": True}}
+
+workflow = define_workflow(
+    name="paused", start_at="first",
+    nodes={{"first": action(first), "second": action(second)}},
+    edges=[edge("first", "second")],
+)
+"""
+
+
+def test_a_pause_asked_during_an_action_takes_effect_where_it_ends(
+    cli: Cli, tmp_path: Path, pg_setting: DatabaseSetting
+) -> None:
+    """The boundary after a step with effects reads the flags from that step's last fenced append, not from a
+    row read of its own: the pause asked while the action ran must still stop the run before ``second``."""
+    gate, started, second = tmp_path / "gate", tmp_path / "started", tmp_path / "second"
+    flow = tmp_path / "paused.workflow.py"
+    flow.write_text(TWO_ACTIONS.format(gate=str(gate), started=str(started), second=str(second)))
+    env = {"PIW_DATABASE": f"{pg_setting.url}?schema={pg_setting.schema}"}
+    run = cli.popen("run", str(flow), "--json", env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert started.exists()
+        listed = cli("runs", "--json", env=env)
+        run_id = json.loads(listed.stdout)[0]["runId"]
+        paused = cli("pause", run_id, env=env)
+        assert paused.returncode == 0, paused.stderr
+        gate.touch()
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert json.loads(out)["status"] == "running", (out, err)  # paused: running, parked until resumed
+    assert not second.exists()  # the step after the pause never started

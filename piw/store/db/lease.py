@@ -83,6 +83,8 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cancel_signalled = False
+        self._appended_since_boundary = False
+        """A fenced append read the flags since the last step boundary (database mode: :meth:`appended`)."""
         self.deadline = HolderDeadline(
             holder_clock() if sent_at is None else sent_at, lambda: self._lose("expired")
         )
@@ -129,6 +131,7 @@ class Lease:
         if self.lost is not None:
             return
         self._confirmed_at = self.queue.clock()
+        self._appended_since_boundary = True
         self._take_flags(ClaimCheck(status, pause_requested, cancel_requested))
 
     def current_flags(self, max_age_ms: int = BOUNDARY_FLAGS_MS) -> None:
@@ -137,8 +140,11 @@ class Lease:
         The background thread reads them every ``poll_ms``; a step boundary reads them itself, so a pause asked
         for while a step ran takes effect at the boundary that step ends at, not one poll later (by when a few fast
         steps may have finished the run). A busy database leaves the flags as last read."""
+        appended, self._appended_since_boundary = self._appended_since_boundary, False
         if self.lost is not None or self.queue.clock() - self._confirmed_at < max_age_ms:
             return
+        if max_age_ms == 0 and appended:
+            return  # a step with effects ends with a synchronous fenced append, which read the flags after them
         try:
             self.confirm()
         except StoreBusy as exc:
