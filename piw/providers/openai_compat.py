@@ -252,9 +252,9 @@ class _Chunks:
         details = raw.prompt_tokens_details
         cache_read = (details.cached_tokens if details else None) or 0
         cache_write = getattr(details, "cache_write_tokens", None) or 0
-        usage = Usage(
-            input=max(0, raw.prompt_tokens - cache_read - cache_write),
-            output=raw.completion_tokens,
+        usage = Usage(  # some servers leave a count out or send null: count it as 0, never fail the reply
+            input=max(0, (raw.prompt_tokens or 0) - cache_read - cache_write),
+            output=raw.completion_tokens or 0,
             cache_read=cache_read,
             cache_write=cache_write,
         )

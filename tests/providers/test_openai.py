@@ -96,6 +96,15 @@ def test_usage_comes_from_the_final_chunk_and_cost_from_configured_prices(stub: 
     assert stub.requests[0]["stream_options"] == {"include_usage": True}
 
 
+@pytest.mark.parametrize("usage", [{"prompt_tokens": 7}, {"prompt_tokens": 7, "completion_tokens": None}])
+def test_a_usage_chunk_without_completion_tokens_counts_them_as_zero(
+    stub: OpenAIStub, usage: dict[str, Any]
+) -> None:
+    stub.respond = [StubReply.text("ok", usage=usage)]
+    _, message = run(stub.provider(models=["stub-model"]), ask())
+    assert message.visible_text() == "ok" and (message.usage.input, message.usage.output) == (7, 0)
+
+
 def test_cost_is_none_for_an_unpriced_model(stub: OpenAIStub) -> None:
     stub.respond = [StubReply.text("ok", usage={"prompt_tokens": 5, "completion_tokens": 1})]
     _, message = run(stub.provider(models=["stub-model"]), ask())
