@@ -15,10 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from piw.providers.base import ChatRequest, ProviderEvent, StepRef
-from piw.providers.builder import MessageBuilder
-from piw.providers.messages import AssistantReply, Usage
-from piw.providers.recorded import RECORDED_PROVIDER, replies_so_far, retarget, step_prompt
-from piw.providers.scripted import ScriptedProvider
+from piw.providers.messages import AssistantReply
+from piw.providers.recorded import RECORDED_PROVIDER, replies_so_far, retarget, step_prompt, stream_recorded
 
 ATTEMPT_PLACEHOLDER = "<attemptId>"
 
@@ -73,13 +71,7 @@ class CaseReplyProvider:
         with self._lock:
             self.requests.append(request)
             reply, problem = self._reply(request)
-        if problem is not None:
-            builder = MessageBuilder(self.name, request.model)
-            yield from builder.start()
-            yield from builder.fail(problem, Usage(cost=0.0))
-            return
-        assert reply is not None
-        yield from ScriptedProvider([reply], name=self.name, model=request.model).stream(request, cancel)
+        yield from stream_recorded(self.name, request, cancel, reply, problem)
 
     def _reply(self, request: ChatRequest) -> tuple[AssistantReply | None, str | None]:
         step = request.step

@@ -51,6 +51,24 @@ class Recording:
     replies: list[AssistantReply] = field(default_factory=list)
 
 
+def stream_recorded(
+    name: str,
+    request: ChatRequest,
+    cancel: threading.Event,
+    reply: AssistantReply | None,
+    problem: str | None,
+) -> Iterator[ProviderEvent]:
+    """A recorded reply streamed as the model sent it, or, when there is none to give, a free error result that
+    says why (``problem``): what every provider that answers from a record sends back."""
+    if problem is not None:
+        builder = MessageBuilder(name, request.model)
+        yield from builder.start()
+        yield from builder.fail(problem, Usage(cost=0.0))
+        return
+    assert reply is not None
+    yield from ScriptedProvider([reply], name=name, model=request.model).stream(request, cancel)
+
+
 class RecordedRunProvider:
     """Serves a parent run's recorded replies to a fork's agent steps (``--provider replay``)."""
 
@@ -69,13 +87,7 @@ class RecordedRunProvider:
         with self._lock:
             self.requests.append(request)
             reply, problem = self._reply(request)
-        if problem is not None:
-            builder = MessageBuilder(self.name, request.model)
-            yield from builder.start()
-            yield from builder.fail(problem, Usage(cost=0.0))
-            return
-        assert reply is not None
-        yield from ScriptedProvider([reply], name=self.name, model=request.model).stream(request, cancel)
+        yield from stream_recorded(self.name, request, cancel, reply, problem)
 
     def _reply(self, request: ChatRequest) -> tuple[AssistantReply | None, str | None]:
         step = request.step
