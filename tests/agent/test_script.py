@@ -1,0 +1,69 @@
+"""The ``script`` node (issue 35, ``docs/dynamic-workflows.md``) on the loopback stub: leaves are keyed child steps,
+committed to the trace and never asked twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from piw.testing import OpenAIStub
+from tests.support.agent_harness import home, only_run, piw_cli, start, write_stub_config
+from tests.support.scripts import LeafStub, three_phase_workflow
+
+__all__ = ["home"]
+
+N = 4
+
+
+def expected_final(n: int = N) -> dict[str, object]:
+    checks = [{"answer": f"<Verify <Write from <Outline part {i}.>.>.>"} for i in range(n)]
+    synthesis = "Synthesise: " + "; ".join(c["answer"] for c in checks)
+    return {"final": {"answer": f"<{synthesis}>"}, "checks": checks}
+
+
+def test_a_three_phase_script_runs_every_leaf_once_and_keys_them_by_structure(
+    home: Path, tmp_path: Path
+) -> None:
+    workflow = three_phase_workflow(tmp_path / "wf")
+    leaves = LeafStub()
+    with OpenAIStub() as stub:
+        stub.respond = leaves
+        run = start(home, workflow, stub.provider(), run_input={"n": N})
+    assert run.state.status == "completed", run.state.error
+    assert run.state.final_output == expected_final()
+    assert sum(leaves.asked.values()) == 3 * N + 1
+    assert set(leaves.asked.values()) == {1}
+    keys = sorted(e["payload"]["key"] for e in run.of_type("child_step_finished", "orchestrate"))
+    assert keys == sorted(
+        [f"draft/outline-write.{i}/1-outline/outline" for i in range(N)]
+        + [f"draft/outline-write.{i}/2-write/write" for i in range(N)]
+        + [f"verify/verify.{i}/verify" for i in range(N)]
+        + ["synthesis/main"]
+    )
+    phases = {
+        u["payload"]["key"]: u["payload"]["data"]
+        for u in run.of_type("update_published", "orchestrate")
+        if u["payload"]["type"] == "script.phase"
+    }
+    assert phases["draft"]["done"] == phases["draft"]["total"] == 2 * N
+    assert phases["synthesis"] == {"phase": "synthesis", "done": 1, "total": 1, "running": 0}
+    logs = [
+        u["payload"]["data"]["text"]
+        for u in run.of_type("update_published", "orchestrate")
+        if u["payload"]["type"] == "script.log"
+    ]
+    assert logs == [f"verified {N} drafts"]
+
+
+def test_max_agents_stops_a_runaway_fan_out_before_its_first_request(home: Path, tmp_path: Path) -> None:
+    workflow = three_phase_workflow(tmp_path / "wf", max_agents=5)
+    leaves = LeafStub()
+    with OpenAIStub() as stub:
+        stub.respond = leaves
+        write_stub_config(home, stub)
+        result = piw_cli(home, "run", str(workflow), "--input", json.dumps({"n": N}), "--json")
+    assert result.returncode != 0
+    assert stub.request_count == 0
+    error = json.loads(result.stdout)["error"]
+    assert "max_agents=5" in error and "8 new leaves" in error
+    assert only_run(home).of_type("child_step_finished") == []
