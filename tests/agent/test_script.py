@@ -4,10 +4,11 @@ committed to the trace and never asked twice."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from piw.testing import OpenAIStub
-from tests.support.agent_harness import home, only_run, piw_cli, start, write_stub_config
+from tests.support.agent_harness import home, only_run, piw_cli, piw_process, start, write_stub_config
 from tests.support.scripts import LeafStub, three_phase_workflow
 
 __all__ = ["home"]
@@ -67,3 +68,42 @@ def test_max_agents_stops_a_runaway_fan_out_before_its_first_request(home: Path,
     error = json.loads(result.stdout)["error"]
     assert "max_agents=5" in error and "8 new leaves" in error
     assert only_run(home).of_type("child_step_finished") == []
+
+
+def test_after_an_edit_resume_refuses_and_fork_adopts_every_finished_leaf(home: Path, tmp_path: Path) -> None:
+    workflow = three_phase_workflow(tmp_path / "wf")
+    leaves = LeafStub()
+    with OpenAIStub() as stub:
+        stub.respond = leaves
+        write_stub_config(home, stub)
+        crashed = piw_process(
+            home,
+            "run",
+            str(workflow),
+            "--input",
+            json.dumps({"n": N}),
+            env={"PIW_TEST_KILL_AFTER_APPEND": "14"},
+        )
+        assert crashed.returncode == -signal.SIGKILL
+        parent = only_run(home)
+        committed = {e["payload"]["key"] for e in parent.of_type("child_step_finished", "orchestrate")}
+        assert 0 < len(committed) < 3 * N + 1
+        asked_before = dict(leaves.asked)
+        workflow.write_text(workflow.read_text().replace('"Synthesise: "', '"Summarise: "'), encoding="utf-8")
+        refused = piw_cli(home, "resume", parent.run_id)
+        assert refused.returncode != 0
+        assert "changed" in (refused.stdout + refused.stderr).lower()
+        last = parent.events[-1]["seq"]
+        forked = piw_cli(
+            home, "fork", parent.run_id, "--at", str(last), "--workflow", str(workflow), "--json"
+        )
+        assert forked.returncode == 0, forked.stdout + forked.stderr
+    final = json.loads(forked.stdout)["finalOutput"]
+    assert final["final"]["answer"].startswith("<Summarise: ")
+    assert final["checks"] == expected_final()["checks"]
+    adopted_prompts = {
+        e["payload"]["output"]["answer"][1:-1] for e in parent.of_type("child_step_finished", "orchestrate")
+    }
+    for prompt in adopted_prompts:
+        assert leaves.asked[prompt] == asked_before[prompt], f"{prompt!r} was asked again"
+    assert sum(leaves.asked.values()) - sum(asked_before.values()) <= 3 * N + 1 - len(committed)
