@@ -55,6 +55,8 @@
     ScheduleExists (UsageError)   ``piw schedule add`` with a name that exists; nothing stored
     ScheduleNotFound (UsageError) no schedule with that name
     RunHeld (UsageError)          ``piw rm`` of a run that is still held (running, waiting, parked)
+    ScriptUnstable (DefinitionError) ``piw validate``: a script's leaf keys differ between two runs (time,
+                                  randomness, set order); names the call site (``docs/dynamic-workflows.md``)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -338,3 +340,7 @@ class ScheduleNotFound(UsageError):
 
 class RunHeld(UsageError):
     """A run named for removal is not finished (running, waiting, parked, outcome unknown); nothing was removed."""
+
+
+class ScriptUnstable(DefinitionError):
+    """A script's leaf keys (or a key's prompt) differ between two dry runs; the message names the call site."""

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import json
 import signal
+import textwrap
 from pathlib import Path
 
 from piw.testing import OpenAIStub
-from tests.support.agent_harness import home, only_run, piw_cli, piw_process, start, write_stub_config
+from tests.support.agent_harness import (
+    home,
+    only_run,
+    piw_cli,
+    piw_process,
+    start,
+    write_stub_config,
+    write_workflow,
+)
 from tests.support.scripts import LeafStub, three_phase_workflow
 
 __all__ = ["home"]
@@ -107,3 +116,57 @@ def test_after_an_edit_resume_refuses_and_fork_adopts_every_finished_leaf(home: 
     for prompt in adopted_prompts:
         assert leaves.asked[prompt] == asked_before[prompt], f"{prompt!r} was asked again"
     assert sum(leaves.asked.values()) - sum(asked_before.values()) <= 3 * N + 1 - len(committed)
+
+
+STABLE = """
+    from pydantic import BaseModel
+    from piw import define_workflow, script
+
+    class Draft(BaseModel):
+        text: str
+        score: int
+
+    def main(flow):
+        def draft(topic):
+            return flow.agent(f"Draft {topic}.", expected_output=Draft)
+
+        with flow.phase("draft"):
+            drafts = flow.parallel(ITEMS, draft)
+        with flow.phase("synthesis"):
+            return flow.agent("Join: " + " ".join(d["text"] for d in drafts), KEY)
+
+    workflow = define_workflow(name="check", start_at="s", nodes={"s": script(main)})
+"""
+
+
+def validate(home: Path, tmp_path: Path, items: str, key: str) -> tuple[int, str]:
+    body = STABLE.replace("ITEMS", items).replace("KEY", key)
+    if "time." in key:
+        body = "import time\n" + textwrap.dedent(body)
+    workflow = write_workflow(tmp_path / "wf", "check", body)
+    result = piw_cli(home, "validate", str(workflow))
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_validate_runs_a_script_twice_without_a_model_and_counts_leaves_per_phase(
+    home: Path, tmp_path: Path
+) -> None:
+    code, out = validate(home, tmp_path, "['a', 'b', 'c']", "key='join'")
+    assert code == 0, out
+    assert "Script s: keys stable over two dry runs; leaves per phase: draft 3, synthesis 1" in out
+
+
+def test_validate_fails_a_script_whose_key_uses_the_time_naming_the_call_site(
+    home: Path, tmp_path: Path
+) -> None:
+    code, out = validate(home, tmp_path, "['a', 'b']", "key=f'join-{time.time()}'")
+    assert code != 0
+    assert "check.workflow.py:" in out and "depends on time, randomness or set order" in out
+
+
+def test_validate_fails_a_script_that_fans_out_over_a_set(home: Path, tmp_path: Path) -> None:
+    code, out = validate(
+        home, tmp_path, "list({'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta'})", "key='j'"
+    )
+    assert code != 0
+    assert "asks a different prompt in each run" in out and "check.workflow.py:" in out
