@@ -121,6 +121,10 @@ class Flow:
         self.max_agents = max_agents
         self._ask = ask
         self._committed = committed
+        self._committed_scopes = {
+            key.rsplit("/", n)[0] for key in committed for n in range(1, key.count("/") + 1)
+        }
+        """Every scope path that holds a committed leaf (a fan-out counts only items with none)."""
         self._asked = asked_before
         """Leaves that asked a model in earlier attempts of this visit, plus those started by this one."""
         self._fan_out = fan_out
@@ -242,8 +246,7 @@ class Flow:
     def _check_fan_out(self, item_scopes: list[Scope], stages: int) -> None:
         """Stop before the first request when the new items (at least one leaf per stage) would cross
         ``max_agents``, or the budget's fan-out gate (``ctx.start_fan_out``) refuses them."""
-        prefixes = ["/".join(s.path) + "/" for s in item_scopes]
-        new = sum(1 for p in prefixes if not any(key.startswith(p) for key in self._committed)) * stages
+        new = sum(1 for s in item_scopes if "/".join(s.path) not in self._committed_scopes) * stages
         if new == 0:
             return
         with self._lock:
