@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         text_input,
         timeout_after,
     )
+    from piw.workflow.script import Flow, script
     from piw.workflow.tool_refs import McpTools, mcp
 
 _LAZY = {
@@ -109,6 +110,8 @@ _LAZY = {
     "timeout_after": "piw.workflow.gates",
     "McpTools": "piw.workflow.tool_refs",
     "mcp": "piw.workflow.tool_refs",
+    "script": "piw.workflow.script",
+    "Flow": "piw.workflow.script",
 }
 
 
@@ -138,6 +141,7 @@ __all__ = [
     "DecisionRequest",
     "DefinitionError",
     "FieldsBlock",
+    "Flow",
     "LoadError",
     "McpTools",
     "NeedsKey",
@@ -173,6 +177,7 @@ __all__ = [
     "include",
     "mcp",
     "notify",
+    "script",
     "shell",
     "switch",
     "text_input",

@@ -57,6 +57,8 @@
     ScheduleExists (UsageError)   ``piw schedule add`` with a name that exists; nothing stored
     ScheduleNotFound (UsageError) no schedule with that name
     RunHeld (UsageError)          ``piw rm`` of a run that is still held (running, waiting, parked)
+    ScriptUnstable (DefinitionError) ``piw validate``: a script's leaf keys differ between two runs (time,
+                                  randomness, set order); names the call site (``docs/dynamic-workflows.md``)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -350,3 +352,7 @@ class NotConfirmed(PiwError):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class ScriptUnstable(DefinitionError):
+    """A script's leaf keys (or a key's prompt) differ between two dry runs; the message names the call site."""

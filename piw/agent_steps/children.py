@@ -95,14 +95,21 @@ class ChildRunner:
         self.visit = 1 + sum(1 for step in writer.state.steps if step.node_id == attempt.node_id)
         # Keys are unique within a visit, so only abandoned attempts of this visit can hold a result for one: they
         # are all in the trace before this attempt starts, and one read covers every later run_agent call.
-        self.earlier_ok: dict[str, Any] = {
-            str(event.payload.get("key")): event.payload.get("output")
+        earlier = [
+            event.payload
             for event in iter_trace(writer.bundle.trace_path)
             if event.type == "child_step_finished"
             and event.node_id == attempt.node_id
             and event.payload.get("visit") == self.visit
-            and event.payload.get("outcome") == "ok"
+        ]
+        self.earlier_ok: dict[str, Any] = {
+            str(payload.get("key")): payload.get("output")
+            for payload in earlier
+            if payload.get("outcome") == "ok"
         }
+        self.earlier_asked = len({str(payload.get("key")) for payload in earlier})
+        """Children of this visit that finished in earlier attempts, whatever their outcome (a script's
+        ``max_agents`` counts them: ``piw.workflow.script``)."""
         self.in_flight = 0
         self.max_in_flight = 0
 

@@ -374,15 +374,33 @@ def _workflow_row(label: str, path: Path, setting: DeadlineSetting) -> dict[str,
 
 
 @app.command()
-def validate(file: Annotated[str, typer.Argument(help="The workflow file to check.")]) -> int:
-    """Check a workflow definition with both validation passes, without starting a run."""
+def validate(
+    file: Annotated[str, typer.Argument(help="The workflow file to check.")],
+    input: Annotated[
+        str | None,
+        typer.Option("--input", help="With a script node: the input its two dry runs get (JSON or @FILE)."),
+    ] = None,
+) -> int:
+    """Check a workflow definition with both validation passes, without starting a run; a script node is also
+    run twice without a model and its leaf keys compared (docs/dynamic-workflows.md)."""
     from piw.run.runner import tools_known
-    from piw.workflow.loader import load_workflow
+    from piw.workflow.loader import load_workflow, parse_input_option
 
     home = piw_home()
     loaded = load_workflow(file, home, tools_known())
-    make_console().print(
+    console = make_console()
+    console.print(
         f"OK {loaded.definition.name}: {len(loaded.graph.nodes)} nodes, start {loaded.graph.start_at}, "
         f"digest {loaded.digest[:19]}…"
     )
+    from piw.workflow.script_check import check_scripts, script_nodes
+
+    if script_nodes(loaded):
+        raw_input = parse_input_option(input)
+        for report in check_scripts(loaded.path, {} if raw_input is None else raw_input):
+            phases = ", ".join(f"{safe_text(name)} {count}" for name, count in report.phases.items())
+            console.print(
+                f"Script {report.node_id}: keys stable over two dry runs; leaves per phase: {phases or 'none'}",
+                soft_wrap=True,
+            )
     return 0

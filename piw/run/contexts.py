@@ -76,7 +76,13 @@ def node_context(
                 return children
             return int(attempt.child_runner(make_runner).fan_out(children))
 
+        def runner() -> Any:  # the attempt's child runner: a script reads its committed leaves from it
+            attempt = holder_ref[0] if holder_ref else None
+            make_runner = getattr(agent, "child_runner", None)
+            return attempt.child_runner(make_runner) if attempt is not None and make_runner else None
+
         run_agent.fan_out = fan_out  # type: ignore[attr-defined]
+        run_agent.runner = runner  # type: ignore[attr-defined]
         extra: dict[str, Any] = {"waiter": options.waiter} if options.waiter else {}
         visit = state.node_stats.get(node_id, (0, 0.0))[0] + 1  # an abandoned attempt ends no visit
         key = idempotency_key(run.run_id, node_id, visit)

@@ -26,6 +26,10 @@ from piw.workflow.routing import decide
 
 ADOPTED_RUN_EVENTS = frozenset({"include_entered", "include_exited"})
 """Run-scoped events that belong to the adopted steps (they move routing in and out of includes)."""
+UNFINISHED_KEPT = frozenset({"child_step_finished"})
+"""Events adopted from an attempt the fork point interrupts: the committed results of its ``run_agent`` children
+(a script's leaves), which the fork's attempt of the same node visit then returns without a model request
+(``docs/dynamic-workflows.md``)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ def _adopted_events(events: list[TraceEvent], cut: int) -> list[TraceEvent]:
         if event.scope == "run":
             if event.type in ADOPTED_RUN_EVENTS:
                 adopted.append(event)
-        elif event.attempt_id is None or event.attempt_id in finished:
+        elif event.attempt_id is None or event.attempt_id in finished or event.type in UNFINISHED_KEPT:
             adopted.append(event)
     return adopted
 

@@ -1,0 +1,343 @@
+"""The ``script`` node: an orchestration script in ordinary Python, durable leaf by leaf
+(``docs/dynamic-workflows.md``).
+
+``script(main)`` is an action whose body is ``main(flow)``. Each ``flow.agent(...)`` is one leaf: a ``ctx.run_agent``
+child step under a **structural key** (phase, the function that called it, item index, stage, or an explicit
+``key=``) so that the same leaf has the same key every time the script runs. A leaf whose key already has a
+committed ``ok`` result in this node visit returns it without a model request (``docs/design/agent-steps.md`` §10);
+plain Python between leaves simply runs again. There is no determinism sandbox: ``piw validate`` runs a script twice
+and compares its keys (``piw.workflow.script_check``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from piw.errors import DefinitionError, NodeFailure, UpdateRejected
+
+if TYPE_CHECKING:
+    from piw.workflow.context import ActionContext
+    from piw.workflow.definition import ActionNode
+
+MAX_KEY = 128
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_HERE = __file__
+
+
+class AgentLimit(NodeFailure):
+    """A script would start more leaves than its ``max_agents`` (counted over the run and all its resumes)."""
+
+
+class LeafFailed(NodeFailure):
+    """A leaf agent step ended without an output (its outcome and error are in the message)."""
+
+
+def segment(name: str) -> str:
+    """A key segment: ``[A-Za-z0-9._-]``, starting with a letter or digit (``<lambda>`` is ``lambda``)."""
+    cleaned = _UNSAFE.sub("_", name).strip("._-") or "x"
+    return cleaned if cleaned[0].isalnum() else "x" + cleaned
+
+
+def full_key(path: Sequence[str]) -> str:
+    """The leaf key for a scope path; one over 128 characters keeps its head and ends in a digest of the rest."""
+    key = "/".join(path)
+    if len(key) <= MAX_KEY:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return f"{key[: MAX_KEY - 18]}~{digest}".replace("~", "-")
+
+
+@dataclass
+class Scope:
+    """Where a call happens: the key path so far and how often each name was used here (in call order)."""
+
+    path: tuple[str, ...]
+    phase: str
+    counts: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def name(self, base: str) -> str:
+        """``base`` the first time it is used in this scope, ``base:2`` the second time, …"""
+        with self.lock:
+            n = self.counts.get(base, 0) + 1
+            self.counts[base] = n
+        return base if n == 1 else f"{base}:{n}"
+
+    def child(self, *parts: str, phase: str | None = None) -> Scope:
+        return Scope((*self.path, *parts), self.phase if phase is None else phase)
+
+
+def caller_name() -> tuple[str, str]:
+    """The function that called into the flow (outside this module), and its ``file:line`` for reports."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == _HERE:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "main", "?"
+    return segment(frame.f_code.co_name), f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+@dataclass
+class PhaseCount:
+    """Progress of one phase: leaves finished, started and running."""
+
+    total: int = 0
+    done: int = 0
+    running: int = 0
+
+
+LeafCall = Callable[[str, str, Any, tuple[str, ...]], Any]
+"""How a flow asks one leaf: ``(key, prompt, expected_output, tools) -> output``."""
+
+
+class Flow:
+    """What ``main(flow)`` gets: ``input``, ``outputs``, ``agent``, ``parallel``, ``pipeline``, ``phase``, ``log``."""
+
+    def __init__(
+        self,
+        input: Any,
+        outputs: Any,
+        ask: LeafCall,
+        *,
+        max_concurrency: int = 16,
+        max_agents: int = 1000,
+        committed: frozenset[str] = frozenset(),
+        asked_before: int = 0,
+        fan_out: Callable[[int], int] | None = None,
+        report: Callable[[str, str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.input = input
+        self.outputs = outputs
+        self.max_concurrency = max_concurrency
+        self.max_agents = max_agents
+        self._ask = ask
+        self._committed = committed
+        self._committed_scopes = {
+            key.rsplit("/", n)[0] for key in committed for n in range(1, key.count("/") + 1)
+        }
+        """Every scope path that holds a committed leaf (a fan-out counts only items with none)."""
+        self._asked = asked_before
+        """Leaves that asked a model in earlier attempts of this visit, plus those started by this one."""
+        self._fan_out = fan_out
+        self._report = report
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._scope: contextvars.ContextVar[Scope] = contextvars.ContextVar("piw_script_scope")
+        self._root = Scope((), "main")
+        self._used: set[str] = set()
+        self._phases: dict[str, PhaseCount] = {}
+        self._lines = 0
+        self.leaves: list[dict[str, Any]] = []
+        """Every leaf this run of ``main`` reached: key, phase, call site, prompt digest (for ``piw validate``)."""
+
+    # ---- scopes -------------------------------------------------------------------------------------------
+
+    def _current(self) -> Scope:
+        return self._scope.get(self._root)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Name a phase: its leaves' keys start with it, and progress is shown per phase."""
+        if not isinstance(name, str) or not name.strip():
+            raise DefinitionError("flow.phase(name) needs a non-empty name")
+        scope = self._current()
+        token = self._scope.set(scope.child(scope.name(segment(name)), phase=name))
+        try:
+            yield
+        finally:
+            self._scope.reset(token)
+
+    # ---- leaves -------------------------------------------------------------------------------------------
+
+    def agent(
+        self,
+        prompt: str,
+        *,
+        expected_output: Any = None,
+        tools: Sequence[str] = (),
+        key: str | None = None,
+    ) -> Any:
+        """One agent step (submit completion, as a ``ctx.run_agent`` child); returns its output."""
+        scope = self._current()
+        site_name, site = caller_name()
+        last = segment(key) if key is not None else scope.name(site_name)
+        leaf_key = full_key((*scope.path, last))
+        with self._lock:
+            if leaf_key in self._used:
+                raise DefinitionError(f"flow.agent key {leaf_key!r} is used twice in this run of the script")
+            self._used.add(leaf_key)
+            self.leaves.append(
+                {
+                    "key": leaf_key,
+                    "phase": scope.phase,
+                    "site": site,
+                    "prompt": hashlib.sha256(str(prompt).encode()).hexdigest()[:16],
+                }
+            )
+            counts = self._phases.setdefault(scope.phase, PhaseCount())
+            counts.total += 1
+            fresh = leaf_key not in self._committed
+            if fresh:
+                if self._asked >= self.max_agents:
+                    raise AgentLimit(
+                        f"max_agents={self.max_agents} reached: leaf {leaf_key} would be agent "
+                        f"{self._asked + 1} of this run."
+                    )
+                self._asked += 1
+        if not fresh:
+            output = self._ask(leaf_key, prompt, expected_output, tuple(tools))
+            self._progress(scope.phase, done=1)
+            return output
+        with self._slots:
+            self._progress(scope.phase, running=1)
+            try:
+                return self._ask(leaf_key, prompt, expected_output, tuple(tools))
+            finally:
+                self._progress(scope.phase, running=-1, done=1)
+
+    # ---- fan-out ------------------------------------------------------------------------------------------
+
+    def parallel(self, items: Sequence[Any], fn: Callable[[Any], Any]) -> list[Any]:
+        """``fn(item)`` for each item, at most ``max_concurrency`` at once; results in item order."""
+        return self._fan(list(items), (fn,))
+
+    def pipeline(self, items: Sequence[Any], *stages: Callable[[Any], Any]) -> list[Any]:
+        """Each item flows through ``stages`` in order, entering the next stage as soon as it leaves one."""
+        if not stages:
+            raise DefinitionError("flow.pipeline(items, *stages) needs at least one stage")
+        return self._fan(list(items), stages)
+
+    def _fan(self, items: list[Any], stages: Sequence[Callable[[Any], Any]]) -> list[Any]:
+        scope = self._current()
+        names = [segment(getattr(stage, "__name__", "stage")) for stage in stages]
+        base = scope.name("-".join(names) if len(names) > 1 else names[0])
+        item_scopes = [scope.child(f"{base}.{index}") for index in range(len(items))]
+        self._check_fan_out(item_scopes, len(stages))
+
+        def run_item(index: int) -> Any:
+            value = items[index]
+            for number, (stage, name) in enumerate(zip(stages, names, strict=True), start=1):
+                stage_scope = (
+                    item_scopes[index] if len(stages) == 1 else item_scopes[index].child(f"{number}-{name}")
+                )
+                token = self._scope.set(stage_scope)
+                try:
+                    value = stage(value)
+                finally:
+                    self._scope.reset(token)
+            return value
+
+        if not items:
+            return []
+        workers = min(self.max_concurrency, len(items))
+        with ThreadPoolExecutor(workers, thread_name_prefix="piw-script") as pool:
+            futures = [pool.submit(contextvars.copy_context().run, run_item, i) for i in range(len(items))]
+            return [future.result() for future in futures]
+
+    def _check_fan_out(self, item_scopes: list[Scope], stages: int) -> None:
+        """Stop before the first request when the new items (at least one leaf per stage) would cross
+        ``max_agents``, or the budget's fan-out gate (``ctx.start_fan_out``) refuses them."""
+        new = sum(1 for s in item_scopes if "/".join(s.path) not in self._committed_scopes) * stages
+        if new == 0:
+            return
+        with self._lock:
+            if self._asked + new > self.max_agents:
+                raise AgentLimit(
+                    f"max_agents={self.max_agents}: a fan-out of {new} new leaves after {self._asked} "
+                    "would cross it; nothing of it was started."
+                )
+        if self._fan_out is not None:
+            self._fan_out(new)
+
+    # ---- log and progress ---------------------------------------------------------------------------------
+
+    def log(self, text: str) -> None:
+        """A durable line in the run log (an update ``script.log``, shown in the viewer and ``piw inspect``)."""
+        with self._lock:
+            self._lines += 1
+            number = self._lines
+        self._publish("script.log", f"line-{number}", {"text": str(text), "phase": self._current().phase})
+
+    def _progress(self, phase: str, *, done: int = 0, running: int = 0) -> None:
+        with self._lock:
+            counts = self._phases.setdefault(phase, PhaseCount())
+            counts.done += done
+            counts.running += running
+            data = {"phase": phase, "done": counts.done, "total": counts.total, "running": counts.running}
+        self._publish("script.phase", segment(phase), data)
+
+    def _publish(self, type_: str, key: str, data: dict[str, Any]) -> None:
+        if self._report is None:
+            return
+        with contextlib.suppress(UpdateRejected):  # progress is best effort: a full bucket drops a frame
+            self._report(type_, key, data)
+
+    @property
+    def phases(self) -> dict[str, PhaseCount]:
+        return dict(self._phases)
+
+
+@dataclass(frozen=True)
+class ScriptMain:
+    """The ``run`` of a script node: builds the flow over ``ctx.run_agent`` and calls ``main(flow)``."""
+
+    main: Callable[[Flow], Any]
+    max_concurrency: int
+    max_agents: int
+
+    def __call__(self, ctx: ActionContext) -> Any:
+        runner = getattr(ctx.agent_runner, "runner", None)
+        book = runner() if runner is not None else None
+        committed = frozenset(getattr(book, "earlier_ok", {}) or {})
+        asked = int(getattr(book, "earlier_asked", 0) or 0)
+
+        def ask(key: str, prompt: str, expected: Any, tools: tuple[str, ...]) -> Any:
+            result = ctx.run_agent(prompt, key=key, expected_output=expected, tools=tools)
+            if not result.ok:
+                raise LeafFailed(f"Leaf {key} {result.outcome}: {result.error}")
+            return result.output
+
+        def report(type_: str, key: str, data: dict[str, Any]) -> None:
+            ctx.publish_update(type_, key, data)
+
+        flow = Flow(
+            ctx.input,
+            ctx.outputs,
+            ask,
+            max_concurrency=self.max_concurrency,
+            max_agents=self.max_agents,
+            committed=committed,
+            asked_before=asked,
+            fan_out=ctx.start_fan_out,
+            report=report,
+        )
+        return self.main(flow)
+
+
+def script(
+    main: Callable[[Flow], Any],
+    *,
+    max_concurrency: int = 16,
+    max_agents: int = 1000,
+    timeout_s: float | None = None,
+) -> ActionNode:
+    """A node whose body is ordinary Python: ``main(flow)`` returns its output (``docs/dynamic-workflows.md``)."""
+    from piw.workflow.definition import ActionNode
+
+    if not callable(main):
+        raise DefinitionError("script(main) needs a function of the flow")
+    for name, value in (("max_concurrency", max_concurrency), ("max_agents", max_agents)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DefinitionError(f"script {name} must be a whole number of 1 or more, got {value!r}")
+    return ActionNode(
+        ScriptMain(main, max_concurrency, max_agents), None, timeout_s, None, "script", fan_out=max_agents
+    )
