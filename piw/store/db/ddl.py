@@ -1,7 +1,8 @@
 """``CREATE TABLE`` text for a :class:`~piw.store.db.database.TableSpec`, written without sqlite-utils.
 
 Creating a home's ``piw.sqlite`` used to import sqlite-utils (about a fifth of a second of start-up on a loaded
-machine) just to spell these statements, on the way to a new home's first model request (``bench/bench_first_request.py`` measures it).
+machine) just to spell these statements, on the way to a new home's first model request
+(``bench/bench_first_request.py`` measures it).
 The text is the very text sqlite-utils writes for the same spec (``tests/store/test_ddl.py`` compares them
 byte for byte), so a database created either way is the same file schema.
 """
