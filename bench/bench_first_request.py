@@ -5,9 +5,10 @@ Each run is a fresh ``piw`` process (byte-compiled modules, as an installed piw 
 ``config.toml`` whose default provider is the stub. The stub notes ``time.monotonic()`` when the request arrives
 (the clock is shared by every process on the machine); the figure is that instant minus the instant just before
 ``subprocess.Popen``. Prints min/median/max over ``--runs``, and the same for ``python -c 'import openai'`` and
-``piw --help``, measured in the same run, for scale. Not a test: figures only.
+``piw --help``, measured in the same run, for scale. ``--vs PIW`` times another ``piw`` executable (a baseline
+checkout's venv) the same way, interleaved with this one. Not a test: figures only.
 
-    python bench/bench_first_request.py [--runs 7]
+    python bench/bench_first_request.py [--runs 7] [--vs /path/to/baseline/.venv/bin/piw]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _home(folder: Path, stub: OpenAIStub) -> Path:
     return home
 
 
-def first_request_ms(folder: Path, stub: OpenAIStub, flow: Path) -> float:
+def first_request_ms(folder: Path, stub: OpenAIStub, flow: Path, piw: str = PIW) -> float:
     arrived: list[float] = []
 
     def respond(body: dict[str, Any]) -> StubReply:
@@ -63,7 +64,7 @@ def first_request_ms(folder: Path, stub: OpenAIStub, flow: Path) -> float:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.monotonic()
     done = subprocess.run(
-        [PIW, "run", str(flow), "--json"], env=env, capture_output=True, text=True, timeout=120
+        [piw, "run", str(flow), "--json"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and arrived, done.stderr
     return (arrived[0] - started) * 1000
@@ -86,6 +87,7 @@ def _line(label: str, values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--vs", help="another piw executable, timed the same way (the baseline)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="piw-first-") as scratch, OpenAIStub(models=["m"]) as stub:
         folder = Path(scratch)
@@ -94,12 +96,20 @@ def main() -> None:
         homes = folder / "homes"
         homes.mkdir()
         first_request_ms(homes, stub, flow)  # warm-up: byte-compile, page cache
-        firsts, imports, helps = [], [], []
+        if args.vs:
+            first_request_ms(homes, stub, flow, args.vs)
+        firsts, imports, helps, baselines = [], [], [], []
         for _ in range(args.runs):  # interleaved, so that load on the machine falls on each alike
             firsts.append(first_request_ms(homes, stub, flow))
+            if args.vs:
+                baselines.append(first_request_ms(homes, stub, flow, args.vs))
             imports.append(command_ms([sys.executable, "-c", "import openai"]))
             helps.append(command_ms([PIW, "--help"]))
         print(_line("piw run → first model request", firsts))
+        if baselines:
+            print(_line("baseline piw run → first request", baselines))
+            ratios = [new / old for new, old in zip(firsts, baselines, strict=True)]
+            print(f"{'this / baseline, pair by pair':34s} median {statistics.median(ratios):.3f}")
         print(_line("python -c 'import openai'", imports))
         print(_line("piw --help", helps))
 

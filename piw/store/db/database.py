@@ -41,6 +41,7 @@ from typing import Any
 from piw.errors import PiwError, StateSchemaMismatch, StoreError
 from piw.store.db.access import connect_read_only, is_unwritable, may_write, unwritable
 from piw.store.db.busy import BUSY_TIMEOUT_MS, begin
+from piw.store.db.ddl import create_table_sql
 
 DATABASE_NAME = "piw.sqlite"
 SCHEMA_ID = "piw.sqlite.v1"
@@ -299,6 +300,9 @@ TABLES: dict[str, TableSpec] = {
         pk="channel",
     ),
 }
+
+SCHEMA_INFO = TableSpec(columns={"id": int, "schema_id": str, "ddl_sha256": str}, pk="id")
+"""The one-row table naming the schema a file holds (checked on every open, not part of ``ddl_sha256``)."""
 
 INDEXES: tuple[str, ...] = (
     # One continuation per parent (a checkpoint answer), enforced by the database (docs/checkpoints.md).
@@ -559,7 +563,6 @@ class Database:
             os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
         conn = self.connection()
         _tighten(path)
-        utils = self.utils()
         with self.transaction():
             # Another process may have created it between our check and the lock: check again inside.
             existing = conn.execute(
@@ -572,18 +575,10 @@ class Database:
                 self.created = False
                 return
             for name, spec in TABLES.items():
-                utils[name].create(
-                    spec.columns,
-                    pk=spec.pk,
-                    not_null=spec.not_null or None,
-                    defaults=spec.defaults or None,
-                    if_not_exists=True,
-                )
+                conn.execute(create_table_sql(name, spec))
             for statement in INDEXES:
                 conn.execute(statement)
-            utils["schema_info"].create(
-                {"id": int, "schema_id": str, "ddl_sha256": str}, pk="id", if_not_exists=True
-            )
+            conn.execute(create_table_sql("schema_info", SCHEMA_INFO))
             conn.execute(
                 "INSERT INTO schema_info (id, schema_id, ddl_sha256) VALUES (1, ?, ?)",
                 (SCHEMA_ID, ddl_sha256()),

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from piw.errors import PiwError
 from piw.store.db.database import INDEXES, TABLES, Database, now_ms, open_database
+from piw.store.db.ddl import create_table_sql
 from piw.store.db.notices import notice
 from piw.store.home import RUN_ID_PATTERN
 from piw.store.place import runs_home
@@ -414,9 +415,7 @@ def _replace_table(db: Database, rows: list[tuple[Any, ...]]) -> None:
     spec = TABLES["runs"]
     with db.transaction() as conn:
         conn.execute("DROP TABLE IF EXISTS runs")
-        db.utils()["runs"].create(
-            spec.columns, pk=spec.pk, not_null=spec.not_null or None, defaults=spec.defaults or None
-        )
+        conn.execute(create_table_sql("runs", spec))
         for statement in INDEXES:
             if " ON runs(" in statement:
                 conn.execute(statement)
