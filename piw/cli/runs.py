@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from piw.store.history import RunSummary
-    from piw.store.run_query import RunQuery
     from piw.workflow.budget import Budget
     from piw.workflow.import_deadline import DeadlineSetting
 
@@ -232,9 +231,10 @@ def runs(
 ) -> int:
     """List runs, newest first; the options narrow the list (docs/cli.md, "Finding runs")."""
     from piw.store.history import find_runs
+    from piw.store.run_query import query_of
 
     home = command_home(database)
-    query = _run_query(home, status, workflow, since, until, search, parent, schedule, limit)
+    query = query_of(home, status, workflow, since, until, search, parent, schedule, limit)
     rows = find_runs(home, query)
     if size:
         rows = _with_sizes(home, rows)
@@ -272,23 +272,6 @@ def runs(
         if row.damage is not None:  # in full: the table clips its notice column
             console.print(f"⚠ {row.run_id} is damaged: {row.damage.notice} See 'piw inspect {row.run_id}'.")
     return 0
-
-
-def _run_query(
-    home: Path,
-    status: list[str] | None,
-    workflow: str | None,
-    since: str | None,
-    until: str | None,
-    search: str | None,
-    parent: str | None,
-    schedule: str | None,
-    limit: int | None,
-) -> RunQuery:
-    """The filter values of ``piw runs``, checked (one line, exit 2, for a bad one)."""
-    from piw.store.run_query import query_of
-
-    return query_of(home, status, workflow, since, until, search, parent, schedule, limit)
 
 
 def _with_sizes(home: Path, rows: list[RunSummary]) -> list[RunSummary]:
