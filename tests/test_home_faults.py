@@ -10,21 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import Cli
+from tests.support.disks import CAN_MOUNT, FILL, mount, unmount
 from tests.support.runs import WorkflowMaker
-
-CAN_MOUNT = os.geteuid() == 0 and shutil.which("mount") is not None
-
-
-def _mount(*args: str) -> bool:
-    return subprocess.run(["mount", *args], capture_output=True, check=False).returncode == 0
 
 
 @contextlib.contextmanager
@@ -42,23 +35,14 @@ def read_only(home: Path, tmp_path: Path) -> Iterator[Path]:
         return
     view = tmp_path / "read-only-home"
     view.mkdir()
-    if not CAN_MOUNT or not _mount("--bind", str(home), str(view)):
+    if not CAN_MOUNT or not mount("--bind", str(home), str(view)):
         pytest.skip("needs a read-only bind mount (mount --bind)")
     try:
-        if not _mount("-o", "remount,bind,ro", str(view)):
+        if not mount("-o", "remount,bind,ro", str(view)):
             pytest.skip("cannot remount read-only")
         yield view
     finally:
-        _unmount(view)
-
-
-def _unmount(path: Path) -> None:
-    """Unmount for sure: close this process's database connections first, then lazily if still busy."""
-    from piw.store.db.database import close_databases
-
-    close_databases()
-    if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+        unmount(view)
 
 
 @pytest.fixture
@@ -136,30 +120,13 @@ def test_a_home_that_cannot_be_created_is_one_error_line(cli: Cli, tmp_path: Pat
                               "PIW_HOME to a folder you can write, or create it.\n"  # fmt: skip
 
 
-FILL = """
-from piw import action, compute, define_workflow, edge
-
-def effect(ctx):
-    with open(ctx.input["log"], "a") as handle:
-        handle.write(ctx.node_id + "\\n")
-    return 1
-
-nodes = {f"n{i}": compute(lambda c, i=i: {"blob": str(i) * 300_000}) for i in range(8)}
-nodes["act"] = action(effect)
-workflow = define_workflow(
-    name="fill", start_at="n0", nodes=nodes,
-    edges=[*(edge(f"n{i}", f"n{i + 1}") for i in range(7)), edge("n7", "act")],
-)
-"""
-
-
 @pytest.mark.skipif(not CAN_MOUNT, reason="needs root and mount(8) for a small tmpfs")
 def test_a_full_disk_parks_the_run_and_it_resumes_once_there_is_space(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:
     disk = tmp_path / "disk"
     disk.mkdir()
-    if not _mount("-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(disk)):
+    if not mount("-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(disk)):
         pytest.skip("cannot mount a tmpfs")
     try:
         path = make_workflow("fill", FILL)
@@ -183,7 +150,7 @@ def test_a_full_disk_parks_the_run_and_it_resumes_once_there_is_space(
         # still full: refused with the same exit code, whichever write (the database's or the trace's) hits it first
         assert still_full.returncode == 75 and "No space left" in still_full.stderr
 
-        assert _mount("-o", "remount,size=20m", str(disk))  # space again
+        assert mount("-o", "remount,size=20m", str(disk))  # space again
         resumed = cli("resume", run_id, "--json", env=env)
         assert resumed.returncode == 0, resumed.stderr
         assert json.loads(resumed.stdout)["status"] == "completed"
@@ -191,4 +158,4 @@ def test_a_full_disk_parks_the_run_and_it_resumes_once_there_is_space(
         trace = (disk / "home" / "runs" / run_id / "trace.ndjson").read_bytes()
         assert trace.endswith(b"\n") and all(json.loads(x) for x in trace.splitlines())  # no tear left behind
     finally:
-        _unmount(disk)
+        unmount(disk)

@@ -10,8 +10,6 @@ it, once the tmpfs is grown; the run's effect happens exactly once.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import time
@@ -20,14 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import Cli
+from tests.support.disks import CAN_MOUNT, FILL, mount, unmount
 from tests.support.runs import WorkflowMaker
-from tests.test_home_faults import FILL
-
-CAN_MOUNT = os.geteuid() == 0 and shutil.which("mount") is not None
-
-
-def _mount(*args: str) -> bool:
-    return subprocess.run(["mount", *args], capture_output=True, check=False).returncode == 0
 
 
 def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -45,7 +37,7 @@ def test_a_host_parks_a_run_on_a_full_disk_keeps_serving_and_resumes_it(
 ) -> None:
     disk = tmp_path / "disk"
     disk.mkdir()
-    if not _mount("-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(disk)):
+    if not mount("-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(disk)):
         pytest.skip("cannot mount a tmpfs")
     host: subprocess.Popen[str] | None = None
     try:
@@ -71,7 +63,7 @@ def test_a_host_parks_a_run_on_a_full_disk_keeps_serving_and_resumes_it(
         time.sleep(3)  # a few back-offs: the host retries, finds the disk still full, and stays up
         assert host.poll() is None, host.communicate()
         assert not log.exists()  # the action after the blobs never ran
-        assert _mount("-o", "remount,size=20m", str(disk))  # space again
+        assert mount("-o", "remount,size=20m", str(disk))  # space again
         _wait(
             lambda: {row.get("status") for row in listed().values()} == {"completed"},
             90,
@@ -88,8 +80,4 @@ def test_a_host_parks_a_run_on_a_full_disk_keeps_serving_and_resumes_it(
             except subprocess.TimeoutExpired:
                 host.kill()
                 host.wait()
-        from piw.store.db.database import close_databases
-
-        close_databases()
-        if subprocess.run(["umount", str(disk)], capture_output=True, check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], capture_output=True, check=False)
+        unmount(disk)
