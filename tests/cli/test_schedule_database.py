@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from piw.run.schedule_duty import ScheduleDuty
@@ -14,6 +13,7 @@ from piw.store.pg.place import forget, use
 from piw.store.pg.setting import DatabaseSetting
 from tests.support.cli import Cli
 from tests.support.runs import WorkflowMaker
+from tests.support.schedules import tick_together
 
 FLOW = """
 from piw import compute, define_workflow
@@ -49,21 +49,7 @@ def test_two_machines_share_schedules_and_fire_each_period_once(
             )
         )  # fmt: skip
         duties = [ScheduleDuty(home, f"host-{n}", lambda line: None) for n, home in enumerate(homes)]
-        started: list[str] = []
-        lock = threading.Lock()
-        for period in range(1, 4):
-            now = T0 + period * PERIOD + 100
-
-            def look(duty: ScheduleDuty, now: int = now) -> None:
-                found = duty.tick(now)
-                with lock:
-                    started.extend(found)
-
-            threads = [threading.Thread(target=look, args=(duty,)) for duty in duties]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+        started = tick_together(duties, (T0 + period * PERIOD + 100 for period in range(1, 4)))
         fires = open_schedules(other.home).fires("tick")
     finally:
         for home in homes:

@@ -7,7 +7,6 @@ runs it queues are real runs (bundles with ``run_started``, queue rows) left que
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 from piw.run.schedule_duty import ScheduleDuty, start_fire
@@ -19,6 +18,7 @@ from piw.store.history import find_runs
 from piw.store.run_query import RunQuery
 from tests.support.cli import Cli
 from tests.support.runs import WorkflowMaker
+from tests.support.schedules import tick_together
 
 PERIOD = 60_000
 T0 = 1_800_000_000_000  # a fixed instant (2027-01-15): the duty is told the time, it never reads it
@@ -152,21 +152,7 @@ def test_overlap_queue_starts_the_waiting_fire_once_the_previous_run_ends(
 def test_two_hosts_fire_each_period_exactly_once(piw_home: Path, make_workflow: WorkflowMaker) -> None:
     add(piw_home, make_workflow("tick", FLOW))
     duties = [ScheduleDuty(piw_home, f"host-{n}", lambda line: None) for n in "ab"]
-    started: list[str] = []
-    lock = threading.Lock()
-    for period in range(1, 5):
-        now = T0 + period * PERIOD + 200
-
-        def look(duty: ScheduleDuty, now: int = now) -> None:
-            found = duty.tick(now)
-            with lock:
-                started.extend(found)
-
-        threads = [threading.Thread(target=look, args=(duty,)) for duty in duties]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    started = tick_together(duties, (T0 + period * PERIOD + 200 for period in range(1, 5)))
     assert len(started) == 4 == len(set(started))
     assert sorted(scheduled_runs(piw_home)) == sorted(started)
     assert states(piw_home) == {T0 + k * PERIOD: "started" for k in range(1, 5)}
