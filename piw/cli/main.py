@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _command(args: list[str], whole_process: bool) -> None:
     """Run one command line and exit with its code; every error becomes one ``Error: …`` line."""
+    if whole_process:
+        quick_exit.mark_whole_process()
     try:
         group = command_group(args)
         args = protect_run_refs(group, args)

@@ -7,7 +7,8 @@ dicts and strings. Freeing it when the command returns, and then at interpreter 
 the standard streams and ends the process with ``os._exit``, the way mypy ends its own runs (``hard_exit``).
 
 Only read-only commands ask for it: nothing of theirs waits on ``atexit`` or on a thread. A command run in
-process (``main(argv)``, as the tests do) never ends the caller's process.
+process (``main(argv)``, as the tests do) never ends the caller's process. The same commands, when they are the
+whole process, may leave their cache writes to a detached process (:func:`allow_detached_writes`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,22 @@ import os
 import sys
 
 _kept: list[object] = []
+_whole_process = False
+
+
+def mark_whole_process() -> None:
+    """The command running is this process's entry point (the console script), not a call in the caller's."""
+    global _whole_process
+    _whole_process = True
+
+
+def allow_detached_writes() -> None:
+    """A read-only command that ends right after its answer: when it is the whole process, the caches its read
+    leaves (fold checkpoints) may be written by a detached process it does not wait for (``piw.store.detached``)."""
+    if _whole_process:
+        from piw.store.detached import allow
+
+        allow()
 
 
 def keep_until_exit(*objects: object) -> None:

@@ -173,6 +173,7 @@ def inspect(
     from piw.views.source import with_artifact_check
 
     home = command_home(database)
+    quick_exit.allow_detached_writes()  # (the fold checkpoints a first read of a long run leaves)
     run = load_run(home, resolve_run_id(home, run_id) if run_id else _newest(home), at)
     quick_exit.keep_until_exit(run)  # a long run's state: the process ends without freeing it
     if node is not None:
@@ -248,6 +249,7 @@ def watch(
         # One frame of a long run: the process ends without freeing its state (not a live watch: it has threads).
         if once:
             quick_exit.keep_until_exit(watcher)
+            quick_exit.allow_detached_writes()
         with following(home, bundle.run_id, active=not once):
             watcher.run(once=once, stop=stop)
     except WatchInterrupted:

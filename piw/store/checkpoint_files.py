@@ -458,6 +458,12 @@ class Extension:
 
     def leave(self, bundle_path: Path, state: RunState) -> None:
         """Write the checkpoint of ``state``, the fold of exactly the bytes fed so far, and start a new segment."""
+        self.seal(state).write(bundle_path)
+
+    def seal(self, state: RunState) -> Sealed:
+        """End the segment at ``state`` (the fold of exactly the bytes fed so far) and start a new one: what its
+        checkpoint holds, to be written now or later (:meth:`Sealed.write`). Cheap: one hash of two digests and a
+        list of the segment's steps."""
         self.link = hashlib.sha256(self.link + self.segment.digest()).digest()
         where = {
             "offset": self.position,
@@ -465,7 +471,22 @@ class Extension:
             "prefix_sha256": self.link.hex(),
             "step_start": self.step_start,
         }
-        write_checkpoint(bundle_path, state, where, state.steps.after(self.step_start), self.artifact_refs)
+        sealed = Sealed(state, where, state.steps.after(self.step_start), self.artifact_refs)
         self.last = (state.trace_seq, self.link.hex())
         self.previous_seq, self.step_start = state.trace_seq, len(state.steps)
         self.segment = hashlib.sha256()
+        return sealed
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """One checkpoint's content, sealed by :meth:`Extension.seal`: a state is immutable, so writing it later gives
+    the very file writing it at once would."""
+
+    state: RunState
+    where: dict[str, Any]
+    steps: list[StepRecord]
+    artifact_refs: bool
+
+    def write(self, bundle_path: Path) -> None:
+        write_checkpoint(bundle_path, self.state, self.where, self.steps, self.artifact_refs)

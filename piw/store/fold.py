@@ -12,6 +12,8 @@ from dataclasses import replace
 from sys import intern
 from typing import Any
 
+from msgspec import UNSET
+
 from piw.store.state import (
     RUN_STATUSES,
     TERMINAL_STATUSES,
@@ -33,6 +35,7 @@ from piw.store.state_json import (
     update_to_json,
 )
 from piw.store.trace import TraceEvent, paused_gc
+from piw.store.trace_typed import NodeFailedLine, NodeFinishedLine, NodeStartedLine
 
 __all__ = [
     # The fold is this module's own concept; the state types are re-exported because every reader of a run
@@ -443,73 +446,115 @@ def _fold_into(folder: _Folder, events: Iterable[TraceEvent]) -> TraceEvent | No
     between. That pair is folded here, in the loop, with the containers held in locals. It builds the very
     ``StepRecord`` that ``_Folder.node_terminal`` builds (``tests/store/test_fold_fast_path.py`` compares the two on
     generated traces), in half the time: the handler calls, attribute reads and helper calls it skips are most
-    of what a cold replay spends in the fold.
+    of what a cold replay spends in the fold. A pair decoded typed (``piw.store.trace_typed``: the payload a struct,
+    not a dict) is read by attribute (``tests/store/test_trace_typed.py`` folds traces both ways).
     """
     state = folder.state
     handlers = _HANDLERS
     last: TraceEvent | None = None
     # While in this loop the pending ``node_started`` is the local ``started`` and ``folder.started`` is None;
     # a handler gets it in ``folder.started`` and may consume it.
-    started: TraceEvent | None = None
+    started: Any = None
     steps = folder.new_steps
     outputs, results, stats = folder.outputs, folder.results, folder.node_stats
     bound = False  # whether those are the owned containers yet (``own`` copies them once, before a change)
     for last in events:
-        kind = last.type
-        if kind == "node_started":
-            started = last
+        line: Any = last
+        kind = type(line)
+        if kind is _TYPED_START:
+            started = line
             folder.current = None
             continue
         if (
-            started is not None
-            and (kind == "node_finished" or kind == "node_failed")
-            and started.attempt_id == last.attempt_id
+            (kind is _TYPED_FINISHED or kind is _TYPED_FAILED)
+            and type(started) is _TYPED_START
+            and started.attempt_id == line.attempt_id
         ):
-            if not bound:
-                folder.own()
-                outputs, results, stats = folder.outputs, folder.results, folder.node_stats
-                bound = True
-            get = last.payload.get
-            node_id = intern(last.node_id or "")
-            outcome = get("outcome", "ok" if kind == "node_finished" else "failed")
-            node_type = started.payload.get("nodeType", "")
-            duration: Any = get("durationMs")
-            usage = get("usage")
+            body = line.body
+            outcome = body.outcome
+            if outcome is UNSET:
+                outcome = "ok" if kind is _TYPED_FINISHED else "failed"
+            node_type = started.body.node_type
+            if node_type is UNSET:
+                node_type = ""
+            tb = body.traceback
             step = StepRecord(
-                attempt_id=last.attempt_id or "",
-                node_id=node_id,
+                attempt_id=line.attempt_id,
+                node_id=intern(line.node_id),
                 node_type=intern(node_type) if type(node_type) is str else node_type,
                 outcome=intern(outcome) if type(outcome) is str else outcome,
                 started_at=started.at,
-                finished_at=last.at,
-                duration_ms=duration,
+                finished_at=line.at,
+                duration_ms=body.duration_ms,
+                prompt=None,
+                output=body.output,
+                error=body.error,
+                action=body.action,
+                conversation=body.conversation,
+                usage=body.usage,
+                traceback=_frames(tb) if tb else None,
+            )
+        else:
+            name = line.type
+            if name == "node_started":
+                started = line
+                folder.current = None
+                continue
+            if (
+                started is None
+                or (name != "node_finished" and name != "node_failed")
+                or started.attempt_id != line.attempt_id
+            ):
+                handler = handlers.get(name)
+                if handler is not None:
+                    folder.started = started
+                    handler(folder, last)
+                    started, folder.started = folder.started, None
+                continue
+            get = line.payload.get
+            outcome = get("outcome", "ok" if name == "node_finished" else "failed")
+            node_type = started.payload.get("nodeType", "")
+            step = StepRecord(
+                attempt_id=line.attempt_id or "",
+                node_id=intern(line.node_id or ""),
+                node_type=intern(node_type) if type(node_type) is str else node_type,
+                outcome=intern(outcome) if type(outcome) is str else outcome,
+                started_at=started.at,
+                finished_at=line.at,
+                duration_ms=get("durationMs"),
                 prompt=None,
                 output=get("output"),
                 error=get("error"),
                 action=get("action"),
                 conversation=get("conversation"),
-                usage=usage,
+                usage=get("usage"),
                 traceback=_frames(tb) if (tb := get("traceback")) else None,
             )
-            started = None
-            steps.append(step)
-            attempts, total = stats.get(node_id, (0, 0.0))
-            stats[node_id] = (attempts + 1, total + duration if type(duration) in (int, float) else total)
-            results[node_id] = step
-            if outcome == "ok":
-                outputs[node_id] = step.output
-            else:
-                outputs.pop(node_id, None)
-            if usage is not None:
-                folder.fields["usage"] = add_usage(folder.fields.get("usage", state.usage), usage)
-            continue
-        handler = handlers.get(kind)
-        if handler is not None:
-            folder.started = started
-            handler(folder, last)
-            started, folder.started = folder.started, None
+        # the pair's step, however it was decoded
+        started = None
+        if not bound:
+            folder.own()
+            outputs, results, stats = folder.outputs, folder.results, folder.node_stats
+            bound = True
+        steps.append(step)
+        node_id = step.node_id
+        duration: Any = step.duration_ms
+        attempts, total = stats.get(node_id, (0, 0.0))
+        stats[node_id] = (attempts + 1, total + duration if type(duration) in (int, float) else total)
+        results[node_id] = step
+        if step.outcome == "ok":
+            outputs[node_id] = step.output
+        else:
+            outputs.pop(node_id, None)
+        if step.usage is not None:
+            folder.fields["usage"] = add_usage(folder.fields.get("usage", state.usage), step.usage)
     folder.started = started
     return last
+
+
+_TYPED_START: Any = NodeStartedLine
+_TYPED_FINISHED: Any = NodeFinishedLine
+_TYPED_FAILED: Any = NodeFailedLine
 
 
 def fold(events: Iterable[TraceEvent]) -> RunState:

@@ -24,6 +24,7 @@ from piw.store.checkpoint_files import (
     READ_CHUNK,
     Extension,
     Found,
+    Sealed,
     checkpoint_dir,
     headers,
     record_verified,
@@ -32,9 +33,11 @@ from piw.store.checkpoint_files import (
     verified_chain,
 )
 from piw.store.damage import Damage, line_damage
+from piw.store.detached import run_detached
 from piw.store.fold import fold, fold_more
 from piw.store.state import RunState, StepRecord
 from piw.store.trace import TraceEvent, decode_event, decode_lines, last_seq, paused_gc
+from piw.store.trace_typed import decode_typed
 
 CHECKPOINT_EVERY = int(os.environ.get("PIW_TEST_CHECKPOINT_EVERY", "") or 20_000)
 """Events between checkpoints: a reader folds at most this many events past the one it starts from.
@@ -43,6 +46,9 @@ _DECODE_CHUNK = 1 << 15
 """Bytes decoded in one call: about 125 lines (a megabyte at once was slower: the events left the cache before
 the fold used them)."""
 _BATCH = 256
+_TYPED_FROM = 1 << 20
+"""Bytes left to read from which the lines are decoded typed (``piw.store.trace_typed``: its decoder costs a few
+milliseconds to build, more than it saves on a short read)."""
 
 
 @dataclass
@@ -90,7 +96,8 @@ def _read(
     ``feed``, when given, gets the bytes of each batch's lines just before the batch is yielded, so a reader that
     leaves checkpoints hashes exactly the bytes it decoded without reading the file a second time.
 
-    A batch is the lines of one chunk decoded in one call (:func:`piw.store.trace.decode_lines`), cut after
+    A batch is the lines of one chunk decoded in one call (typed, :func:`piw.store.trace_typed.decode_typed`, or
+    else :func:`piw.store.trace.decode_lines`), cut after
     every checkpoint boundary (``seq`` a multiple of :data:`CHECKPOINT_EVERY`), so a boundary event always ends
     its batch and the offset is exact there. A chunk that holds a bad line, or the line past ``at``, is read
     line by line (one event per batch). The torn-tail rule (``docs/bundle-format.md`` §10) holds as for a read from
@@ -106,6 +113,7 @@ def _read(
             return
         with handle:
             handle.seek(offset)
+            typed = os.fstat(handle.fileno()).st_size - offset >= _TYPED_FROM
             position, expected, damaged, rest = offset, seq, 0, b""
             while chunk := handle.read(_DECODE_CHUNK):
                 data = rest + chunk
@@ -113,7 +121,11 @@ def _read(
                 body, rest = data[:cut], data[cut:]
                 if not outcome.artifact_refs and ARTIFACT_KEY in body:
                     outcome.artifact_refs = True
-                batch = None if damaged or not body else decode_lines(body, expected)
+                batch = (
+                    None
+                    if damaged or not body
+                    else (typed and decode_typed(body, expected)) or decode_lines(body, expected)
+                )
                 if batch is not None and (at is None or batch[-1].seq <= at):
                     fed = position
                     for end, events in _cut_at_boundaries(body, position, batch):
@@ -208,9 +220,11 @@ def _replay_from(
     offset = base.offset if base else 0
     extension = Extension(base, refs_before)
     trace = bundle_path / "trace.ndjson"
+    stamp = trace_identity(trace) if write else None
     stream, found = _read(trace, offset, (base.seq if base else 0) + 1, at, extension.feed if write else None)
     position = offset
     batch: list[TraceEvent] = []
+    sealed: list[Sealed] = []
     with paused_gc():
         for end, events in stream:
             position = end
@@ -221,8 +235,10 @@ def _replay_from(
                 state = fold_more(state, batch)
                 batch = []
             if boundary:  # the extension was fed exactly the bytes of the events folded so far
-                extension.leave(bundle_path, state)
+                sealed.append(extension.seal(state))
         state = fold_more(state, batch)
+    if sealed:
+        _leave(bundle_path, sealed, stamp)
     return Replay(
         state,
         position,
@@ -232,6 +248,35 @@ def _replay_from(
         base.seq if base else 0,
         artifact_refs=refs_before or found.artifact_refs,
     )
+
+
+_DETACH_STEPS = 4096
+"""Steps in the checkpoints of one read from which they are written by a detached process (when the command
+allows it): below that, writing them costs less than a fork."""
+
+
+def _leave(bundle_path: Path, sealed: list[Sealed], stamp: list[int] | None) -> None:
+    """Write the checkpoints a read sealed, those of a long read off its critical path (``piw.store.detached``).
+
+    Then, when the trace did not change while it was read (``stamp``: its identity before the read), remember that
+    this file hashes to the chain (``verified.json``), as the run's writer does at close, so the next reader does
+    not hash the prefix again.
+    """
+
+    def work() -> None:
+        for one in sealed:
+            one.write(bundle_path)
+        last = sealed[-1]
+        seq = last.state.trace_seq
+        trace = bundle_path / "trace.ndjson"
+        unchanged = stamp is not None and trace_identity(trace) == stamp
+        if unchanged and stamp and (checkpoint_dir(bundle_path) / f"seq-{seq}.ckpt").is_file():
+            record_verified(bundle_path, stamp, seq, last.where["prefix_sha256"])
+
+    if sum(len(one.steps) for one in sealed) >= _DETACH_STEPS:
+        run_detached(work)
+    else:
+        work()
 
 
 def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:
