@@ -35,7 +35,7 @@ from piw.store.checkpoint_files import (
 from piw.store.damage import Damage, line_damage
 from piw.store.detached import run_detached
 from piw.store.fold import fold, fold_more
-from piw.store.state import RunState, StepRecord
+from piw.store.state import RunState, StepRecord, evolve
 from piw.store.trace import TraceEvent, decode_event, decode_lines, last_seq, paused_gc
 from piw.store.trace_typed import decode_typed
 
@@ -179,15 +179,22 @@ def _cut_at_boundaries(
         yield position + len(body), batch[start:] if start else batch
 
 
-def replay(bundle_path: Path, run_id: str, at: int | None = None, *, write: bool = True) -> Replay:
+def replay(
+    bundle_path: Path, run_id: str, at: int | None = None, *, write: bool = True, bounded: bool = False
+) -> Replay:
     """The state of a run at ``at`` (the end of its valid trace without it), from the best checkpoint.
 
     This is the read API every reader uses: ``inspect`` and its views, ``--at``, ``watch`` and the viewer.
     While folding past the last checkpoint it leaves new ones every :data:`CHECKPOINT_EVERY` events (unless
     ``write`` is false), so the next read of this run, at any point, folds at most that many events.
+
+    ``bounded`` (with ``write``; ``piw watch``, which shows counts and the last steps): each checkpoint is written as
+    soon as the fold passes it, and the steps before it are then read back from the checkpoints only when something
+    reads them, so a first read holds at most :data:`CHECKPOINT_EVERY` events' steps, not every step of the run.
     """
     chain = verified_chain(bundle_path, run_id, at, remember=write)
-    return _replay_from(bundle_path, chain, _restore(bundle_path, chain) if chain else None, at, write)
+    restored = _restore(bundle_path, chain) if chain else None
+    return _replay_from(bundle_path, chain, restored, at, write, bounded=bounded and write)
 
 
 def replay_near_end(bundle_path: Path, run_id: str, since: int) -> Replay | None:
@@ -210,6 +217,8 @@ def _replay_from(
     restored: tuple[RunState, bool] | None,
     at: int | None,
     write: bool,
+    *,
+    bounded: bool = False,
 ) -> Replay:
     """:func:`replay` from the verified ``chain`` and the state :func:`_restore` made of it."""
     if restored is None:
@@ -234,7 +243,9 @@ def _replay_from(
                 # a chunk of events at most: they are dropped as soon as they are folded (bounded memory)
                 state = fold_more(state, batch)
                 batch = []
-            if boundary:  # the extension was fed exactly the bytes of the events folded so far
+            if boundary and bounded:
+                state = _written(bundle_path, extension.seal(state))
+            elif boundary:  # the extension was fed exactly the bytes of the events folded so far
                 sealed.append(extension.seal(state))
         state = fold_more(state, batch)
     if sealed:
@@ -248,6 +259,20 @@ def _replay_from(
         base.seq if base else 0,
         artifact_refs=refs_before or found.artifact_refs,
     )
+
+
+def _written(bundle_path: Path, sealed: Sealed) -> RunState:
+    """Write ``sealed`` now; its state with the steps up to it read back from the checkpoints when something reads
+    them (the state as it was when the checkpoint could not be written or read back)."""
+    state = sealed.state
+    sealed.write(bundle_path)
+    chain = [found for found in headers(bundle_path, state.run_id) if found.header.seq <= state.trace_seq]
+    if not chain or chain[-1].header.prefix_sha256 != sealed.where["prefix_sha256"]:
+        return state
+    restored = _restore(bundle_path, chain)
+    if restored is None or len(restored[0].steps) != len(state.steps):
+        return state
+    return evolve(state, {"steps": restored[0].steps})
 
 
 _DETACH_STEPS = 4096

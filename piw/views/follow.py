@@ -59,7 +59,7 @@ class Follower:
         The progress tracks still see every progress update of the run (found by a byte search of the folded
         prefix); the trace tail then continues from where the fold stopped, so nothing is read twice.
         """
-        replayed = replay(self.bundle.path, self.bundle.run_id)
+        replayed = replay(self.bundle.path, self.bundle.run_id, bounded=True)  # (a frame needs no old step)
         self.model.reset(replayed.state)
         self.model.tracks.feed(events_of_type(self.bundle.trace_path, "update_published", replayed.offset))
         self.trace.offset, self.trace.next_seq = replayed.offset, replayed.next_seq

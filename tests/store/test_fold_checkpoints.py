@@ -418,3 +418,26 @@ def test_a_resumed_run_continues_the_checkpoints_of_the_writer_that_crashed(
     expected = _reference(bundle)
     assert expected.status == "completed" and final.checkpoint_seq == expected.trace_seq // 4 * 4
     _same(final, expected)
+
+
+@FAST
+@given(OPS)
+def test_a_bounded_first_read_is_the_full_fold_and_holds_only_the_steps_after_its_last_checkpoint(
+    tmp_path: Path, ops: list[str]
+) -> None:
+    """``piw watch``'s first read (``bounded``): the same state, the same checkpoints, and the steps before the last
+    checkpoint not in memory until something reads them."""
+    shutil.rmtree(tmp_path / "runs", ignore_errors=True)
+    bundle = _bundle(tmp_path, _events(ops, RUN_ID))
+    size = len(read_trace(bundle / "trace.ndjson").events)
+    bounded = replay(bundle, RUN_ID, bounded=True)
+    written = [h.seq for h in valid_checkpoints(bundle, RUN_ID)]
+    assert written == list(range(4, size + 1, 4))
+    shared = bounded.state.steps._shared
+    held = len(shared._list)
+    expected = _reference(bundle)
+    if written:
+        before = sum(1 for event in read_trace(bundle / "trace.ndjson").events[: written[-1]] if event.type in
+                     ("node_finished", "node_failed"))  # fmt: skip
+        assert shared.lazy == before and held == len(expected.steps) - before
+    _same(bounded, expected)
