@@ -1,6 +1,6 @@
 """Every speed target of issue 12 in one table, each beside the anchors and floors measured in the same run.
 
-    python bench/targets.py [--quick] [--only NAME ...]
+    python bench/targets.py [--quick] [--only NAME ...] [--baseline CHECKOUT]
 
 Anchors run in their own virtual environments, created on first use outside the repository (``$PIW_BENCH_VENVS``,
 default ``~/.cache/piw-bench/venvs``) with pinned versions: LangGraph with the sync ``SqliteSaver`` and DBOS on
@@ -338,6 +338,29 @@ def flat(args: argparse.Namespace, folder: Path) -> None:
     )
 
 
+def _cold_copy(bundle: Path, root: Path) -> Path:
+    """A fresh home holding ``bundle`` without any cache (its trace hard-linked, else copied): every cold read gets
+    its own, so fold checkpoints a detached writer is still leaving for an earlier read never reach it."""
+    home = root / f"cold-{len(list(root.glob('cold-*')))}"
+    copy = home / "runs" / bundle.name
+    (copy / "session").mkdir(parents=True)
+    for name in ("manifest.json", "workflow.json"):
+        shutil.copy(bundle / name, copy / name)
+    try:
+        os.link(bundle / "trace.ndjson", copy / "trace.ndjson")
+    except OSError:
+        shutil.copy(bundle / "trace.ndjson", copy / "trace.ndjson")
+    return home
+
+
+def _trees(args: argparse.Namespace) -> list[tuple[str, dict[str, str]]]:
+    """(name, extra environment) of this checkout and, with ``--baseline``, the baseline's."""
+    trees = [("this tree", {})]
+    if args.baseline:
+        trees.append(("baseline", {"PYTHONPATH": str(args.baseline)}))
+    return trees
+
+
 def cold_replay(args: argparse.Namespace, folder: Path) -> None:
     home = folder / "replay-home"
     run_id = make_bundle(home, args.events)
@@ -346,30 +369,58 @@ def cold_replay(args: argparse.Namespace, folder: Path) -> None:
     import msgspec
 
     decode = msgspec.json.Decoder().decode
-    started = time.perf_counter()
-    for line in lines:
-        decode(line)
-    ceiling = len(lines) / (time.perf_counter() - started)
+    ceilings = []
+    for _ in range(3):  # best of 3, as the issue defines the ceiling
+        started = time.perf_counter()
+        for line in lines:
+            decode(line)
+        ceilings.append(len(lines) / (time.perf_counter() - started))
+    ceiling = max(ceilings)
     del lines
-    walls, peaks = [], []
+    walls: dict[str, list[float]] = {}
+    peaks: dict[str, list[float]] = {}
+    output = folder / "inspect.json"
     for _ in range(args.runs):
-        shutil.rmtree(bundle / "fold-checkpoints", ignore_errors=True)
-        (bundle / "state.json").unlink(missing_ok=True)
-        wall, peak = measured([*PIW, "inspect", run_id, "--json"], piw_env(home))
-        walls.append(wall)
-        peaks.append(peak)
-    wall = statistics.median(walls)
-    rate = args.events / wall
-    row(
-        f"cold replay, inspect --json, {args.events:,} events",
-        f"{rate:,.0f} events/s ({wall:.2f} s)",
-        f"msgspec decode alone {ceiling:,.0f} events/s = {rate / ceiling:.0%} of it; limit 300,000",
-        rate >= 300_000,
-    )
-    row("cold replay peak memory", f"{max(peaks):.0f} MB", "limit 200 MB", max(peaks) <= 200)
+        for name, extra in _trees(args):  # in turn, so a change in the machine's load hits both alike
+            with output.open("wb") as out:
+                wall, peak = measured(
+                    [*PIW, "inspect", run_id, "--json"], {**piw_env(_cold_copy(bundle, folder)), **extra}, out
+                )
+            walls.setdefault(name, []).append(wall)
+            peaks.setdefault(name, []).append(peak)
+    size = output.stat().st_size
+    for name, tree_walls in walls.items():
+        wall = statistics.median(tree_walls)
+        rate = args.events / wall
+        row(
+            f"cold replay, inspect --json, {args.events:,} events ({name})",
+            f"{rate:,.0f} events/s ({wall:.2f} s) = {rate / ceiling:.0%} of the ceiling",
+            f"plain-loop msgspec ceiling {ceiling:,.0f} events/s (best of 3); target 50 %",
+            rate >= 0.5 * ceiling,
+        )
+        row(
+            f"cold replay peak memory ({name})",
+            f"{max(peaks[name]):.0f} MB",
+            "limit 200 MB",
+            max(peaks[name]) <= 200,
+        )
+        NOTES.append(f"cold replay walls ({name}) {', '.join(f'{w:.2f}' for w in tree_walls)} s")
     NOTES.append(
-        f"cold replay walls {', '.join(f'{w:.2f}' for w in walls)} s; msgspec ceiling {ceiling:,.0f}/s"
+        f"cold replay: the full state as JSON ({size / 1e6:.0f} MB, steps included); ceiling runs "
+        + ", ".join(f"{c:,.0f}" for c in ceilings)
+        + " events/s"
     )
+    for name, extra in _trees(args):
+        # the first read of ``piw watch --once``: a frame needs counts and the last steps only
+        wall, peak = measured(
+            [*PIW, "watch", run_id, "--once"], {**piw_env(_cold_copy(bundle, folder)), **extra}
+        )
+        row(
+            f"watch --once, {args.events:,} events, cold ({name})",
+            f"{peak:.0f} MB peak ({wall:.2f} s)",
+            "target 100 MB",
+            peak <= 100,
+        )
 
 
 def views(args: argparse.Namespace, folder: Path) -> None:
@@ -418,8 +469,7 @@ def views(args: argparse.Namespace, folder: Path) -> None:
     NOTES.append(f"cold --view steps walls ({args.events:,} events) {', '.join(f'{w:.2f}' for w in walls)} s")
     wall, _ = median_of(args.runs, lambda: measured([*PIW, "inspect", mid, "--view", "steps"], env))
     row(f"inspect --view steps, {args.events:,} events (warm)", f"{wall:.2f} s", "limit 5 s", wall <= 5)
-    shutil.rmtree(bundle / "fold-checkpoints", ignore_errors=True)
-    wall, peak = measured([*PIW, "watch", mid, "--once"], env)
+    wall, peak = measured([*PIW, "watch", mid, "--once"], piw_env(_cold_copy(bundle, folder)))
     row(
         f"watch --once, {args.events:,} events (cold)",
         f"{peak:.0f} MB peak ({wall:.2f} s)",
@@ -519,6 +569,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="every size divided by ten")
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), help="run only these sections")
     parser.add_argument("--runs", type=int, default=3, help="repeats of each timed command (median)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of piw (e.g. a worktree of main): the replay section runs it too",
+    )
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     args.steps = 2000 // scale

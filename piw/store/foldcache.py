@@ -35,7 +35,7 @@ from piw.store.checkpoint_files import (
 from piw.store.damage import Damage, line_damage
 from piw.store.detached import run_detached
 from piw.store.fold import fold, fold_more
-from piw.store.state import RunState, StepRecord, evolve
+from piw.store.state import RunState, StepList, StepRecord, evolve
 from piw.store.trace import TraceEvent, decode_event, decode_lines, last_seq, paused_gc
 from piw.store.trace_typed import decode_typed
 
@@ -273,6 +273,15 @@ def _written(bundle_path: Path, sealed: Sealed) -> RunState:
     if restored is None or len(restored[0].steps) != len(state.steps):
         return state
     return evolve(state, {"steps": restored[0].steps})
+
+
+def checkpointed_steps(bundle_path: Path, run_id: str, upto_seq: int) -> tuple[int, StepList] | None:
+    """The steps of the newest trusted checkpoint at or before ``upto_seq``, read back only when something reads
+    them, and its ``seq``; ``None`` without one. A follower that folded past it keeps its later steps after these
+    (``fold_more(checkpoint, tail) == fold(trace)``), so what it holds in memory stays bounded."""
+    chain = verified_chain(bundle_path, run_id, upto_seq, remember=False)
+    restored = _restore(bundle_path, chain) if chain else None
+    return None if restored is None else (chain[-1].header.seq, restored[0].steps)
 
 
 _DETACH_STEPS = 4096

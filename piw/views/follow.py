@@ -22,14 +22,18 @@ from typing import Any
 
 from piw.store.bundle import Bundle
 from piw.store.fold import RunState
-from piw.store.foldcache import events_of_type, replay
+from piw.store.foldcache import checkpointed_steps, events_of_type, replay
 from piw.store.live_stream import STREAM_FILE, StreamReader
+from piw.store.state import evolve
 from piw.views.frame import FrameModel
 from piw.views.source import session_tail, trace_tail
 
 COALESCE_MS = 50
 """Changes are grouped for at most this long (``debounce``), yielded once 25 ms pass without another one."""
 TICK_S = 1.0
+SHED_EVERY = 100_000
+"""Events folded between two looks for a checkpoint to hold the older steps as (each look hashes the trace's
+prefix once, a tenth of a second per 150 MB)."""
 POLL_S = 0.05
 
 
@@ -44,6 +48,7 @@ class Follower:
         """The agent step's stream as the running process writes it (a side file, never the fold's input)."""
         self.model = FrameModel(bundle.read_snapshot())
         self.restarts = 0
+        self._shed_seq = 0
 
     @property
     def state(self) -> RunState:
@@ -63,6 +68,7 @@ class Follower:
         self.model.reset(replayed.state)
         self.model.tracks.feed(events_of_type(self.bundle.trace_path, "update_published", replayed.offset))
         self.trace.offset, self.trace.next_seq = replayed.offset, replayed.next_seq
+        self._shed_seq = replayed.state.trace_seq
 
     def poll(self, on_event: Callable[[Any, RunState], None] | None = None) -> bool:
         """Read what was appended since the last call; True when anything changed.
@@ -85,6 +91,20 @@ class Follower:
             return True
         return started or changed
 
+    def _shed(self) -> None:
+        """Keep a long watch's memory flat: every :data:`SHED_EVERY` events folded, the steps up to the newest
+        trusted fold checkpoint (the run's writer leaves them as it appends) are held as that checkpoint's, read
+        back only when something reads them. The same steps, so the same state."""
+        state = self.model.state
+        if state.trace_seq - self._shed_seq < SHED_EVERY:
+            return
+        self._shed_seq = state.trace_seq
+        found = checkpointed_steps(self.bundle.path, self.bundle.run_id, state.trace_seq)
+        if found is None or len(found[1]) > len(state.steps):
+            return
+        prefix = found[1]
+        self.model.state = evolve(state, {"steps": prefix.extended(state.steps.after(len(prefix)))})
+
     def _read(self, on_event: Callable[[Any, RunState], None] | None) -> bool | None:
         changed = False
         # The trace's size is taken first: every entry an event up to there names is then in the session
@@ -105,6 +125,7 @@ class Follower:
                     self.model.add_events([event])
                     on_event(event, self.model.state)
             changed = changed or bool(events)
+        self._shed()
         streamed = self.stream.poll()
         current = self.model.state.current
         self.model.live_reply = self.stream.reply_of(current.attempt_id if current is not None else None)
