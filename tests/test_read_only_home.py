@@ -180,6 +180,7 @@ FEW_WRITERS = [("run", "hello"), ("cancel", "{crashed}"), ("host", "--once")]
 
 
 @pytest.mark.parametrize("read_only_home", ["database", "no-database"], indirect=True)
+@pytest.mark.long
 def test_write_commands_say_the_home_cannot_be_written_and_change_nothing(read_only_home: Home) -> None:
     home = read_only_home
     before = home.snapshot()
