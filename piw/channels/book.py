@@ -35,8 +35,8 @@ class ChannelPostBook:
         self, *, run_id: str, node_id: str, workflow_name: str, request: dict[str, Any]
     ) -> list[QueuedPost]:
         from piw.channels.config import chosen
-        from piw.channels.store import open_channel_store
         from piw.providers.config import load_config
+        from piw.store.db.channels import open_channel_store
 
         try:
             channels = load_config(self.home).channels

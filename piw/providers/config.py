@@ -17,7 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from piw.channels.config import ChannelTable
-from piw.errors import NeedsKey, ProviderError
+from piw.env_refs import env_reference, resolve_value
+from piw.errors import ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
 from piw.providers.rate_limit_config import RateLimit
@@ -39,7 +40,6 @@ TOP_LEVEL_KEYS = (
     "retention",
     "budget",
 )
-_ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -277,23 +277,6 @@ def _one_line(exc: ValidationError) -> str:
 
 
 # --- secrets -----------------------------------------------------------------------------------------
-
-
-def env_reference(value: str) -> str | None:
-    """The variable name when ``value`` is a ``$NAME`` reference, else ``None`` (a literal)."""
-    match = _ENV_REFERENCE.match(value)
-    return match.group(1) if match else None
-
-
-def resolve_value(value: str, env: Mapping[str, str] | None = None) -> str:
-    """Resolve ``$NAME`` from the environment (``NeedsKey`` when unset); return a literal unchanged."""
-    name = env_reference(value)
-    if name is None:
-        return value
-    resolved = (os.environ if env is None else env).get(name)
-    if resolved is None:
-        raise NeedsKey(name)
-    return resolved
 
 
 def resolve_api_key(settings: ProviderConfig, env: Mapping[str, str] | None = None) -> str:
