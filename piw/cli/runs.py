@@ -376,7 +376,7 @@ def validate(
         f"OK {loaded.definition.name}: {len(loaded.graph.nodes)} nodes, start {loaded.graph.start_at}, "
         f"digest {loaded.digest[:19]}…"
     )
-    from piw.workflow.script_check import check_scripts, script_nodes
+    from piw.run.script_check import check_scripts, script_nodes
 
     if script_nodes(loaded):
         raw_input = parse_input_option(input)
