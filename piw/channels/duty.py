@@ -24,9 +24,9 @@ from typing import Any
 
 import httpx2
 
-from piw.channels.config import AnyChannel, TelegramChannel
 from piw.channels.message import Button, Waiting, plain
 from piw.channels.senders import SEND_TIMEOUT_S, SendFailed, send, telegram_call
+from piw.config.channels import AnyChannel, TelegramChannel
 from piw.errors import AnswerInvalid, AnswerTokenRefused, DecisionResolved, NeedsKey, PiwError
 from piw.redaction import resolve_reference
 from piw.store.db.channels import ChannelStore, PostRow, open_channel_store
@@ -68,8 +68,8 @@ class ChannelDuty:
     def channels(self) -> dict[str, AnyChannel]:
         """The configured channels, read again when ``config.toml`` changes; a broken file is reported once and
         counts as no channels until it is fixed (the host keeps serving)."""
+        from piw.config.settings import config_path, load_config
         from piw.errors import ProviderError
-        from piw.providers.config import config_path, load_config
 
         try:
             stamp = config_path(self.home).stat().st_mtime_ns

@@ -132,7 +132,7 @@ def _detach(
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0 (over
     ``--confirm-above``: the run waits on its budget instead, with the projection)."""
     from piw.run.runner import new_origin_session
-    from piw.run.starting import queue_detached
+    from piw.service.starting import queue_detached
     from piw.store.db.idempotency import Adopted
 
     home = piw_home()

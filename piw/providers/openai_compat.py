@@ -19,10 +19,10 @@ from openai import Stream
 from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
+from piw.config.settings import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
-from piw.providers.config import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
     final_on_loopback,
