@@ -22,7 +22,9 @@ def main_of(n: int):  # type: ignore[no-untyped-def]
 
 
 def run(n: int, committed: frozenset[str]) -> float:
-    flow = Flow({}, {}, lambda key, prompt, expected, tools: {"key": key}, committed=committed, max_agents=n)
+    flow = Flow(
+        {}, {}, lambda key, prompt, expected, tools, phase: {"key": key}, committed=committed, max_agents=n
+    )
     started = time.perf_counter()
     main_of(n)(flow)
     return time.perf_counter() - started
