@@ -9,7 +9,10 @@ A script node publishes one ``script.phase`` update per phase; the fold keeps th
 
 from __future__ import annotations
 
-from piw.store.state import RunState
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (``piw runs`` reads this module without the fold or msgspec)
+    from piw.store.state import RunState
 
 PHASE_TYPE = "script.phase"
 SEPARATOR = " › "
