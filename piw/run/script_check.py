@@ -60,7 +60,7 @@ def _fill(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
 def dry_leaves(script: ScriptMain, run_input: Any) -> list[dict[str, Any]]:
     """Run ``script`` once with every leaf answered from its schema; the leaves it reached."""
 
-    def ask(_key: str, _prompt: str, expected: Any, _tools: tuple[str, ...]) -> Any:
+    def ask(_key: str, _prompt: str, expected: Any, _tools: tuple[str, ...], _phase: str) -> Any:
         return answer_from_schema(expected)
 
     flow = Flow(run_input, {}, ask, max_concurrency=script.max_concurrency, max_agents=script.max_agents)
