@@ -37,6 +37,11 @@ class Bucket:
     paused_until: int = 0
     pause_reason: str | None = None
 
+    def columns(self) -> tuple[float, float, int, int, str | None]:
+        """The row's values in the order both stores write (and read) the columns: ``requests, tokens,
+        refilled_at, paused_until, pause_reason``."""
+        return (self.requests, self.tokens, self.refilled_at, self.paused_until, self.pause_reason)
+
 
 def full(limit: RateLimit, now: int) -> Bucket:
     return Bucket(float(limit.requests_per_minute or 0), float(limit.tokens_per_minute or 0), now)

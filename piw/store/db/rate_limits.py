@@ -65,14 +65,7 @@ class SqliteRateLimits:
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(bucket) DO UPDATE SET requests = excluded.requests, "
             "tokens = excluded.tokens, refilled_at = excluded.refilled_at, paused_until = excluded.paused_until, "
             "pause_reason = excluded.pause_reason",
-            (
-                name,
-                bucket.requests,
-                bucket.tokens,
-                bucket.refilled_at,
-                bucket.paused_until,
-                bucket.pause_reason,
-            ),
+            (name, *bucket.columns()),
         )
 
     @staticmethod

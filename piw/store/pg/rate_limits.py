@@ -73,14 +73,7 @@ class PgRateLimits:
 
     @staticmethod
     def _store(conn: Any, name: str, bucket: Bucket) -> None:
-        values = (
-            bucket.requests,
-            bucket.tokens,
-            bucket.refilled_at,
-            bucket.paused_until,
-            bucket.pause_reason,
-        )
-        conn.execute(_STORE, (*values, name))
+        conn.execute(_STORE, (*bucket.columns(), name))
 
     @staticmethod
     def _live(conn: Any, slots: list[Any], now: int) -> int:
@@ -94,21 +87,14 @@ class PgRateLimits:
         with self.db.connection() as conn:
             bucket, now, slots = self._locked(conn, name, limit)
             bucket, wait = admit(bucket, self._live(conn, slots, now), limit, now)
-            values = (
-                bucket.requests,
-                bucket.tokens,
-                bucket.refilled_at,
-                bucket.paused_until,
-                bucket.pause_reason,
-            )
             if wait:
-                conn.execute(_STORE, (*values, name))
+                self._store(conn, name, bucket)
                 return None, wait
             slot = secrets.token_hex(8)
             conn.execute(  # the bucket and the new slot in one round trip
                 f"WITH stored AS ({_STORE}) INSERT INTO rate_limit_slots "
                 "(slot_id, bucket, holder, acquired_at, expires_at) VALUES (%s, %s, %s, %s, %s)",
-                (*values, name, slot, name, self._holder, now, now + SLOT_LEASE_MS),
+                (*bucket.columns(), name, slot, name, self._holder, now, now + SLOT_LEASE_MS),
             )
             return slot, 0
 
