@@ -31,7 +31,6 @@ from piw.agent_steps.workflow_tool import (
 )
 from piw.errors import AttemptInactive
 from piw.providers.base import Provider, StepRef, force_tool
-from piw.providers.config import config_path
 from piw.providers.messages import (
     MESSAGE_ADAPTER,
     AssistantReply,
@@ -42,6 +41,7 @@ from piw.providers.messages import (
 )
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.store.fold import update_to_json
+from piw.store.home import config_path
 from piw.store.place import home_of
 from piw.store.session import SessionEntry, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry

@@ -69,7 +69,8 @@ class ChannelDuty:
         """The configured channels, read again when ``config.toml`` changes; a broken file is reported once and
         counts as no channels until it is fixed (the host keeps serving)."""
         from piw.errors import ProviderError
-        from piw.providers.config import config_path, load_config
+        from piw.providers.config import load_config
+        from piw.store.home import config_path
 
         try:
             stamp = config_path(self.home).stat().st_mtime_ns

@@ -30,9 +30,9 @@ def mcp(
     """Show the configured MCP servers and their tools: 'piw mcp list' starts each server, lists it, stops it."""
     if action != "list":
         raise UsageError(f"Unknown 'piw mcp' action {action!r}; use 'piw mcp list'.")
-    from piw.providers.config import config_path, load_config
+    from piw.providers.config import load_config
     from piw.redaction import redactor_for
-    from piw.store.home import piw_home
+    from piw.store.home import config_path, piw_home
     from piw.toolservers.config import check_servers
 
     home = piw_home()

@@ -35,8 +35,9 @@ def providers(
     from rich.table import Table  # loaded by this command only, not by piw --help
 
     from piw.cli.rate_limits import print_rate_limits, rate_limit_json
-    from piw.providers.config import config_path, load_config
+    from piw.providers.config import load_config
     from piw.providers.selection import describe_providers
+    from piw.store.home import config_path
 
     home = command_home(database) if database else piw_home()
     config = load_config(home)

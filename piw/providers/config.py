@@ -21,6 +21,7 @@ from piw.errors import NeedsKey, ProviderError
 from piw.providers.messages import Usage
 from piw.providers.prices import ModelPrice, unknown_price_model
 from piw.providers.rate_limit_config import RateLimit
+from piw.store.home import config_path
 from piw.store.retention_config import RetentionTable
 from piw.telemetry.table import TelemetryTable
 from piw.toolservers.config import McpServerConfig, check_server_names
@@ -233,10 +234,6 @@ class PiwConfig(_Strict):
     @classmethod
     def _mcp_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
         return check_server_names(value)
-
-
-def config_path(piw_home: Path) -> Path:
-    return piw_home / "config.toml"
 
 
 def load_config(piw_home: Path) -> PiwConfig:

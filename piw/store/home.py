@@ -43,6 +43,12 @@ def home_path() -> Path:
     return home.resolve()
 
 
+def config_path(piw_home: Path) -> Path:
+    """The home's ``config.toml`` (read by :mod:`piw.providers.config`; named here so that code which only needs
+    the path does not import the config layer)."""
+    return piw_home / "config.toml"
+
+
 def tighten(path: Path) -> None:
     """Remove group and other permission bits (never add any); a path that cannot be changed is left alone."""
     try:

@@ -188,7 +188,8 @@ def import_setting(home: Path | None) -> DeadlineSetting:
         return DeadlineSetting(_seconds(raw), ENV_VARIABLE)
     if home is not None and (home / "config.toml").exists():
         from piw.errors import ProviderError
-        from piw.providers.config import config_path, load_config
+        from piw.providers.config import load_config
+        from piw.store.home import config_path
 
         try:
             configured = load_config(home).import_timeout_s
