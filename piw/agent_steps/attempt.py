@@ -30,7 +30,7 @@ from piw.agent_steps.workflow_tool import (
     step_tool_spec,
 )
 from piw.config.mcp_servers import McpServerConfig
-from piw.config.settings import config_path
+from piw.config.path import config_path
 from piw.errors import AttemptInactive
 from piw.providers.base import Provider, StepRef, force_tool
 from piw.providers.messages import (

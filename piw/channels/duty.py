@@ -68,7 +68,8 @@ class ChannelDuty:
     def channels(self) -> dict[str, AnyChannel]:
         """The configured channels, read again when ``config.toml`` changes; a broken file is reported once and
         counts as no channels until it is fixed (the host keeps serving)."""
-        from piw.config.settings import config_path, load_config
+        from piw.config.path import config_path
+        from piw.config.settings import load_config
         from piw.errors import ProviderError
 
         try:

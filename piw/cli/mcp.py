@@ -31,7 +31,8 @@ def mcp(
     if action != "list":
         raise UsageError(f"Unknown 'piw mcp' action {action!r}; use 'piw mcp list'.")
     from piw.config.mcp_servers import check_servers
-    from piw.config.settings import config_path, load_config
+    from piw.config.path import config_path
+    from piw.config.settings import load_config
     from piw.redaction import redactor_for
     from piw.store.home import piw_home
 

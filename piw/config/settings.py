@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from piw.config.budget import BudgetTable
 from piw.config.channels import ChannelTable
 from piw.config.mcp_servers import McpServerConfig, check_server_names
+from piw.config.path import config_path
 from piw.config.prices import ModelPrice, unknown_price_model
 from piw.config.rate_limits import RateLimit
 from piw.config.retention import RetentionTable
@@ -245,10 +246,6 @@ class PiwConfig(_Strict):
     @classmethod
     def _mcp_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
         return check_server_names(value)
-
-
-def config_path(piw_home: Path) -> Path:
-    return piw_home / "config.toml"
 
 
 def load_config(piw_home: Path) -> PiwConfig:

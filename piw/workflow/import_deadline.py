@@ -187,7 +187,8 @@ def import_setting(home: Path | None) -> DeadlineSetting:
     if raw:
         return DeadlineSetting(_seconds(raw), ENV_VARIABLE)
     if home is not None and (home / "config.toml").exists():
-        from piw.config.settings import config_path, load_config
+        from piw.config.path import config_path
+        from piw.config.settings import load_config
         from piw.errors import ProviderError
 
         try:
