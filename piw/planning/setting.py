@@ -38,8 +38,9 @@ def plan_setting(
             raise  # a named provider or model that does not exist is the error a run would give
         selection = None  # none selected: a plan still counts requests and tokens, without a price
     if selection is None:
-        return Setting(input_value, read_history(home, loaded.definition.name), None,
-                       max_turns=config.agent.max_turns)  # fmt: skip
+        return Setting(
+            input_value, read_history(home, loaded.definition.name), None, max_turns=config.agent.max_turns
+        )
     cost = selection.model_settings.cost if selection.model_settings else None
     price: Price | None
     if cost is not None:
