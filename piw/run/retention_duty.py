@@ -36,7 +36,7 @@ class RetentionDuty(PeriodicDuty):
 
     def tick(self, now: int) -> bool:
         """One pass if one is due; whether it ran."""
-        from piw.providers.config import load_config
+        from piw.config.settings import load_config
 
         try:
             table = load_config(self.home).retention

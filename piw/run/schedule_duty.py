@@ -22,6 +22,7 @@ from piw.errors import PiwError
 from piw.run.periodic import PeriodicDuty
 from piw.schedule.book import open_schedules
 from piw.schedule.policy import decide
+from piw.schedule.warnings import held_line
 from piw.store.db.database import Clock, now_ms
 from piw.store.db.holders import holder_is_dead
 from piw.store.db.index import from_ms
@@ -126,12 +127,3 @@ def _active_run(home: Path, store: SqliteSchedules, fire: FireRow) -> str | None
 
     row = open_run_database(home).queue.get(previous.run_id)
     return previous.run_id if row is not None and not row.is_final else None
-
-
-def held_line(row: ScheduleRow) -> str:
-    """The warning of a schedule held by its backlog (``piw schedule show``, ``piw runs``, the host)."""
-    held = row.held or {}
-    return (
-        f"schedule {row.name} is held: {held.get('count')} missed fires exceed --max-backlog {row.max_backlog}, "
-        f"so none ran (nothing spent); 'piw schedule resume {row.name}' continues from now."
-    )

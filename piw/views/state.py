@@ -19,6 +19,7 @@ from piw.store.telemetry_status import telemetry_line
 from piw.views.base import View, compact, elapsed, marked, node_label, plural, safe, status_style
 from piw.views.budget import spent_line
 from piw.views.effects import UNKNOWN_MARK, unresolved_lines
+from piw.views.phases import phase_lines
 from piw.views.progress import next_check_at
 from piw.wire import digest
 
@@ -143,6 +144,7 @@ class StateView(View):
         yield _row("input", input_line)
         if state.current is not None:
             yield _row("current", current_line(state, self.now))
+        yield from self._phases()
         for index, line in enumerate(unresolved_lines(state)):
             yield _row("effect" if index == 0 else "", safe(line, "yellow"))
         yield _row("started", safe(state.started_at or ""))
@@ -159,6 +161,11 @@ class StateView(View):
         if self.telemetry is not None:
             dropped = bool(self.telemetry.get("dropped"))
             yield _row("telemetry", safe(telemetry_line(self.telemetry), "yellow" if dropped else ""))
+
+    def _phases(self) -> Iterator[Text]:
+        """A script's phases, one line each (``docs/dynamic-workflows.md``)."""
+        for index, phase in enumerate(phase_lines(self.state, self.now)):
+            yield _row("phases" if index == 0 else "", phase)
 
     def _error(self, console: Console, width: int) -> Iterator[Text]:
         """The error, wrapped over up to four lines (it is usually the one thing a reader came for)."""

@@ -34,14 +34,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from piw.errors import PiwError, StateSchemaMismatch, StoreError
 from piw.store.db.access import connect_read_only, is_unwritable, may_write, unwritable
 from piw.store.db.busy import BUSY_TIMEOUT_MS, begin
-from piw.store.db.ddl import create_table_sql
+from piw.store.db.ddl import TableSpec, create_table_sql
 
 DATABASE_NAME = "piw.sqlite"
 SCHEMA_ID = "piw.sqlite.v1"
@@ -53,24 +52,6 @@ Clock = Callable[[], int]
 def now_ms() -> int:
     """Integer wall-clock epoch milliseconds (the unit of every time column)."""
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One table as sqlite-utils creates it: columns (name → Python type), primary key, constraints."""
-
-    columns: dict[str, type]
-    pk: str | tuple[str, ...]
-    not_null: tuple[str, ...] = ()
-    defaults: dict[str, Any] = field(default_factory=dict)
-
-    def canonical(self) -> dict[str, Any]:
-        return {
-            "columns": [[name, kind.__name__] for name, kind in self.columns.items()],
-            "pk": list(self.pk) if isinstance(self.pk, tuple) else self.pk,
-            "notNull": sorted(self.not_null),
-            "defaults": dict(sorted(self.defaults.items())),
-        }
 
 
 TABLES: dict[str, TableSpec] = {

@@ -1,6 +1,6 @@
 """Shared provider rate limits in PostgreSQL: one limit for every host of the database (``docs/rate-limits.md``).
 
-The same buckets as ``piw.store.db.rate_limits`` (the arithmetic is ``piw.providers.rate_bucket``), in the tables of
+The same buckets as ``piw.store.db.rate_limits`` (the arithmetic is ``piw.store.db.rate_bucket``), in the tables of
 migration 0002. A caller locks its bucket row with ``FOR UPDATE`` (the first caller inserts it), so admitting a
 request is serialised per bucket across hosts; times are the database clock ``now_ms()``. A slot whose holder died
 on this host is freed at once, one on another host when its lease (renewed while the response streams) runs out.
@@ -11,8 +11,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from piw.config.rate_limits import RateLimit
 from piw.errors import StateSchemaMismatch
-from piw.providers.rate_bucket import (
+from piw.store.db.rate_bucket import (
     SLOT_LEASE_MS,
     Bucket,
     admit,
@@ -21,7 +22,6 @@ from piw.providers.rate_bucket import (
     holder_dead,
     refilled,
 )
-from piw.providers.rate_limit_config import RateLimit
 from piw.store.db.rate_limits import state_of
 
 _BUCKET = (
@@ -35,7 +35,7 @@ _UPSERT = (
     "FROM rate_limit_slots WHERE bucket = %s)"
 )
 _CHARGE = (
-    # piw.providers.rate_bucket.charged, in one statement with the slot's release: refill both buckets to now
+    # piw.store.db.rate_bucket.charged, in one statement with the slot's release: refill both buckets to now
     # (capped at their sizes), then take the tokens the request used
     "WITH gone AS (DELETE FROM rate_limit_slots WHERE slot_id = %(slot)s) UPDATE rate_limits SET "
     "tokens = LEAST(%(tpm)s, tokens + GREATEST(0, now_ms() - refilled_at) * %(tpm)s / 60000.0) - %(used)s, "

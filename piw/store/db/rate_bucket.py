@@ -17,7 +17,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from piw.providers.rate_limit_config import RateLimit
+from piw.config.rate_limits import RateLimit
 
 SLOT_LEASE_MS = 2 * 60 * 1000
 """A slot's backstop expiry, renewed every :data:`RENEW_MS` while its response streams: a holder that died on
