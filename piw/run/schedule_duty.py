@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from piw.errors import PiwError
+from piw.run.periodic import PeriodicDuty
 from piw.schedule.book import open_schedules
 from piw.schedule.policy import decide
 from piw.schedule.warnings import held_line
@@ -38,22 +39,16 @@ def fire_key(name: str, fire_at: int) -> str:
     return f"schedule:{name}:{fire_at}"
 
 
-class ScheduleDuty:
+class ScheduleDuty(PeriodicDuty):
     """Called from every pass of the host loop; looks at the schedules every :data:`TICK_MS`."""
 
+    every_ms = TICK_MS
+
     def __init__(self, home: Path, runner: str, report: Callable[[str], None], clock: Clock = now_ms) -> None:
+        super().__init__(clock)
         self.home = home
         self.runner = runner
         self.report = report
-        self.clock = clock
-        self._last = 0
-
-    def __call__(self) -> None:
-        now = self.clock()
-        if now - self._last < TICK_MS:
-            return
-        self._last = now
-        self.tick(now)
 
     def tick(self, now: int) -> list[str]:
         """Decide every schedule's due fires and start the ones this host claimed; the run ids started."""
