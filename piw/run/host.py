@@ -109,6 +109,8 @@ class Host:
         self._lock = threading.Lock()
         self._engines: dict[str, Engine] = {}
         self._threads: dict[str, threading.Thread] = {}
+        self._finished: set[str] = set()
+        """Runs whose thread has done all its work: reaped at once, not when the thread is seen dead later."""
         self._delivered: set[str] = set()
         self._leases: dict[str, Lease] = {}
         self._full_since: float | None = None
@@ -191,6 +193,8 @@ class Host:
     def _claim_next(self) -> Claim | None:
         try:
             return self.queue.claim_next(self.runner)
+        except DatabaseBusy:
+            raise  # busy past the wait limit: the host stops with exit 75, as housekeeping does (docs/detached.md)
         # A database locked or out of reach just now: the next pass retries.
         except (StoreBusy, DatabaseUnavailable) as exc:
             if isinstance(storage_error(exc, self.home), StorageFull):
@@ -237,9 +241,14 @@ class Host:
             self._reap()
 
     def _reap(self) -> None:
+        """Forget the runs whose thread is done. A thread marks its run finished as its last step, so the wake it
+        sends is never missed: a slot freed while the loop looks is taken on this pass, not after ``poll_s``."""
         with self._lock:
             for run_id, thread in list(self._threads.items()):
-                if not thread.is_alive():
+                if run_id in self._finished or not thread.is_alive():
+                    if thread.is_alive():
+                        thread.join()  # its last statements are running: this returns at once
+                    self._finished.discard(run_id)
                     del self._threads[run_id]
                     self._engines.pop(run_id, None)
                     self._leases.pop(run_id, None)
@@ -258,6 +267,14 @@ class Host:
     # ---- one run --------------------------------------------------------------------------------------
 
     def _execute(self, lease: Lease) -> None:
+        try:
+            self._execute_run(lease)
+        finally:
+            with self._lock:
+                self._finished.add(lease.run_id)
+            self._wake.set()
+
+    def _execute_run(self, lease: Lease) -> None:
         run_id = lease.run_id
         report = self.options.report
         try:
@@ -276,7 +293,6 @@ class Host:
         finally:
             if lease.lost is None:
                 lease.stop()
-            self._wake.set()
         self.result.outcomes[run_id] = outcome
         report(f"{run_id}  {outcome}")
 

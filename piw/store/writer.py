@@ -388,4 +388,5 @@ class RunWriter:
                     self._trail.close()
                 except Exception as exc:  # the cache's own record; readers check the prefix without it
                     log.warning("run %s: fold checkpoints not recorded: %s", self.bundle.run_id, exc)
-            self.refresh_index()
+            if self._index_seq != self.state.trace_seq:  # (the terminal event's own upsert is this very row)
+                self.refresh_index()

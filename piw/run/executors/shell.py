@@ -6,6 +6,7 @@ parser failure the whole process group gets SIGTERM, then SIGKILL after 1 s, so 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -294,7 +295,7 @@ def _watch(
             if attempt.cancel.is_set():
                 failure, outcome = f"Command {command.command!r} was cancelled.", "cancelled"
                 break
-            time.sleep(0.01)
+            _wait_a_little(process, readers)
     except BaseException:
         # Ctrl-C or SIGTERM (park): the command must not outlive the attempt.
         kill_process_group(process, drained)
@@ -302,6 +303,17 @@ def _watch(
     if failure is not None:
         kill_process_group(process, drained)
     return failure, outcome
+
+
+def _wait_a_little(process: subprocess.Popen[bytes], readers: dict[str, _StreamReader]) -> None:
+    """Up to 10 ms until the next look: woken at once when a stream closes or the command exits, so a short
+    command's step ends when it does, not at the next tick of a fixed sleep."""
+    reader = next((r for r in readers.values() if r.is_alive()), None)
+    if reader is not None:
+        reader.join(0.01)
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(0.01)
 
 
 def _binding_limit(attempt: Attempt, command: ShellCommand) -> tuple[float | None, Any]:

@@ -43,10 +43,17 @@ def is_unwritable(exc: sqlite3.Error) -> bool:
     return "readonly" in text or "read-only" in text or "unable to open" in text
 
 
-def connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
+def connect_read_only(
+    path: Path, timeout: float, factory: type[sqlite3.Connection] = sqlite3.Connection
+) -> sqlite3.Connection:
     """A connection that never writes: ``mode=ro`` (no file is created or changed) and ``query_only``."""
     conn = sqlite3.connect(
-        f"file:{path}?mode=ro", uri=True, isolation_level=None, timeout=timeout, check_same_thread=False
+        f"file:{path}?mode=ro",
+        uri=True,
+        isolation_level=None,
+        timeout=timeout,
+        check_same_thread=False,
+        factory=factory,
     )
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     conn.execute("PRAGMA query_only=1")

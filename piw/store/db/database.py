@@ -31,6 +31,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,10 @@ def _tighten(path: Path) -> None:
                     raise
 
 
+class _Connection(sqlite3.Connection):
+    """A plain connection that a weak reference can name (``sqlite3.Connection`` itself cannot be)."""
+
+
 class Database:
     """One ``piw.sqlite``: a connection per thread, explicit ``BEGIN IMMEDIATE`` transactions.
 
@@ -149,10 +154,17 @@ class Database:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
+        """Every open connection of this instance, for :meth:`close`. Weak: a thread's connection is closed when
+        the thread ends (its thread-local goes), so a host that runs each run on a thread of its own does not keep
+        one open connection, file descriptors and page cache per run it ever ran."""
         self._lock = threading.Lock()
         self._gate = threading.RLock()
         """Held while the file is reopened after it was replaced: no thread connects to it half-restored."""
+        self._writing = threading.RLock()
+        """Taken around each write transaction: this process's threads queue for ``BEGIN IMMEDIATE`` here, where a
+        finished transaction hands over at once, instead of in SQLite's busy handler, which sleeps in growing steps
+        (up to 100 ms) and left a host's runs waiting on each other's commits (:meth:`transaction`)."""
         self.on_replaced: list[Callable[[Database], None]] = []
         """Called (inside the gate) once a deleted or replaced file was opened afresh: a host puts back what it
         holds (``piw.run.host_recovery``)."""
@@ -181,16 +193,18 @@ class Database:
     def _connect_now(self) -> sqlite3.Connection:
         try:
             if self.read_only:
-                conn = connect_read_only(self.path, 5.0)
+                conn = connect_read_only(self.path, 5.0, factory=_Connection)
             else:
-                conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=5.0, check_same_thread=False, factory=_Connection
+                )
                 _configure(conn, self.path)
         except sqlite3.DatabaseError as exc:
             if is_unwritable(exc):
                 raise unwritable(self.path, f"piw.sqlite: {exc}") from None
             raise _mismatch(self.path, str(exc)) from None
         with self._lock:
-            self._all.append(conn)
+            self._all.add(conn)
         return conn
 
     def utils(self) -> Any:
@@ -207,14 +221,21 @@ class Database:
         if self.read_only:
             raise unwritable(self.path)
         conn = self.connection()
-        begin(conn, self.path)
+        # Bounded: a thread that cannot have the mutex in time (whatever holds it) goes on to SQLite's own lock,
+        # which is what keeps transactions apart; the mutex only orders this process's writers.
+        queued = self._writing.acquire(timeout=BUSY_TIMEOUT_MS / 1000)
         try:
-            yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            begin(conn, self.path)
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if queued:
+                self._writing.release()
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         """Rows of a read-only statement, as ``sqlite3.Row`` (columns by name)."""
@@ -226,7 +247,7 @@ class Database:
     def close(self) -> None:
         """Close every connection this instance opened (all threads)."""
         with self._lock:
-            conns, self._all = self._all, []
+            conns, self._all = list(self._all), weakref.WeakSet()
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
