@@ -22,7 +22,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,6 +140,16 @@ def search_text(title: str | None, input_value: Any) -> str:
     except (TypeError, ValueError):
         text = ""
     return f"{title or ''}\n{text}"[:SEARCH_CHARS]
+
+
+CONTAINS_FOLDED = "piw_contains_folded"
+"""The SQL function a ``--search`` filter calls (:func:`contains_folded`): SQLite's own ``lower`` and ``LIKE`` fold
+ASCII letters only, and ``Zürich`` must match ``zürich``."""
+
+
+def contains_folded(text: str | None, needle: str) -> bool:
+    """Whether ``text`` holds ``needle`` (already case-folded), case-folding ``text`` as ``str.casefold`` does."""
+    return text is not None and needle in text.casefold()
 
 
 def trace_stamp(trace: Path) -> str | None:
@@ -288,12 +298,13 @@ def rebuild_run_index(home: Path) -> int:
     return len(rows)
 
 
-def _scan(home: Path) -> dict[str, str | None]:
+def _scan(home: Path, known: Container[str] = ()) -> dict[str, str | None]:
     """Run id → trace stamp of every bundle with a trace: one ``scandir`` and one ``stat`` per bundle.
 
     The same bundles as :func:`~piw.store.bundle.list_bundles` (a valid run id holding ``trace.ndjson``), read
     with plain string paths: with a thousand runs, ``pathlib`` objects and a second ``stat`` per bundle cost more
-    than the listing itself.
+    than the listing itself. A name in ``known`` (the ids the table holds, each one a run id already) is not
+    matched against the run id pattern again.
     """
     root = os.path.join(home, "runs")
     found: dict[str, str | None] = {}
@@ -306,7 +317,7 @@ def _scan(home: Path) -> dict[str, str | None]:
     stat = os.stat
     for entry in entries:
         name = entry.name
-        if name[0] == "." or valid(name) is None:
+        if name[0] == "." or (name not in known and valid(name) is None):
             continue
         try:  # (string concatenation: os.path.join cost a quarter of a 10,000-run listing)
             info = stat(prefix + name + "/trace.ndjson")
@@ -362,12 +373,20 @@ def indexed_values(home: Path) -> list[tuple[Any, ...]]:
         return _rebuild_damaged(db, home, exc)
 
 
-def iter_values(home: Path) -> Iterator[tuple[Any, ...]]:
+RowFilter = tuple[str, tuple[Any, ...]]
+"""A ``WHERE`` clause over the ``runs`` columns and its parameters (``piw.store.run_query.RunQuery.row_filter``)."""
+
+
+def iter_values(home: Path, where: RowFilter | None = None) -> Iterator[tuple[Any, ...]]:
     """:func:`indexed_values`, read lazily (a listing that stops early reads no further); a table found damaged
-    before the first row is rebuilt from the bundles, as there."""
+    before the first row is rebuilt from the bundles, as there.
+
+    ``where`` lets SQLite skip rows a filter would drop, so they are neither fetched nor built as tuples. It only
+    narrows: rows merged in memory or rebuilt from the bundles come unfiltered, and the caller applies its filter
+    to every row it gets (``RunQuery.keeps``)."""
     home = runs_home(home)
     db = open_database(home)
-    rows = _current_rows(db, home)
+    rows = _current_rows(db, home, where)
     try:
         first = next(rows, None)
     except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
@@ -426,7 +445,7 @@ def _reconciled_rows(db: Database, home: Path) -> list[tuple[Any, ...]]:
     return list(_current_rows(db, home))
 
 
-def _current_rows(db: Database, home: Path) -> Iterator[tuple[Any, ...]]:
+def _current_rows(db: Database, home: Path, where: RowFilter | None = None) -> Iterator[tuple[Any, ...]]:
     """The table reconciled with the bundles (:func:`_reconcile`), then its rows newest first, read lazily: the
     reconciliation reads three columns of each row, and a listing that stops early (``--limit``) decodes and
     fetches no more than it shows. A table that cannot be written is listed as reconciled in memory."""
@@ -436,8 +455,8 @@ def _current_rows(db: Database, home: Path) -> Iterator[tuple[Any, ...]]:
     ):
         rebuild_run_index(home)
         db.created = False
-    stamps = _scan(home)
     heads = {run_id: (status, stamp) for run_id, status, stamp in conn.execute(_HEADS).fetchall()}
+    stamps = _scan(home, heads)
     fresh, gone = _reconcile(home, conn, heads, stamps)
     written = not (fresh or gone)
     if not written and not db.read_only:
@@ -455,7 +474,11 @@ def _current_rows(db: Database, home: Path) -> Iterator[tuple[Any, ...]]:
         rows.update((row[0], row) for row in fresh)
         yield from (rows[run_id] for run_id in sorted(rows, reverse=True))
         return
-    cursor = conn.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY run_id DESC")
+    if where is None:
+        cursor = conn.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY run_id DESC")
+    else:
+        conn.create_function(CONTAINS_FOLDED, 2, contains_folded, deterministic=True)
+        cursor = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE {where[0]} ORDER BY run_id DESC", where[1])
     while batch := cursor.fetchmany(_BATCH):
         yield from batch
 
