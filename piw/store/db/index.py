@@ -316,14 +316,13 @@ def _scan(home: Path, known: Container[str] = ()) -> dict[str, str | None]:
     root = os.path.join(home, "runs")
     found: dict[str, str | None] = {}
     try:
-        entries = list(os.scandir(root))
+        names = os.listdir(root)  # (names only: no DirEntry objects)
     except OSError:
         return found
     prefix = root + os.sep
     valid = RUN_ID_PATTERN.fullmatch
     stat = os.stat
-    for entry in entries:
-        name = entry.name
+    for name in names:
         if name[0] == "." or (name not in known and valid(name) is None):
             continue
         try:  # (string concatenation: os.path.join cost a quarter of a 10,000-run listing)
