@@ -7,6 +7,8 @@ then prints, measured in this one run on this machine:
 - in-process, warm: the median of 5 calls of ``find_runs`` (what ``piw runs`` and ``GET /api/runs`` call) for each
   filter, and how many runs it returned;
 - end to end, warm: ``piw runs --json`` with that filter as a fresh process, the median of 3 (after one warm-up);
+  with ``--baseline PIW`` (another checkout's ``piw`` executable), that ``piw`` on the same home too, the two
+  taken in turn, printed beside it;
 - ``piw gc --older-than 1d`` of a separate home of ``--gc`` whole runs, in process: runs removed per second and
   the space freed; and the same pass with ``--export``.
 """
@@ -64,16 +66,30 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def bench_filters(home: Path, count: int) -> None:
+def _whole(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one ``piw runs`` process (its own user + system time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(command, env=env, capture_output=True, check=True)
+    wall = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
+
+
+def bench_filters(home: Path, count: int, baseline: str | None, times: int) -> None:
     runs = plan_runs(count)
     started = time.perf_counter()
     write_home(home, runs, whole=False)
     print(f"generated {count} runs in {time.perf_counter() - started:.1f} s")
     parent = next(run.parent for run in reversed(runs) if run.parent)
     env = {**os.environ, "PIW_HOME": str(home), "NO_COLOR": "1"}
-    command = [str(Path(sys.executable).with_name("piw")), "runs", "--json"]
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'filter':<28} {'runs':>6} {'in-process ms (cpu)':>20} {'piw runs --json ms (cpu)':>25}")
+    sides = {
+        "piw": str(Path(sys.executable).with_name("piw")),
+        **({"baseline": baseline} if baseline else {}),
+    }
+    print(f"load average {' '.join(f'{load:.1f}' for load in os.getloadavg())} on {os.cpu_count()} cores")
+    heading = "".join(f" {f'{side} runs --json ms (cpu)':>27}" for side in sides)
+    print(f"{'filter':<28} {'runs':>6} {'in-process ms (cpu)':>20}{heading}")
     for label, query, args in FILTERS:
         if query.parent == "placeholder":
             query = RunQuery(parent=parent)
@@ -81,13 +97,17 @@ def bench_filters(home: Path, count: int) -> None:
         find_runs(home, query)  # warm
         found = len(find_runs(home, query))
         inside, inside_cpu = median_ms(lambda query=query: find_runs(home, query), 5)
-        subprocess.run([*command, *args], env=env, capture_output=True, check=True)  # warm
-        outside, outside_cpu = median_ms(
-            lambda args=args: subprocess.run([*command, *args], env=env, capture_output=True, check=True), 3
+        whole: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
+        for piw in sides.values():
+            _whole([piw, "runs", "--json", *args], env)  # warm
+        for _ in range(times):
+            for side, piw in sides.items():  # in turn: a change in the machine's load hits both
+                whole[side].append(_whole([piw, "runs", "--json", *args], env))
+        shown = "".join(
+            f" {statistics.median(w for w, _ in got):>18.1f} ({statistics.median(c for _, c in got):>6.1f})"
+            for got in whole.values()
         )
-        print(
-            f"{label:<28} {found:>6} {inside:>10.1f} ({inside_cpu:>6.1f}) {outside:>15.1f} ({outside_cpu:>6.1f})"
-        )
+        print(f"{label:<28} {found:>6} {inside:>10.1f} ({inside_cpu:>6.1f}){shown}")
 
 
 def bench_gc(home: Path, count: int, export: Path | None) -> None:
@@ -107,11 +127,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--gc", type=int, default=1_000)
+    parser.add_argument("--baseline", help="another piw executable to time beside this one, on the same home")
+    parser.add_argument(
+        "--times", type=int, default=3, help="whole piw runs processes timed per filter and side"
+    )
+    parser.add_argument("--no-gc", action="store_true", help="time the filters only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
-        bench_filters(root / "filters", args.runs)
+        bench_filters(root / "filters", args.runs, args.baseline, args.times)
         close_databases()
+        if args.no_gc:
+            return
         bench_gc(root / "gc", args.gc, None)
         close_databases()
         bench_gc(root / "gc-export", args.gc, root / "archive")

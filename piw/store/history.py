@@ -15,18 +15,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
 from piw.store.db.database import now_ms
 from piw.store.db.index import IndexRow, decode_row, from_ms, iter_values, to_ms, usage_cost
-from piw.store.db.rows import QueueRow
-from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.place import refresh_mirrors
 from piw.store.run_query import RunQuery
 from piw.store.script_phase import current_phase, split_place
 from piw.store.storage import storage_error
+
+if TYPE_CHECKING:  # the queue and decision stores: opened only when a listed run is waiting or running
+    from piw.store.db.rows import QueueRow
+    from piw.store.db.run_database import RunDatabase
 
 WaitState = Literal["open", "answered", "cancelled"]
 
@@ -218,7 +220,7 @@ def find_runs(home: Path, query: RunQuery) -> list[RunSummary]:
         refresh_mirrors(home, limit)
         database: RunDatabase | None = None
         rows: list[tuple[IndexRow, WaitSummary | None]] = []
-        for values in iter_values(home):
+        for values in iter_values(home, query.row_filter()):
             if limit is not None and len(rows) >= limit:
                 break
             if not query.keeps(values):
@@ -226,12 +228,12 @@ def find_runs(home: Path, query: RunQuery) -> list[RunSummary]:
             row = decode_row(values)
             wait = None
             if row.status == "waiting":
-                database = database or open_run_database(home)
+                database = database or _run_database(home)
                 wait = wait_summary(database, row.run_id, now)
             if not query.statuses or any(_listed(status, row.status, wait) for status in query.statuses):
                 rows.append((row, wait))
         running = [row.run_id for row, _ in rows if row.status == "running" and row.damage_line is None]
-        queue_rows = (database or open_run_database(home)).queue.rows(running) if running else {}
+        queue_rows = (database or _run_database(home)).queue.rows(running) if running else {}
         unserved = _unserved(
             home, [run_id for run_id, q in queue_rows.items() if q.status in ("queued", "parked")]
         )
@@ -249,6 +251,14 @@ def find_runs(home: Path, query: RunQuery) -> list[RunSummary]:
                 detail = UNSERVED
         found.append(_summary(row, detail, interrupted, wait))
     return found
+
+
+def _run_database(home: Path) -> RunDatabase:
+    """The queue and decision records, for the waiting and running rows of a listing only: a list of finished runs
+    does not import them (``piw runs`` start-up, ``bench/bench_runs_filters.py``)."""
+    from piw.store.db.run_database import open_run_database
+
+    return open_run_database(home)
 
 
 def _folded_match(query: RunQuery, row: RunSummary) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import UsageError
-from piw.store.db.index import POSITION
+from piw.store.db.index import CONTAINS_FOLDED, POSITION, RowFilter
 
 RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled", "unknown")
 """What ``piw runs --status`` takes: the run statuses, with ``waiting`` narrowed to gates that still need an answer
@@ -58,6 +58,34 @@ class RunQuery:
         if found & {"waiting", "answered", "cancelled"}:
             found.add("waiting")
         return frozenset(found)
+
+    def row_filter(self) -> RowFilter | None:
+        """The filters as a ``WHERE`` clause of the ``runs`` table, the same tests as :meth:`keeps` (which still
+        checks every row): SQLite then fetches only the rows they keep (``None``: no filter)."""
+        clauses: list[str] = []
+        values: list[Any] = []
+        if self.statuses:
+            statuses = sorted(self._run_statuses)
+            clauses.append(f"status IN ({', '.join('?' * len(statuses))})")
+            values += statuses
+        for column, value in (
+            ("workflow_name", self.workflow),
+            ("parent_run_id", self.parent),
+            ("schedule_name", self.schedule),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                values.append(value)
+        if self.since_ms is not None:
+            clauses.append("started_at >= ?")
+            values.append(self.since_ms)
+        if self.until_ms is not None:
+            clauses.append("started_at < ?")
+            values.append(self.until_ms)
+        if self.search:
+            clauses.append(f"{CONTAINS_FOLDED}(coalesce(search_text, run_title, ''), ?)")
+            values.append(self.search.casefold())
+        return (" AND ".join(clauses), tuple(values)) if clauses else None
 
     def keeps(self, values: tuple[Any, ...]) -> bool:
         """Whether a raw index row passes every filter (the status one as far as the row's own status tells)."""

@@ -149,3 +149,16 @@ def test_runs_from_a_current_index_imports_no_fold(cli: Cli, make_workflow: Work
     modules = _modules_after("runs")
     assert "piw.store.db.index" in modules  # it listed
     assert not {"msgspec", "piw.store.fold", "piw.store.bundle", "piw.store.foldcache"} & modules
+
+
+def test_runs_of_finished_runs_does_not_open_the_queue_and_decision_stores(
+    cli: Cli, make_workflow: WorkflowMaker
+) -> None:
+    """A listing opens the queue and decision records only for a waiting or running row it shows."""
+    run_id = json.loads(cli("run", str(make_workflow("small", COMPUTE_ONLY)), "--json").stdout)["runId"]
+    assert [row["runId"] for row in json.loads(cli("runs", "--json", "--status", "completed").stdout)] == [
+        run_id
+    ]
+    modules = _modules_after("runs", "--json", "--status", "completed")
+    assert "piw.store.db.index" in modules  # it listed
+    assert not {"piw.store.db.run_database", "piw.store.db.decisions", "piw.store.db.outbox"} & modules

@@ -6,9 +6,14 @@ import json
 import shutil
 import sqlite3
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from piw.store.db.index import from_ms, to_ms
 from tests.support.cli import Cli
 from tests.support.runs import WorkflowMaker
 
@@ -178,3 +183,14 @@ def test_a_running_run_with_a_live_writer_is_listed_from_its_row_not_refolded(
     assert [row for _, row in listed] == [1] * 6 and listed[-1][0] > 1
     final = next(row for row in indexed_rows(piw_home) if row.run_id == state.run_id)
     assert (final.status, final.trace_seq) == ("completed", state.trace_seq)  # no live writer: refolded
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799_999))
+def test_index_times_read_back_as_the_persisted_timestamps(value: int) -> None:
+    """A row's epoch milliseconds come back as the trace writes them (``2026-12-01T10:35:34.123Z``), and back."""
+    shown = from_ms(value)
+    expected = (
+        datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value % 1000:03d}Z"
+    )
+    assert shown == expected
+    assert to_ms(shown) == value
