@@ -5,12 +5,14 @@ text and compiles it with ``exec`` when the class is defined. ``piw run`` define
 pydantic's, typer's) before its first model request, and that parsing and compiling was a third of the instructions
 it ran until then (``docs/providers.md``, first model request). The text is the same on every start, so its
 compiled code is kept in ``piw/__pycache__`` beside the byte code, and :func:`install` lets ``dataclasses`` execute
-the kept code instead of compiling the text again.
+the kept code instead of compiling the text again; ``typing``'s compile of each string annotation (a
+``ForwardRef``, about 1,100 of them) is kept the same way.
 
 The methods are the same: the text is compiled exactly as ``exec`` compiles it (no ``__future__`` flags are
-inherited, the file name is ``<string>``), and only ``dataclasses``' own ``exec`` is replaced. The file is written
-as byte code is (not under ``PYTHONDONTWRITEBYTECODE``, not where ``__pycache__`` is read-only), atomically, and one
-that cannot be read is ignored; it is named by the interpreter's byte-code tag, so another Python never reads it.
+inherited, the file name is ``<string>``), and only ``dataclasses``' own ``exec`` and ``typing``'s own ``compile``
+are replaced. The file is written as byte code is (not under ``PYTHONDONTWRITEBYTECODE``, not where ``__pycache__``
+is read-only), atomically, and one that cannot be read is ignored; it is named by the interpreter's byte-code tag, so
+another Python never reads it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import marshal
 import os
 import sys
 import threading
+import typing
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -51,13 +54,14 @@ class _Cache:
         if isinstance(loaded, dict):
             self.codes = {text: code for text, code in loaded.items() if isinstance(code, CodeType)}
 
-    def code_for(self, text: str) -> CodeType:
-        code = self.codes.get(text)
+    def code_for(self, text: str, mode: str = "exec") -> CodeType:
+        key = text if mode == "exec" else f"\0{mode}\0{text}"
+        code = self.codes.get(key)
         if code is None:
-            code = _compile(text, "<string>", "exec", dont_inherit=True)
+            code = _compile(text, "<string>", mode, dont_inherit=True)
             with self.lock:
                 if len(self.codes) < MAX_ENTRIES:
-                    self.codes[text] = code
+                    self.codes[key] = code
                     self.added = True
         return code
 
@@ -99,5 +103,20 @@ def install() -> None:
             source = cache.code_for(source)
         _exec(source, globals, locals)
 
+    def kept_compile(
+        source: Any, filename: Any, mode: str, flags: int = 0, dont_inherit: bool = False, optimize: int = -1
+    ) -> Any:
+        # typing compiles each string annotation (ForwardRef); as from typing, no __future__ flag is inherited.
+        if (
+            isinstance(source, str)
+            and filename == "<string>"
+            and mode == "eval"
+            and not flags
+            and optimize == -1
+        ):
+            return cache.code_for(source, "eval")
+        return _compile(source, filename, mode, flags, dont_inherit=True, optimize=optimize)
+
     dataclasses.exec = kept_exec  # type: ignore[attr-defined]  # shadows the builtin in that module only
+    typing.compile = kept_compile  # type: ignore[attr-defined]
     atexit.register(cache.save)

@@ -14,7 +14,7 @@ import pytest
 from piw.dataclass_code import _Cache
 
 PROBE = """
-import dataclasses, json, sys
+import dataclasses, json, sys, typing
 import piw
 from dataclasses import dataclass, field
 
@@ -35,9 +35,10 @@ try:
 except dataclasses.FrozenInstanceError:
     frozen = True
 print(json.dumps({"methods": methods, "repr": repr(p), "eq": p == Point(1, ["a"]), "lt": p < Point(2),
-                  "frozen": frozen,
+                  "frozen": frozen, "hints": {k: str(v) for k, v in typing.get_type_hints(Point).items()},
+                  "hint_code": typing.ForwardRef("dict[str, int | None]").__forward_code__.co_code.hex(),
                   "annotations": {k: str(v) for k, v in Point.__init__.__annotations__.items()},
-                  "kept": "dataclasses" in sys.modules and dataclasses.__dict__.get("exec") is not None}))
+                  "kept": dataclasses.__dict__.get("exec") is not None}))
 """
 
 
@@ -78,6 +79,13 @@ def test_kept_code_is_reused_and_rewritten_only_with_new_texts(
     written = path.stat().st_mtime_ns
     second.save()
     assert path.stat().st_mtime_ns == written
+
+
+def test_a_bad_annotation_fails_as_before() -> None:
+    import typing
+
+    with pytest.raises(SyntaxError, match="Forward reference must be an expression"):
+        typing.ForwardRef("not ) valid")
 
 
 def test_an_unreadable_file_is_ignored(tmp_path: Path) -> None:
