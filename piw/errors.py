@@ -59,6 +59,8 @@
     RunHeld (UsageError)          ``piw rm`` of a run that is still held (running, waiting, parked)
     ScriptUnstable (DefinitionError) ``piw validate``: a script's leaf keys differ between two runs (time,
                                   randomness, set order); names the call site (``docs/dynamic-workflows.md``)
+    DuplicateRun                  ``piw run --detach`` of a file and input whose run is still live; names that
+                                  run, nothing started (``--allow-duplicate`` starts a second; exit 1)
 
 Exit codes live with the CLI; this module only classifies.
 """
@@ -356,3 +358,10 @@ class NotConfirmed(PiwError):
 
 class ScriptUnstable(DefinitionError):
     """A script's leaf keys (or a key's prompt) differ between two dry runs; the message names the call site."""
+
+
+class DuplicateRun(PiwError):
+    """``piw run FILE --detach`` while a run of the same file with the same input is still live (queued, running
+    or parked): nothing was started; the message names the live run (``docs/dynamic-workflows.md``)."""
+
+    exit_code = 1

@@ -282,6 +282,7 @@ SUMMARY_KEYS = {
     "startedAt",
     "finishedAt",
     "currentNode",
+    "currentPhase",
     "damage",
     "usage",
     "wait",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -121,6 +122,7 @@ class ChildRunner:
         expected_output: Any = None,
         tools: tuple[str, ...] | list[str] = (),
         timeout_s: float | None = 1800,
+        phase: str | None = None,
     ) -> ChildResult:
         if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
             raise DefinitionError(f"run_agent key {key!r} must match [A-Za-z0-9][A-Za-z0-9._:/-]{{0,127}}")
@@ -140,7 +142,7 @@ class ChildRunner:
         with self.slots:
             self._track(+1)
             try:
-                return self._run(prompt, key, expected_output, tuple(tools), timeout_s)
+                return self._run(prompt, key, expected_output, tuple(tools), timeout_s, phase)
             finally:
                 self._track(-1)
 
@@ -162,9 +164,16 @@ class ChildRunner:
         return ChildResult("ok", self.attempt.writer.bundle.resolve(self.earlier_ok[key]))
 
     def _run(
-        self, prompt: str, key: str, expected: Any, tools: tuple[str, ...], timeout_s: float | None
+        self,
+        prompt: str,
+        key: str,
+        expected: Any,
+        tools: tuple[str, ...],
+        timeout_s: float | None,
+        phase: str | None = None,
     ) -> ChildResult:
         parent = self.attempt
+        started = time.monotonic()
         remaining = parent.remaining_s()
         limits = [t for t in (timeout_s, remaining) if t is not None]
         child_timeout = min(limits) if limits else None
@@ -201,7 +210,10 @@ class ChildRunner:
             "key": key,
             "childAttemptId": child_attempt_id,
             "outcome": result.outcome,
+            "durationMs": int((time.monotonic() - started) * 1000),
         }
+        if phase is not None:
+            payload["phase"] = phase  # a script leaf's phase (docs/dynamic-workflows.md)
         if result.ok:
             payload["output"] = result.output
         else:

@@ -34,6 +34,7 @@ from piw.views.base import safe
 from piw.views.follow import file_changes
 from piw.views.frame import summary_lines
 from piw.views.graph import draw_graph
+from piw.views.phases import script_phases
 
 SYNC_REPLAY = 50_000
 """Replays longer than this many events run on a worker thread, so keys keep working."""
@@ -342,7 +343,8 @@ class RunScreen(Screen[None]):
             record: Any = step or self._state.current
             if record is not None:
                 entries = self.reader.entries_at(self.at if self.reader.indexed.is_set() else None)
-                self.app.push_screen(StepScreen(record, entries, number))
+                phases = script_phases(self._state, record.attempt_id)  # a script's leaves per phase
+                self.app.push_screen(StepScreen(record, entries, number, phases))
         elif isinstance(event.pane, GraphPane):
             self.action_tab("steps")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -15,6 +15,7 @@ from piw.app.sources import ViewSource
 from piw.store.fold import CurrentAttempt, StepRecord
 from piw.store.session import SessionEntry
 from piw.views.base import node_label
+from piw.views.phases import Phase
 from piw.views.step_detail import step_detail_view
 
 
@@ -25,11 +26,15 @@ class StepScreen(Screen[None]):
     """
 
     def __init__(
-        self, step: StepRecord | CurrentAttempt, entries: Iterable[SessionEntry], number: int | None
+        self,
+        step: StepRecord | CurrentAttempt,
+        entries: Iterable[SessionEntry],
+        number: int | None,
+        phases: Sequence[Phase] = (),
     ) -> None:
         super().__init__()
         self.step = step
-        self.view = step_detail_view(step, entries, number)
+        self.view = step_detail_view(step, entries, number, phases)
 
     def compose(self) -> ComposeResult:
         title = f"Step {node_label(self.step.node_id)} · attempt {self.step.attempt_id[:8]}"

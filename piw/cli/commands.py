@@ -50,6 +50,7 @@ COMMAND_MODULES: dict[str, str] = {
     "schedule": "piw.cli.schedule",
     "gc": "piw.cli.gc",
     "rm": "piw.cli.gc",
+    "new": "piw.cli.new",
 }
 
 

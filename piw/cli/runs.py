@@ -75,6 +75,13 @@ def run(
     yes: Annotated[
         bool, typer.Option("--yes", help="Answer yes to --confirm-above in advance (no prompt).")
     ] = False,
+    allow_duplicate: Annotated[
+        bool,
+        typer.Option(
+            "--allow-duplicate",
+            help="With --detach: start even while a run of this file with the same input is live.",
+        ),
+    ] = False,
     *,
     flags: FollowFlags,
 ) -> int:
@@ -94,13 +101,24 @@ def run(
     home = flags.home()
     if no_origin and not detach:
         raise UsageError("--no-origin only applies to --detach runs.")
+    if allow_duplicate and not detach:
+        raise UsageError("--allow-duplicate only applies to --detach runs.")
     launch = flags.launch()
     confirmation = confirmation_needed(
         workflow, home, raw_input, launch, confirm_above, yes=yes, detach=detach
     )  # asks, refuses, or gives the budget stop a detached run waits on before its first step
     if detach:
         return _detach(
-            workflow, raw_input, title, launch, no_origin, flags.as_json, key, limits, confirmation
+            workflow,
+            raw_input,
+            title,
+            launch,
+            no_origin,
+            flags.as_json,
+            key,
+            limits,
+            confirmation,
+            allow_duplicate,
         )
     return Following(flags.as_json, launch, flags.verbose).follow(
         lambda options: start_run(
@@ -128,11 +146,13 @@ def _detach(
     idempotency_key: str | None = None,
     budget: Budget | None = None,
     confirmation: dict[str, Any] | None = None,
+    allow_duplicate: bool = False,
 ) -> int:
     """``piw run --detach``: validate everything, write ``run_started``, queue the run, exit 0 (over
-    ``--confirm-above``: the run waits on its budget instead, with the projection)."""
+    ``--confirm-above``: the run waits on its budget instead, with the projection). A live run of the same file
+    and input is refused unless ``allow_duplicate`` (``piw.run.duplicates``)."""
     from piw.run.runner import new_origin_session
-    from piw.run.starting import queue_detached
+    from piw.service.starting import queue_detached
     from piw.store.db.idempotency import Adopted
 
     home = piw_home()
@@ -147,6 +167,7 @@ def _detach(
         idempotency_key=idempotency_key,
         budget=budget,
         confirmation=confirmation,
+        allow_duplicate=allow_duplicate,
     )
     if isinstance(state, Adopted):
         return report_adopted(state, as_json)
@@ -376,7 +397,7 @@ def validate(
         f"OK {loaded.definition.name}: {len(loaded.graph.nodes)} nodes, start {loaded.graph.start_at}, "
         f"digest {loaded.digest[:19]}…"
     )
-    from piw.workflow.script_check import check_scripts, script_nodes
+    from piw.run.script_check import check_scripts, script_nodes
 
     if script_nodes(loaded):
         raw_input = parse_input_option(input)

@@ -41,6 +41,12 @@ def _started(at: str | None) -> str:
     return single_line(at.replace("T", " ")[:19])
 
 
+def _place(row: RunSummary) -> str:
+    """The current node, then the phase a script works in (``orchestrate › verify``, docs/dynamic-workflows.md)."""
+    node = row.current_node or ""
+    return f"{node} › {row.current_phase}" if node and row.current_phase else node
+
+
 def _rows(summaries: Sequence[RunSummary]) -> list[_Row]:
     rows = []
     for row in summaries:
@@ -51,7 +57,7 @@ def _rows(summaries: Sequence[RunSummary]) -> list[_Row]:
                 status=row.display_status,
                 title=safe_text(title),
                 started=_started(row.started_at),
-                node=safe_text(single_line(row.current_node or "")),
+                node=safe_text(single_line(_place(row))),
                 size="" if row.size_bytes is None else human_bytes(row.size_bytes),
             )
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -18,7 +18,9 @@ from pydantic.alias_generators import to_camel
 from piw.errors import ProviderError
 from piw.providers.lazy_adapter import LazyAdapter
 from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolSpec
-from piw.providers.selection import ProviderSelection
+
+if TYPE_CHECKING:  # a name in annotations only: importing it would load the whole config layer (PiwConfig)
+    from piw.providers.selection import ProviderSelection
 
 
 class _Frozen(BaseModel):

@@ -14,10 +14,10 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from piw.config.settings import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
-from piw.providers.config import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
     final_on_loopback,

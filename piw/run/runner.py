@@ -239,14 +239,21 @@ def queue_run(
     title: str | None,
     options: ForegroundOptions,
     check: Callable[[LoadedWorkflow], object] | None = None,
+    *,
+    allow_duplicate: bool = True,
 ) -> RunState | Adopted:
     """``piw run --detach``: validate, create the bundle with ``run_started``, and leave it queued for a host.
 
     ``check`` (e.g. building the provider the host will use) runs after the input is validated and before
-    anything exists, so a bad input or an unusable provider leaves no row and no bundle behind.
+    anything exists, so a bad input or an unusable provider leaves no row and no bundle behind. Without
+    ``allow_duplicate`` a live run of the same file and input is refused (``DuplicateRun``, piw.run.duplicates).
     """
     workflow = load_workflow(reference, home, tools_known())
-    prepare_input(workflow.definition, raw_input)  # nothing exists until the input is valid
+    prepared = prepare_input(workflow.definition, raw_input)  # nothing exists until the input is valid
+    if not allow_duplicate and options.idempotency_key is None:  # (a key decides repeats itself)
+        from piw.run.duplicates import refuse_duplicate
+
+        refuse_duplicate(home, workflow.source, prepared)
     if check is not None:
         check(workflow)
     detached = ForegroundOptions(
@@ -447,7 +454,7 @@ def configured_durability(home: Path, warn: Callable[[str], None] | None = None)
     """
     if not (home / "config.toml").exists():  # (``config_path``): no file, no key, no provider layer to import
         return None
-    from piw.providers.config import load_config
+    from piw.config.settings import load_config
 
     try:
         return load_config(home).durability

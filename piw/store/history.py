@@ -25,11 +25,8 @@ from piw.store.db.rows import QueueRow
 from piw.store.db.run_database import RunDatabase, open_run_database
 from piw.store.place import refresh_mirrors
 from piw.store.run_query import RunQuery
+from piw.store.script_phase import current_phase, split_place
 from piw.store.storage import storage_error
-
-RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled", "unknown")
-"""What ``piw runs --status`` takes: the run statuses, with ``waiting`` narrowed to gates that still need an answer
-and ``answered`` for the waiting runs that were answered (and ``cancelled`` taking the cancelled waiting runs)."""
 
 WaitState = Literal["open", "answered", "cancelled"]
 
@@ -144,6 +141,8 @@ class RunSummary:
     """``{name, fireAt}`` of the schedule fire that started it (``piw runs --schedule``, docs/schedules.md)."""
     size_bytes: int | None = None
     """Disk use of its bundle, when asked for (``piw runs --size``)."""
+    current_phase: str | None = None
+    """The phase a running script node works in (``docs/dynamic-workflows.md``)."""
 
     @classmethod
     def of(cls, head: RunHead, current_node: str | None, **rest: Any) -> RunSummary:
@@ -168,6 +167,7 @@ class RunSummary:
             "startedAt": self.started_at,
             "finishedAt": self.finished_at,
             "currentNode": self.current_node,
+            "currentPhase": self.current_phase,
             "damage": self.damage.to_json() if self.damage else None,
             "usage": self.usage,
             "wait": self.wait.to_json() if self.wait else None,
@@ -287,9 +287,11 @@ def _unserved(home: Path, run_ids: list[str]) -> set[str]:
 
 
 def _summary(row: IndexRow, detail: str | None, interrupted: bool, wait: WaitSummary | None) -> RunSummary:
+    node, phase = split_place(row.current_node)
     return RunSummary.of(
         row,
-        row.current_node,
+        node,
+        current_phase=phase,
         notice=row.notice,
         damage=line_damage("trace.ndjson", row.damage_line) if row.damage_line is not None else None,
         interrupted=interrupted,
@@ -327,6 +329,7 @@ def folded_summaries(home: Path) -> list[RunSummary]:
             RunSummary.of(
                 state,
                 state.current.node_id if state.current else None,
+                current_phase=current_phase(state),
                 notice=damage.notice if damage else None,
                 damage=damage,
                 interrupted=damage is None and state.status == "running" and not run_is_live(bundle),

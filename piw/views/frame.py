@@ -28,6 +28,7 @@ from piw.views.budget import spent_line
 from piw.views.cards import compact_card_lines
 from piw.views.conversation import NOTIFICATION_TYPE, STEP_TYPE
 from piw.views.graph import draw_graph
+from piw.views.phases import phase_lines
 from piw.views.progress import Tracks, panel_lines
 from piw.views.state import current_line, status_line
 
@@ -150,6 +151,9 @@ def summary_lines(state: RunState, now: datetime, live: bool | None) -> list[Tex
     lines = [head]
     if state.current is not None:
         lines.append(Text("  ") + current_line(state, now))
+        lines += [
+            Text("    ") + line for line in phase_lines(state, now, live_only=True)
+        ]  # a script's phases
     if state.error:
         lines.append(Text("  ") + safe(state.error, "red"))
     if state.budget:

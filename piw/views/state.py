@@ -16,19 +16,10 @@ from rich.text import Text
 from piw.progress import format_remaining, parse_instant
 from piw.store.fold import RunState
 from piw.store.telemetry_status import telemetry_line
-from piw.views.base import (
-    OUTCOME_MARKS,
-    STATUS_STYLES,
-    View,
-    compact,
-    fmt_duration,
-    ms_between,
-    node_label,
-    plural,
-    safe,
-)
+from piw.views.base import View, compact, elapsed, marked, node_label, plural, safe, status_style
 from piw.views.budget import spent_line
 from piw.views.effects import UNKNOWN_MARK, unresolved_lines
+from piw.views.phases import phase_lines
 from piw.views.progress import next_check_at
 from piw.wire import digest
 
@@ -40,8 +31,7 @@ def status_line(state: RunState, live: bool | None) -> Text:
     """``✓ completed``, ``⏸ waiting on ask``, ``▶ running · possibly interrupted`` …"""
     if state.status == "unknown":  # parked on an interrupted effect="once" step: a person answers it
         return Text(f"{UNKNOWN_MARK} outcome unknown", style="bold yellow")
-    mark = OUTCOME_MARKS.get("ok" if state.status == "completed" else state.status, "·")
-    line = Text(f"{mark} {state.status}", style=f"bold {STATUS_STYLES.get(state.status, '')}".strip())
+    line = Text(marked(state.status), style=f"bold {status_style(state.status)}".strip())
     if state.status == "waiting" and state.waiting_on:
         line.append(" on ")
         line.append(node_label(state.waiting_on))
@@ -77,7 +67,7 @@ def current_line(state: RunState, now: datetime) -> Text:
         return Text("")
     line = Text(node_label(current.node_id), style="bold")
     line.append(f" ({current.node_type})", style="dim")
-    line.append(f" · {fmt_duration(ms_between(current.started_at, now))}")
+    line.append(f" · {elapsed(current.started_at, now)}")
     detail = waiting_for(state, now)
     if current.status_detail:
         line.append(" · ")
@@ -154,11 +144,12 @@ class StateView(View):
         yield _row("input", input_line)
         if state.current is not None:
             yield _row("current", current_line(state, self.now))
+        yield from self._phases()
         for index, line in enumerate(unresolved_lines(state)):
             yield _row("effect" if index == 0 else "", safe(line, "yellow"))
         yield _row("started", safe(state.started_at or ""))
         if state.finished_at:
-            took = fmt_duration(ms_between(state.started_at, parse_instant(state.finished_at)))
+            took = elapsed(state.started_at, parse_instant(state.finished_at))
             yield _row("finished", safe(f"{state.finished_at} (took {took})"))
         if state.status in ("completed", "waiting") or state.final_output is not None:
             yield _row("output", safe(compact(state.final_output, 400)))
@@ -170,6 +161,11 @@ class StateView(View):
         if self.telemetry is not None:
             dropped = bool(self.telemetry.get("dropped"))
             yield _row("telemetry", safe(telemetry_line(self.telemetry), "yellow" if dropped else ""))
+
+    def _phases(self) -> Iterator[Text]:
+        """A script's phases, one line each (``docs/dynamic-workflows.md``)."""
+        for index, phase in enumerate(phase_lines(self.state, self.now)):
+            yield _row("phases" if index == 0 else "", phase)
 
     def _error(self, console: Console, width: int) -> Iterator[Text]:
         """The error, wrapped over up to four lines (it is usually the one thing a reader came for)."""

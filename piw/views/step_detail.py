@@ -10,7 +10,7 @@ sanitised and drawn as plain ``Text``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -20,15 +20,16 @@ from piw.store.fold import CurrentAttempt, RunState, StepRecord
 from piw.store.session import SessionEntry
 from piw.views.base import (
     OUTCOME_MARKS,
-    STATUS_STYLES,
     View,
     compact,
     fmt_duration,
     node_label,
     safe,
     safe_block,
+    status_style,
 )
 from piw.views.conversation import entry_lines
+from piw.views.phases import Phase, leaf_cards
 from piw.views.state import totals_line
 
 OUTPUT_LINES = 40
@@ -79,9 +80,15 @@ class StepDetailView(View):
     """Every part of one attempt, top to bottom."""
 
     def __init__(
-        self, step: StepRecord | CurrentAttempt, entries: Iterable[SessionEntry], number: int | None = None
+        self,
+        step: StepRecord | CurrentAttempt,
+        entries: Iterable[SessionEntry],
+        number: int | None = None,
+        phases: Sequence[Phase] = (),
     ) -> None:
         self.step, self.number = step, number
+        self.phases = list(phases)
+        """A script attempt's phases (``piw.views.phases``): its leaves are shown as step cards per phase."""
         conversation = step.conversation if isinstance(step, StepRecord) else None
         self.entries = list(conversation_range(entries, conversation))
 
@@ -89,11 +96,11 @@ class StepDetailView(View):
         step = self.step
         finished = isinstance(step, StepRecord)
         outcome = step.outcome if isinstance(step, StepRecord) else "running"
-        head = Text(f"{OUTCOME_MARKS.get(outcome, '·')} ", style=STATUS_STYLES.get(outcome, ""))
+        head = Text(f"{OUTCOME_MARKS.get(outcome, '·')} ", style=status_style(outcome))
         if self.number is not None:
             head.append(f"#{self.number} ", style="dim")
         head.append(node_label(step.node_id), style="bold")
-        head.append(f"  ({step.node_type})  {outcome}", style=STATUS_STYLES.get(outcome, ""))
+        head.append(f"  ({step.node_type})  {outcome}", style=status_style(outcome))
         if isinstance(step, StepRecord):
             head.append(f"  {fmt_duration(step.duration_ms)}")
         yield head
@@ -122,7 +129,10 @@ class StepDetailView(View):
         if finished and isinstance(step, StepRecord) and step.usage:
             yield from _heading("usage")
             yield Text(_usage_line(step.usage))
-        if step.children:
+        if self.phases:
+            yield from _heading("leaves")
+            yield from leaf_cards(step.node_id, step.children, self.phases, indent="")
+        elif step.children:
             yield from _heading("children")
             for child in step.children:
                 yield safe(
@@ -154,6 +164,9 @@ def _usage_line(usage: dict[str, Any]) -> str:
 
 
 def step_detail_view(
-    step: StepRecord | CurrentAttempt, entries: Iterable[SessionEntry], number: int | None = None
+    step: StepRecord | CurrentAttempt,
+    entries: Iterable[SessionEntry],
+    number: int | None = None,
+    phases: Sequence[Phase] = (),
 ) -> StepDetailView:
-    return StepDetailView(step, entries, number)
+    return StepDetailView(step, entries, number, phases)

@@ -19,17 +19,18 @@ from rich.text import Text
 from piw.store.fold import RunState, StepRecord
 from piw.terminal import single_line
 from piw.views.base import (
-    OUTCOME_MARKS,
-    STATUS_STYLES,
     View,
     compact,
+    elapsed,
     fmt_duration,
-    ms_between,
+    marked,
     node_label,
     safe,
     short_id,
+    status_style,
 )
 from piw.views.failure import traceback_lines, where
+from piw.views.phases import leaf_cards, script_phases
 from piw.views.row_cache import RowSource, cached_table, layout_key
 from piw.views.table import Column, layout, table_lines, table_plain
 
@@ -55,11 +56,11 @@ def _columns(rows: int) -> tuple[Column, ...]:
 @functools.lru_cache(maxsize=64)
 def _plain_outcome(outcome: str) -> str:
     """The outcome cell as plain text (remembered: it is one of a handful on every row of a long run)."""
-    return f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}"
+    return marked(outcome)
 
 
 def _outcome(outcome: str) -> Text:
-    return Text(_plain_outcome(outcome), style=STATUS_STYLES.get(outcome, ""))
+    return Text(_plain_outcome(outcome), style=status_style(outcome))
 
 
 def _detail(step: StepRecord) -> Text:
@@ -107,6 +108,7 @@ class StepsView(View):
         columns = _columns(self.count())
         if self.node is None and not self.verbose:
             yield from table_lines(columns, self._rows(), width)
+            yield from self._running_leaves()
             return
         if self.node is not None and not self._has_node():
             yield Text(f"No steps of node {node_label(self.node)}.", style="dim")
@@ -133,6 +135,7 @@ class StepsView(View):
             yield "No steps yet."
             return
         yield from table_plain(_columns(self.count()), self._plain_rows(), width)
+        yield from (line.plain[:width] for line in self._running_leaves())
 
     def plain_blocks(self, width: int) -> Iterator[bytes | memoryview] | None:
         """:meth:`plain_lines` as UTF-8 blocks, the finished attempts' rows from the bundle's rendered-row cache
@@ -149,7 +152,10 @@ class StepsView(View):
         def settled(start: int, _cached: object) -> Iterator[str]:
             return itertools.islice(table_plain(columns, self._plain_steps(start), width), 1, None)
 
-        running = itertools.islice(table_plain(columns, self._plain_running(), width), 1, None)
+        running = itertools.chain(
+            itertools.islice(table_plain(columns, self._plain_running(), width), 1, None),
+            (line.plain[:width] for line in self._running_leaves()),
+        )
         return cached_table(self.source, "steps", key, header, len(state.steps), settled, running)
 
     def _plain_rows(self) -> Iterator[list[str]]:
@@ -180,12 +186,11 @@ class StepsView(View):
     def _plain_running(self) -> Iterator[list[str]]:
         current = self.state.current
         if current is not None:
-            elapsed = fmt_duration(ms_between(current.started_at, self.now))
             yield [
                 str(len(self.state.steps) + 1),
                 node_label(current.node_id),
                 _plain_outcome("running"),
-                elapsed,
+                elapsed(current.started_at, self.now),
                 short_id(current.attempt_id),
                 single_line(current.status_detail or ""),
             ]
@@ -204,9 +209,22 @@ class StepsView(View):
             yield _row(number, step)
             if step.outcome != "ok" and (step.traceback or self.node is not None):
                 yield from traceback_lines(step.traceback, step.error, indent="      ")
+            if step.children and (phases := script_phases(self.state, step.attempt_id)):
+                yield from leaf_cards(step.node_id, step.children, phases, indent="      ")
         current = self.state.current
         if current is not None and (self.node is None or current.node_id == self.node):
             yield from self._rows(len(self.state.steps))
+            yield from self._running_leaves()
+
+    def _running_leaves(self) -> Iterator[Text]:
+        """The leaves of the script attempt in progress, as step cards under a heading per phase
+        (``docs/dynamic-workflows.md``): nothing for any other attempt."""
+        current = self.state.current
+        if current is None:
+            return
+        phases = script_phases(self.state, current.attempt_id)
+        if phases:
+            yield from leaf_cards(current.node_id, current.children, phases, indent="      ")
 
     def count(self) -> int:
         """Rows in the table: one per finished attempt, plus the attempt in progress."""
@@ -230,12 +248,11 @@ class StepsView(View):
         current = self.state.current
         if current is not None:
             detail = safe(current.status_detail or "", "dim")
-            elapsed = fmt_duration(ms_between(current.started_at, self.now))
             yield [
                 str(len(self.state.steps) + 1),
                 Text(node_label(current.node_id)),
                 _outcome("running"),
-                elapsed,
+                elapsed(current.started_at, self.now),
                 short_id(current.attempt_id),
                 detail,
             ]

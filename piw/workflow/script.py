@@ -6,7 +6,7 @@ child step under a **structural key** (phase, the function that called it, item 
 ``key=``) so that the same leaf has the same key every time the script runs. A leaf whose key already has a
 committed ``ok`` result in this node visit returns it without a model request (``docs/design/agent-steps.md`` §10);
 plain Python between leaves simply runs again. There is no determinism sandbox: ``piw validate`` runs a script twice
-and compares its keys (``piw.workflow.script_check``).
+and compares its keys (``piw.run.script_check``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from piw.errors import DefinitionError, NodeFailure, UpdateRejected
+from piw.workflow.script_progress import Fan, PhaseBoard, PhaseCount
 
 if TYPE_CHECKING:
     from piw.workflow.context import ActionContext
@@ -86,17 +87,8 @@ def caller_name() -> tuple[str, str]:
     return segment(frame.f_code.co_name), f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-@dataclass
-class PhaseCount:
-    """Progress of one phase: leaves finished, started and running."""
-
-    total: int = 0
-    done: int = 0
-    running: int = 0
-
-
-LeafCall = Callable[[str, str, Any, tuple[str, ...]], Any]
-"""How a flow asks one leaf: ``(key, prompt, expected_output, tools) -> output``."""
+LeafCall = Callable[[str, str, Any, tuple[str, ...], str], Any]
+"""How a flow asks one leaf: ``(key, prompt, expected_output, tools, phase) -> output``."""
 
 
 class Flow:
@@ -114,6 +106,7 @@ class Flow:
         asked_before: int = 0,
         fan_out: Callable[[int], int] | None = None,
         report: Callable[[str, str, dict[str, Any]], None] | None = None,
+        now: Callable[[], str] | None = None,
     ) -> None:
         self.input = input
         self.outputs = outputs
@@ -134,7 +127,11 @@ class Flow:
         self._scope: contextvars.ContextVar[Scope] = contextvars.ContextVar("piw_script_scope")
         self._root = Scope((), "main")
         self._used: set[str] = set()
-        self._phases: dict[str, PhaseCount] = {}
+        self._fan_var: contextvars.ContextVar[Fan | None] = contextvars.ContextVar(
+            "piw_script_fan", default=None
+        )
+        self.board = PhaseBoard(self._phase_report if report is not None else None, now)
+        """Per-phase counters, published as ``script.phase`` updates (``piw.workflow.script_progress``)."""
         self._lines = 0
         self.leaves: list[dict[str, Any]] = []
         """Every leaf this run of ``main`` reached: key, phase, call site, prompt digest (for ``piw validate``)."""
@@ -151,10 +148,12 @@ class Flow:
             raise DefinitionError("flow.phase(name) needs a non-empty name")
         scope = self._current()
         token = self._scope.set(scope.child(scope.name(segment(name)), phase=name))
+        self.board.enter(name, segment(name))
         try:
             yield
         finally:
             self._scope.reset(token)
+            self.board.exit(name)
 
     # ---- leaves -------------------------------------------------------------------------------------------
 
@@ -183,8 +182,6 @@ class Flow:
                     "prompt": hashlib.sha256(str(prompt).encode()).hexdigest()[:16],
                 }
             )
-            counts = self._phases.setdefault(scope.phase, PhaseCount())
-            counts.total += 1
             fresh = leaf_key not in self._committed
             if fresh:
                 if self._asked >= self.max_agents:
@@ -193,16 +190,18 @@ class Flow:
                         f"{self._asked + 1} of this run."
                     )
                 self._asked += 1
+        phase = scope.phase
+        self.board.reached(phase, segment(phase), self._fan_var.get())
         if not fresh:
-            output = self._ask(leaf_key, prompt, expected_output, tuple(tools))
-            self._progress(scope.phase, done=1)
+            output = self._ask(leaf_key, prompt, expected_output, tuple(tools), phase)
+            self.board.leaf(phase, done=1)
             return output
         with self._slots:
-            self._progress(scope.phase, running=1)
+            self.board.leaf(phase, running=1)
             try:
-                return self._ask(leaf_key, prompt, expected_output, tuple(tools))
+                return self._ask(leaf_key, prompt, expected_output, tuple(tools), phase)
             finally:
-                self._progress(scope.phase, running=-1, done=1)
+                self.board.leaf(phase, running=-1, done=1)
 
     # ---- fan-out ------------------------------------------------------------------------------------------
 
@@ -238,10 +237,13 @@ class Flow:
 
         if not items:
             return []
-        workers = min(self.max_concurrency, len(items))
-        with ThreadPoolExecutor(workers, thread_name_prefix="piw-script") as pool:
-            futures = [pool.submit(contextvars.copy_context().run, run_item, i) for i in range(len(items))]
-            return [future.result() for future in futures]
+        fan = self.board.announce(scope.phase, segment(scope.phase), len(items) * len(stages))
+        token = self._fan_var.set(fan)
+        try:
+            return _run_all(len(items), run_item, min(self.max_concurrency, len(items)))
+        finally:
+            self._fan_var.reset(token)
+            self.board.settle(fan)
 
     def _check_fan_out(self, item_scopes: list[Scope], stages: int) -> None:
         """Stop before the first request when the new items (at least one leaf per stage) would cross
@@ -267,23 +269,54 @@ class Flow:
             number = self._lines
         self._publish("script.log", f"line-{number}", {"text": str(text), "phase": self._current().phase})
 
-    def _progress(self, phase: str, *, done: int = 0, running: int = 0) -> None:
-        with self._lock:
-            counts = self._phases.setdefault(phase, PhaseCount())
-            counts.done += done
-            counts.running += running
-            data = {"phase": phase, "done": counts.done, "total": counts.total, "running": counts.running}
-        self._publish("script.phase", segment(phase), data)
+    def _phase_report(self, key: str, data: dict[str, Any]) -> bool:
+        return self._publish("script.phase", key, data)
 
-    def _publish(self, type_: str, key: str, data: dict[str, Any]) -> None:
+    def _publish(self, type_: str, key: str, data: dict[str, Any]) -> bool:
+        """``False`` when the run's update rate limit refused it (a log line is then dropped; a phase frame is
+        written again later by the board)."""
         if self._report is None:
-            return
-        with contextlib.suppress(UpdateRejected):  # progress is best effort: a full bucket drops a frame
+            return True
+        try:
             self._report(type_, key, data)
+        except UpdateRejected:
+            return False
+        return True
 
     @property
     def phases(self) -> dict[str, PhaseCount]:
-        return dict(self._phases)
+        return dict(self.board.phases)
+
+
+def _run_all(count: int, run_item: Callable[[int], Any], workers: int) -> list[Any]:
+    """``run_item(i)`` for every index on ``workers`` threads, results in index order; every item runs, and the
+    first failing item's error (by index) is raised once all have ended.
+
+    Each worker takes the next index from a shared counter rather than one future per item: a rerun over 1,000
+    committed leaves spent most of its time creating futures and their locks (``bench/bench_script.py``).
+    """
+    results: list[Any] = [None] * count
+    errors: dict[int, BaseException] = {}
+    indexes = iter(range(count))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                index = next(indexes, None)
+            if index is None:
+                return
+            try:
+                results[index] = run_item(index)
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                errors[index] = exc
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="piw-script") as pool:
+        for future in [pool.submit(contextvars.copy_context().run, work) for _ in range(workers)]:
+            future.result()
+    if errors:
+        raise errors[min(errors)]
+    return results
 
 
 @dataclass(frozen=True)
@@ -300,8 +333,8 @@ class ScriptMain:
         committed = frozenset(getattr(book, "earlier_ok", {}) or {})
         asked = int(getattr(book, "earlier_asked", 0) or 0)
 
-        def ask(key: str, prompt: str, expected: Any, tools: tuple[str, ...]) -> Any:
-            result = ctx.run_agent(prompt, key=key, expected_output=expected, tools=tools)
+        def ask(key: str, prompt: str, expected: Any, tools: tuple[str, ...], phase: str) -> Any:
+            result = ctx.run_agent(prompt, key=key, expected_output=expected, tools=tools, phase=phase)
             if not result.ok:
                 raise LeafFailed(f"Leaf {key} {result.outcome}: {result.error}")
             return result.output
@@ -319,8 +352,14 @@ class ScriptMain:
             asked_before=asked,
             fan_out=ctx.start_fan_out,
             report=report,
+            now=lambda: ctx.now().isoformat(),
         )
-        return self.main(flow)
+        try:
+            output = self.main(flow)
+            flow.board.finish()
+            return output
+        finally:
+            flow.board.close()
 
 
 def script(

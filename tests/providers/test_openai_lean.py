@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from piw.config.settings import ProviderConfig
 from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, complete
-from piw.providers.config import ProviderConfig
 from piw.providers.messages import AssistantReply, ToolCallBlock, ToolResultMessage, ToolSpec, UserMessage
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.openai_lean import Timeouts, applies
@@ -245,7 +245,7 @@ def test_the_lean_path_leaves_the_sdk_unimported(stub: OpenAIStub) -> None:
     script = f"""
 import sys, threading
 from piw.providers.base import ChatRequest, complete
-from piw.providers.config import ProviderConfig
+from piw.config.settings import ProviderConfig
 from piw.providers.messages import UserMessage
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.selection import ProviderSelection

@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from piw.errors import PiwError
-from piw.store.db.database import INDEXES, TABLES, Database, now_ms, open_database
+from piw.store.db.database import Database, now_ms, open_database
 from piw.store.db.ddl import create_table_sql
 from piw.store.db.notices import notice
+from piw.store.db.schema import INDEXES, TABLES
 from piw.store.home import RUN_ID_PATTERN
 from piw.store.place import runs_home
+from piw.store.script_phase import place_of
 from piw.wire import parse_time
 
 if TYPE_CHECKING:  # the bundle and the fold are imported only to refold a row: a current index needs neither
@@ -169,7 +171,7 @@ def row_of_state(state: RunState, damage: Damage | None = None, stamp: str | Non
         to_ms(state.updated_at),
         to_ms(state.finished_at),
         state.trace_seq,
-        state.current.node_id if state.current else None,
+        place_of(state),  # the node, and a script's phase (piw.store.script_phase)
         damage.notice if damage else None,
         usage_cost(state.usage),
         damage.line if damage else None,

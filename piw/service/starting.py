@@ -38,9 +38,11 @@ def queue_detached(
     idempotency_key: str | None = None,
     budget: Budget | None = None,
     confirmation: dict[str, Any] | None = None,
+    allow_duplicate: bool = True,
 ) -> RunState | Adopted:
     """Validate everything, write ``run_started``, queue the run for a host (or adopt the run of the same key);
-    ``confirmation``: the budget stop a run over ``--confirm-above`` waits on before its first step."""
+    ``confirmation``: the budget stop a run over ``--confirm-above`` waits on before its first step; without
+    ``allow_duplicate`` a live run of the same file and input is refused (``piw.run.duplicates``)."""
     from rich.console import Console
 
     from piw.agent_steps.factory import agent_executor_factory
@@ -55,7 +57,9 @@ def queue_detached(
         budget=budget,
         confirmation=confirmation,
     )
-    return queue_run(reference, home, raw_input, title, options, check=factory)
+    return queue_run(
+        reference, home, raw_input, title, options, check=factory, allow_duplicate=allow_duplicate
+    )
 
 
 def start_discovered(

@@ -60,7 +60,7 @@ def _fill(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
 def dry_leaves(script: ScriptMain, run_input: Any) -> list[dict[str, Any]]:
     """Run ``script`` once with every leaf answered from its schema; the leaves it reached."""
 
-    def ask(_key: str, _prompt: str, expected: Any, _tools: tuple[str, ...]) -> Any:
+    def ask(_key: str, _prompt: str, expected: Any, _tools: tuple[str, ...], _phase: str) -> Any:
         return answer_from_schema(expected)
 
     flow = Flow(run_input, {}, ask, max_concurrency=script.max_concurrency, max_agents=script.max_agents)
@@ -115,7 +115,7 @@ def _compare(node_id: str, first: list[dict[str, Any]], second: list[dict[str, A
 def _dry_run(path: Path, run_input: Any, seed: str) -> dict[str, list[dict[str, Any]]]:
     env = {**os.environ, "PYTHONHASHSEED": seed}
     done = subprocess.run(
-        [sys.executable, "-m", "piw.workflow.script_check", str(path), json.dumps(run_input)],
+        [sys.executable, "-m", "piw.run.script_check", str(path), json.dumps(run_input)],
         capture_output=True,
         text=True,
         env=env,
