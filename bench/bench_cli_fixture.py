@@ -1,9 +1,10 @@
 """What one CLI test call costs: ``piw`` in process (the ``cli`` fixture) versus a real ``piw`` subprocess.
 
-Run ``python bench/bench_cli_fixture.py`` (``--calls N``; ``--mode inprocess|subprocess`` runs one side only, for
-``farm-bench``). For each mode it makes the calls most CLI tests make — ``piw run hello --json`` then
-``piw inspect -1 --json`` — in a fresh ``PIW_HOME``, and prints the median wall time per call and the process CPU
-time the whole loop used. The in-process side is ``tests/support/inprocess.run_piw``, exactly what ``cli(...)`` runs.
+Run ``python bench/bench_cli_fixture.py`` (``--calls N``; ``--mode inprocess|subprocess`` runs one side only,
+for a whole-process timer such as ``hyperfine``). For each mode it makes the calls most CLI tests make —
+``piw run hello --json`` then ``piw inspect -1 --json`` — in a fresh ``PIW_HOME``, and prints the median wall
+time per call and the process CPU time the whole loop used. The in-process side is
+``tests/support/inprocess.run_piw``, exactly what ``cli(...)`` runs.
 """
 
 from __future__ import annotations

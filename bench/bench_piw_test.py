@@ -14,7 +14,7 @@ figure measures the load). ``--baseline PIW`` (another checkout's ``piw`` execut
 cases, its runs taken in turn with this checkout's, and prints its figures beside them.
 
 ``--prepare DIR`` only writes the project and the case into ``DIR`` and prints the command to time with
-``farm-bench`` (``farm-bench -n 10 -- piw test DIR/piw-tests/five``, run from ``DIR``).
+a whole-process timer (``hyperfine 'piw test piw-tests/five'``, run from ``DIR``).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main() -> None:
         options.prepare.mkdir(parents=True, exist_ok=True)
         prepare(options.prepare, options.prepare / "home")
         print(
-            f"cd {options.prepare} && PIW_HOME={options.prepare / 'home'} farm-bench -n 10 -- {PIW} test piw-tests/five"
+            f"cd {options.prepare} && PIW_HOME={options.prepare / 'home'} hyperfine '{PIW} test piw-tests/five'"
         )
         return
     sides = {"this": PIW, **({"baseline": options.baseline} if options.baseline else {})}

@@ -12,7 +12,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from piw.errors import (
+from piw import dataclass_code
+
+dataclass_code.install()  # before any dataclass is defined: see piw/dataclass_code.py
+
+from piw.errors import (  # noqa: E402
     AttemptInactive,
     Cancelled,
     ClaimLost,

@@ -21,8 +21,6 @@ from piw.providers import guard_base_url
 from piw.providers.base import Provider
 from piw.providers.cassette import cassette_mode
 from piw.providers.factory import build_provider
-from piw.providers.recorded import RECORDED_PROVIDER, RecordedRunProvider
-from piw.providers.scripted import check_script_keys, load_script
 from piw.providers.selection import ProviderSelection, select_provider
 from piw.redaction import redacting_listeners, redactor_for
 from piw.run.executors import Executor
@@ -53,6 +51,8 @@ def check_replies(workflow: LoadedWorkflow, path: Path) -> None:
     nodes = workflow.graph.nodes
     agents = [node_id for node_id, gnode in nodes.items() if isinstance(gnode.node, AgentNode)]
     actions = [node_id for node_id, gnode in nodes.items() if isinstance(gnode.node, ActionNode)]
+    from piw.providers.scripted import check_script_keys, load_script  # only scripted runs read replies
+
     check_script_keys(load_script(path), agents, actions, source=str(path))
 
 
@@ -102,7 +102,7 @@ class AgentWiring:
         actions only has no usable provider (its actions then cannot call ``ctx.run_agent``)."""
         home, listeners, launch = self.home, self.listeners, self.launch
         needs_agent = any(isinstance(gnode.node, AgentNode) for gnode in workflow.graph.nodes.values())
-        if launch.provider == RECORDED_PROVIDER:
+        if _is_recorded(launch.provider):
             return AgentExecutor(
                 agent_settings(load_config(home), _recorded(home, self.replay_from), listeners)
             )
@@ -164,10 +164,21 @@ def agent_settings(
     )
 
 
+def _is_recorded(provider: str | None) -> bool:
+    """Whether ``--provider`` names the fork's ``replay`` provider (its module is imported only when one is named)."""
+    if provider is None:
+        return False
+    from piw.providers.recorded import RECORDED_PROVIDER
+
+    return provider == RECORDED_PROVIDER
+
+
 def _recorded(home: Path, replay_from: str | None) -> Provider:
     """The ``replay`` provider of a fork: answers from the parent run's recorded replies."""
     if replay_from is None:
         raise ProviderError(
             "The replay provider answers from a recorded run; use it as 'piw fork RUN --at SEQ --provider replay'."
         )
+    from piw.providers.recorded import RecordedRunProvider
+
     return RecordedRunProvider(open_bundle(home, replay_from))

@@ -12,10 +12,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from piw.errors import ProviderError
+from piw.providers.lazy_adapter import LazyAdapter
 from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolSpec
 
 if TYPE_CHECKING:  # a name in annotations only: importing it would load the whole config layer (PiwConfig)
@@ -170,7 +171,7 @@ ProviderEvent = Annotated[
     Field(discriminator="type"),
 ]
 
-EVENT_ADAPTER: TypeAdapter[ProviderEvent] = TypeAdapter(ProviderEvent)
+EVENT_ADAPTER: LazyAdapter[ProviderEvent] = LazyAdapter(ProviderEvent)
 """Parses a recorded event back from its JSON shape (cassettes)."""
 
 

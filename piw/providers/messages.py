@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+from piw.providers.lazy_adapter import LazyAdapter
 
 StopReason = Literal["stop", "length", "toolUse", "error", "aborted"]
 
@@ -154,5 +156,5 @@ class ToolSpec(_Wire):
         return schema
 
 
-MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+MESSAGE_ADAPTER: LazyAdapter[Message] = LazyAdapter(Message)
 """Parses any message from its JSON shape, dispatching on ``role``."""

@@ -18,7 +18,6 @@ uses ``SIGALRM`` too) are put back, less the time the import took.
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import math
 import os
@@ -130,6 +129,8 @@ class ImportDeadline:
         with self._guard:
             self._active = False
         if self._timer is not None:
+            import ctypes  # only off the main thread; a main-thread import (piw run) never loads it
+
             self._timer.cancel()
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self._thread), None
@@ -157,6 +158,8 @@ class ImportDeadline:
             raise DeadlinePassed
 
     def _raise_in_thread(self) -> None:
+        import ctypes
+
         with self._guard:
             if self._active:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
