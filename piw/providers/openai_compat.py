@@ -31,6 +31,7 @@ from piw.providers.openai_lean import (
     LeanConnectionError,
     LeanStatusError,
     LeanTimeout,
+    NotAStream,
     Timeouts,
     applies,
     request_headers,
@@ -190,16 +191,6 @@ class _Chunks:
             return usage.model_copy(update={"cost": float(reported)})
         cost = self._model_settings.cost if self._model_settings else None
         return usage.model_copy(update={"cost": cost.price(usage) if cost else None})
-
-
-class NotAStream(Exception):
-    """A 2xx answer to a streamed request whose ``Content-Type`` is not ``text/event-stream``."""
-
-    def __init__(self, content_type: str) -> None:
-        shown = " ".join(content_type.split())[:80] or "none"
-        super().__init__(
-            f"The provider answered with Content-Type {shown!r}, not an event stream (a proxy or gateway page?)."
-        )
 
 
 def _failure(

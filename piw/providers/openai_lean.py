@@ -76,6 +76,16 @@ class LeanAPIError(Exception):
     """An ``error`` object inside the event stream (the SDK's ``APIError``)."""
 
 
+class NotAStream(Exception):
+    """A 2xx answer to a streamed request whose ``Content-Type`` is not ``text/event-stream``."""
+
+    def __init__(self, content_type: str) -> None:
+        shown = " ".join(content_type.split())[:80] or "none"
+        super().__init__(
+            f"The provider answered with Content-Type {shown!r}, not an event stream (a proxy or gateway page?)."
+        )
+
+
 def status_detail(status: int, text: str) -> str:
     """The SDK's error wording for a status answer, as ``openai_compat._detail`` reads it from ``APIStatusError``."""
     text = text.strip()
@@ -276,8 +286,6 @@ class LeanCall:
                 raise LeanStatusError(response.status, response.headers, text)
             kind = response.headers.get("content-type", "")
             if "text/event-stream" not in kind.lower():
-                from piw.providers.openai_compat import NotAStream
-
                 raise NotAStream(kind)
             for data in _events(response):
                 emit(data)

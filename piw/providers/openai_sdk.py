@@ -103,7 +103,7 @@ class _HttpCall:
         self._aborted = False
 
     def produce(self, emit: Callable[[ChatCompletionChunk], None]) -> None:
-        from piw.providers.openai_compat import NotAStream
+        from piw.providers.openai_lean import NotAStream
 
         _CURRENT.call = self
         client, own = self._make_client()
