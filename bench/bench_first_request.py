@@ -4,9 +4,10 @@ start to the request arriving at a loopback OpenAI-compatible stub (issue 34, ta
 Each run is a fresh ``piw`` process (byte-compiled modules, as an installed piw has them) with its own home and a
 ``config.toml`` whose default provider is the stub. The stub notes ``time.monotonic()`` when the request arrives
 (the clock is shared by every process on the machine); the figure is that instant minus the instant just before
-``subprocess.Popen``. Prints min/median/max over ``--runs``, and the same for ``python -c 'import openai'`` and
-``piw --help``, measured in the same run, for scale. ``--vs PIW`` times another ``piw`` executable (a baseline
-checkout's venv) the same way, interleaved with this one. Not a test: figures only.
+``subprocess.Popen``, and beside it the CPU the process had used by then (``/proc/PID/stat``, 10 ms ticks), which a
+loaded machine moves less than the wall clock. Prints min/median/max over ``--runs``, and the same for
+``python -c 'import openai'`` and ``piw --help``, measured in the same run, for scale. ``--vs PIW`` times another
+``piw`` executable (a baseline checkout's venv) the same way, interleaved with this one. Not a test: figures only.
 
     python bench/bench_first_request.py [--runs 7] [--vs /path/to/baseline/.venv/bin/piw]
 """
@@ -52,22 +53,39 @@ def _home(folder: Path, stub: OpenAIStub) -> Path:
     return home
 
 
-def first_request_ms(folder: Path, stub: OpenAIStub, flow: Path, piw: str = PIW) -> float:
-    arrived: list[float] = []
+def _cpu_ms(pid: int) -> float:
+    """User + system CPU the process ``pid`` has used so far (``/proc``; 0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def first_request(folder: Path, stub: OpenAIStub, flow: Path, piw: str = PIW) -> tuple[float, float]:
+    """Wall and CPU milliseconds from just before the process starts to the request's arrival at the stub."""
+    arrived: list[tuple[float, float]] = []
+    child: list[subprocess.Popen[str]] = []
 
     def respond(body: dict[str, Any]) -> StubReply:
-        arrived.append(time.monotonic())
+        arrived.append((time.monotonic(), _cpu_ms(child[0].pid)))
         return StubReply.text("hello")
 
     stub.respond = respond
     env = {**os.environ, "PIW_HOME": str(_home(folder, stub))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.monotonic()
-    done = subprocess.run(
-        [piw, "run", str(flow), "--json"], env=env, capture_output=True, text=True, timeout=120
+    process = subprocess.Popen(
+        [piw, "run", str(flow), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert done.returncode == 0 and arrived, done.stderr
-    return (arrived[0] - started) * 1000
+    child.append(process)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0 and arrived, stderr
+    return (arrived[0][0] - started) * 1000, arrived[0][1]
 
 
 def command_ms(command: list[str]) -> float:
@@ -95,19 +113,25 @@ def main() -> None:
         flow.write_text(FLOW, encoding="utf-8")
         homes = folder / "homes"
         homes.mkdir()
-        first_request_ms(homes, stub, flow)  # warm-up: byte-compile, page cache
+        first_request(homes, stub, flow)  # warm-up: byte-compile, page cache
         if args.vs:
-            first_request_ms(homes, stub, flow, args.vs)
-        firsts, imports, helps, baselines = [], [], [], []
+            first_request(homes, stub, flow, args.vs)
+        firsts, cpus, imports, helps, baselines, baseline_cpus = [], [], [], [], [], []
         for _ in range(args.runs):  # interleaved, so that load on the machine falls on each alike
-            firsts.append(first_request_ms(homes, stub, flow))
+            wall, cpu = first_request(homes, stub, flow)
+            firsts.append(wall)
+            cpus.append(cpu)
             if args.vs:
-                baselines.append(first_request_ms(homes, stub, flow, args.vs))
+                wall, cpu = first_request(homes, stub, flow, args.vs)
+                baselines.append(wall)
+                baseline_cpus.append(cpu)
             imports.append(command_ms([sys.executable, "-c", "import openai"]))
             helps.append(command_ms([PIW, "--help"]))
         print(_line("piw run → first model request", firsts))
+        print(_line("  its CPU until then", cpus))
         if baselines:
             print(_line("baseline piw run → first request", baselines))
+            print(_line("  its CPU until then", baseline_cpus))
             ratios = [new / old for new, old in zip(firsts, baselines, strict=True)]
             print(f"{'this / baseline, pair by pair':34s} median {statistics.median(ratios):.3f}")
         print(_line("python -c 'import openai'", imports))

@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from piw.config.rate_limits import RateLimit  # noqa: E402
 from piw.providers.base import ChatRequest, DoneEvent, Provider, ProviderEvent  # noqa: E402
 from piw.providers.messages import AssistantReply, TextBlock, Usage  # noqa: E402
-from piw.providers.rate_limit_config import RateLimit  # noqa: E402
 from piw.providers.rate_limited import RateLimitedProvider, RateLimits  # noqa: E402
 
 LIMIT = RateLimit(requests_per_minute=10**9, tokens_per_minute=10**12, concurrency=1000)

@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         home.mkdir()
         workdir.mkdir()
         if args.gguf:
-            from piw.providers.config import ProviderConfig
+            from piw.config.settings import ProviderConfig
             from piw.providers.llamacpp import LlamaCppProvider
             from piw.providers.selection import ProviderSelection
 

@@ -26,10 +26,11 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
+from piw.env_refs import ENV_REFERENCE
+
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 8
 """Shorter values are never redacted (see the module docstring; ``docs/guarantees.md``)."""
-_ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 
 SecretSource = Callable[[Mapping[str, Any], Mapping[str, str]], Iterable[str]]
 SECRET_SOURCES: list[SecretSource] = []
@@ -46,7 +47,7 @@ def resolve_reference(value: object, env: Mapping[str, str]) -> str | None:
     """A ``$NAME`` reference's value in ``env``, a literal as it is; ``None`` for an unset variable or a non-string."""
     if not isinstance(value, str):
         return None
-    match = _ENV_REFERENCE.match(value)
+    match = ENV_REFERENCE.match(value)
     return env.get(match.group(1)) if match else value
 
 
@@ -67,7 +68,7 @@ def provider_keys(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterable[st
         yield from filter(None, [resolve_reference(table.get("api_key"), env)])
         headers = table.get("headers")
         for value in headers.values() if isinstance(headers, Mapping) else ():
-            if isinstance(value, str) and _ENV_REFERENCE.match(value):
+            if isinstance(value, str) and ENV_REFERENCE.match(value):
                 yield from filter(None, [resolve_reference(value, env)])
 
 
@@ -95,7 +96,7 @@ def mcp_secrets(raw: Mapping[str, Any], env: Mapping[str, str]) -> Iterable[str]
             for name, value in values.items() if isinstance(values, Mapping) else ():
                 if not isinstance(value, str):
                     continue
-                if _ENV_REFERENCE.match(value) or _SECRET_NAME.search(str(name)):
+                if ENV_REFERENCE.match(value) or _SECRET_NAME.search(str(name)):
                     resolved = resolve_reference(value, env)
                     yield from filter(None, [resolved])
                     scheme, _, credential = (resolved or "").partition(" ")

@@ -237,7 +237,7 @@ class OpenAIStub:
         self, model: str = "stub-model", name: str = "stub", **settings: Any
     ) -> OpenAICompatProvider:
         """An ``openai-completions`` provider for this stub; ``settings`` are ``ProviderConfig`` fields."""
-        from piw.providers.config import ProviderConfig
+        from piw.config.settings import ProviderConfig
         from piw.providers.openai_compat import OpenAICompatProvider
         from piw.providers.selection import ProviderSelection
 

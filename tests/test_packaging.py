@@ -59,6 +59,7 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "piw = piw.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
+@pytest.mark.long
 def test_an_installed_copy_runs_shipped_workflows(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     done = subprocess.run(

@@ -587,7 +587,7 @@ def _sample_histories(draw: st.DrawFn) -> list[ProgressSample]:
     return samples
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(samples=_sample_histories(), now_offset=st.integers(0, 3_600_000))
 def test_first_plus_latest_nine_gives_the_identical_estimate(
     samples: list[ProgressSample], now_offset: int

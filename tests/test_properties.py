@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from piw.config.settings import parse_config
 from piw.errors import (
     DefinitionError,
     InputInvalid,
@@ -38,7 +39,6 @@ from piw.errors import (
 from piw.plan import Worker, parse_plan
 from piw.progress import ProgressInvalid, validate_progress_data
 from piw.providers.builder import parse_arguments
-from piw.providers.config import parse_config
 from piw.safe_console import SafeConsole
 from piw.store.trace import TraceEvent, parse_trace, read_trace_prefix
 from piw.terminal import json_text, sanitize_terminal_text, single_line

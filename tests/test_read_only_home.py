@@ -180,6 +180,7 @@ FEW_WRITERS = [("run", "hello"), ("cancel", "{crashed}"), ("host", "--once")]
 
 
 @pytest.mark.parametrize("read_only_home", ["database", "no-database"], indirect=True)
+@pytest.mark.long
 def test_write_commands_say_the_home_cannot_be_written_and_change_nothing(read_only_home: Home) -> None:
     home = read_only_home
     before = home.snapshot()
@@ -187,7 +188,9 @@ def test_write_commands_say_the_home_cannot_be_written_and_change_nothing(read_o
         argv = [arg.format(**home.runs) for arg in args]
         done = home.piw(*argv)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
-        (line,) = done.stderr.splitlines()
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1, (argv, done.stderr)
+        (line,) = lines
         assert line.startswith(f"Error: PIW_HOME {home.cli.home} cannot be written"), (argv, line)
         assert "move it aside" not in done.stdout + done.stderr
         assert home.snapshot() == before, argv

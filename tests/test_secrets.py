@@ -105,7 +105,7 @@ def test_authors_extend_the_allow_list(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tool_env_in_config_reaches_the_bash_tool(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from piw.providers.config import ProviderError, parse_config
+    from piw.config.settings import ProviderError, parse_config
 
     assert parse_config({"agent": {"tool_env": ["GH_TOKEN"]}}).agent.tool_env == ["GH_TOKEN"]
     with pytest.raises(ProviderError, match="not an environment variable name"):

@@ -17,7 +17,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "providers.md"
 
 DRIVE = """
 from piw.providers.base import ChatRequest
-from piw.providers.config import ProviderConfig
+from piw.config.settings import ProviderConfig
 from piw.providers.messages import UserMessage
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.selection import ProviderSelection

@@ -52,14 +52,14 @@ def _json_line(value: Any) -> bytes:
     return (dumps_line(value) + "\n").encode("utf-8")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(PLAIN_VALUES)
 def test_plain_values_encode_to_the_same_bytes_as_json(value: Any) -> None:
     assert is_plain(value)
     assert encode_line(value, plain=True) == _json_line(value)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(ANY_VALUES)
 def test_the_walk_externalizes_like_externalize_and_only_claims_plain_when_it_is(value: Any) -> None:
     wire, plain = externalize_plain(value, _store)
@@ -106,7 +106,7 @@ def test_long_strings_become_artifact_refs_on_the_fast_path() -> None:
     }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(PLAIN_VALUES)
 @example({"k": "a\x7fb"})  # ASCII, but DEL: sanitized
 @example({"k": "\x1b[31m", "\x07": 1})  # C0 controls: JSON escapes them, the text is printable ASCII

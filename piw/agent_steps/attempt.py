@@ -29,9 +29,10 @@ from piw.agent_steps.workflow_tool import (
     WorkflowTool,
     step_tool_spec,
 )
+from piw.config.mcp_servers import McpServerConfig
+from piw.config.path import config_path
 from piw.errors import AttemptInactive
 from piw.providers.base import Provider, StepRef, force_tool
-from piw.providers.config import config_path
 from piw.providers.messages import (
     MESSAGE_ADAPTER,
     AssistantReply,
@@ -45,7 +46,6 @@ from piw.store.fold import update_to_json
 from piw.store.place import home_of
 from piw.store.session import SessionEntry, current_branch
 from piw.tools import Tool, ToolContext, ToolResult, registry
-from piw.toolservers.config import McpServerConfig
 from piw.wire import AGENT_STEP_MESSAGE_SCHEMA, sha256_hex
 from piw.workflow.definition import AgentNode
 from piw.workflow.schemas import json_schema

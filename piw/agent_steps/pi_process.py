@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from piw.env_refs import env_reference
 from piw.errors import ProviderError
 from piw.processes import kill_process_group
 from piw.providers import guard_base_url
-from piw.providers.config import env_reference
 from piw.providers.selection import ProviderSelection
 
 BRIDGE = Path(__file__).with_name("pi_bridge") / "workflow_bridge.ts"

@@ -21,9 +21,9 @@ from piw.agent_steps.contract import AgentStepContract, format_reminder
 from piw.agent_steps.loop import LoopResult, result_message
 from piw.agent_steps.pi_process import EOF, PiLaunch, PiProcess
 from piw.agent_steps.workflow_tool import WORKFLOW_TOOL_NAME
+from piw.config.settings import PiwConfig, provider_secrets
 from piw.errors import PiwError, ProviderError
 from piw.providers.base import Provider
-from piw.providers.config import PiwConfig, provider_secrets
 from piw.providers.messages import (
     AssistantReply,
     ContentBlock,

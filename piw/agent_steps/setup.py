@@ -14,11 +14,12 @@ from piw.agent_steps.attempt import AgentSettings
 from piw.agent_steps.display import AgentDisplay, StreamSink
 from piw.agent_steps.executor import AgentExecutor
 from piw.agent_steps.loop import LoopListener
+from piw.config.mcp_servers import check_servers
+from piw.config.settings import PiwConfig, load_config, resolve_api_key, resolve_headers
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
 from piw.providers.base import Provider
 from piw.providers.cassette import cassette_mode
-from piw.providers.config import PiwConfig, load_config, resolve_api_key, resolve_headers
 from piw.providers.factory import build_provider
 from piw.providers.recorded import RECORDED_PROVIDER, RecordedRunProvider
 from piw.providers.scripted import check_script_keys, load_script
@@ -27,7 +28,6 @@ from piw.redaction import redacting_listeners, redactor_for
 from piw.run.executors import Executor
 from piw.run.launch import LaunchOptions
 from piw.store.bundle import open_bundle
-from piw.toolservers.config import check_servers
 from piw.workflow.definition import ActionNode, AgentNode
 from piw.workflow.loader import LoadedWorkflow
 

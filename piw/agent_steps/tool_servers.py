@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from piw.agent_steps.events import ToolServersNotice
+from piw.config.mcp_servers import McpServerConfig
 from piw.run.executors import Attempt
-from piw.toolservers.config import McpServerConfig
 from piw.toolservers.toolset import StepToolServers, listing_changes, start_servers
 from piw.workflow.definition import AgentNode
 

@@ -119,7 +119,7 @@ class BakeOff:
 
 def _selection(home: Path, spec: str) -> tuple[Any, Any]:
     from piw.agent_steps.setup import check_requestable
-    from piw.providers.config import load_config
+    from piw.config.settings import load_config
     from piw.providers.selection import select_provider
 
     config = load_config(home)

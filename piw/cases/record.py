@@ -142,7 +142,7 @@ def _placeheld(reply: AssistantReply, attempt_id: str, places: Places) -> Assist
 
 def _refuse_secrets(home: Path, case: CaseFile, expected: Expected, steps: list[RecordedStep]) -> None:
     """A configured key or secret header value anywhere in the case refuses the recording (nothing is written)."""
-    from piw.providers.config import configured_secrets, load_config
+    from piw.config.settings import configured_secrets, load_config
     from piw.providers.redaction import contains_secret
 
     try:

@@ -18,7 +18,8 @@ import threading
 from pathlib import Path
 
 from piw.errors import PiwError
-from piw.store.db.database import DATABASE_NAME, close_database, ddl_sha256, holds_current_schema
+from piw.store.db.database import DATABASE_NAME, close_database, holds_current_schema
+from piw.store.db.schema import ddl_sha256
 from piw.store.home import home_path
 
 _lock = threading.Lock()

@@ -1,6 +1,6 @@
 """Answering a gate with a channel's answer token (``docs/channels.md``, "Answer tokens").
 
-A token is used once (:meth:`~piw.channels.store.ChannelStore.take_token`), then the answer goes through the
+A token is used once (:meth:`~piw.store.db.channels.ChannelStore.take_token`), then the answer goes through the
 same path as ``piw decide``: the waiting run's recorded request is read, the answer is checked against it with
 the token's ``request_sha256`` as the digest the person saw, and the decision book records the first valid
 answer and its continuation in one transaction (``piw.run.answers``). Provenance is ``human``; ``answered_by``
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from piw.channels.store import ChannelStore, TokenRow, open_channel_store
 from piw.errors import AnswerInvalid, AnswerTokenRefused, DecisionResolved, PiwError
 from piw.run.answers import AnswerReceipt, claim_decision, now_text, read_wait, record_answer
+from piw.store.db.channels import ChannelStore, TokenRow, open_channel_store
 from piw.store.db.run_database import open_run_database
 
 REFUSED = "This answer link was already used, has expired, or its question is no longer waiting."

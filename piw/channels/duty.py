@@ -3,7 +3,7 @@
 ``piw host`` calls :meth:`ChannelDuty.tick` on every pass of its loop; the foreground ``piw run`` (``resume``,
 ``answer``, ``decide``) calls :func:`post_waiting` once when its run stops waiting, so a run answered from a
 terminal-less place is announced even where no host runs. Posts go through the lease of their row
-(``piw.channels.store``), so several hosts and a foreground process never send one post twice at once.
+(``piw.store.db.channels``), so several hosts and a foreground process never send one post twice at once.
 
 A post is sent only while its run waits on that decision: a run still writing its gate is left for the next
 pass, a wait that ended (answered, timed out, cancelled) closes the post. A failed send is retried with backoff
@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx2
 
-from piw.channels.config import AnyChannel, TelegramChannel
 from piw.channels.message import Button, Waiting, plain
 from piw.channels.senders import SEND_TIMEOUT_S, SendFailed, send, telegram_call
-from piw.channels.store import ChannelStore, PostRow, open_channel_store
+from piw.config.channels import AnyChannel, TelegramChannel
 from piw.errors import AnswerInvalid, AnswerTokenRefused, DecisionResolved, NeedsKey, PiwError
 from piw.redaction import resolve_reference
+from piw.store.db.channels import ChannelStore, PostRow, open_channel_store
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,9 @@ class ChannelDuty:
     def channels(self) -> dict[str, AnyChannel]:
         """The configured channels, read again when ``config.toml`` changes; a broken file is reported once and
         counts as no channels until it is fixed (the host keeps serving)."""
+        from piw.config.path import config_path
+        from piw.config.settings import load_config
         from piw.errors import ProviderError
-        from piw.providers.config import config_path, load_config
 
         try:
             stamp = config_path(self.home).stat().st_mtime_ns

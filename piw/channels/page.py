@@ -125,7 +125,7 @@ def parse_form(body: bytes) -> tuple[str | None, dict[str, str]]:
 def show(home: Path, token: str) -> tuple[int, str]:
     """``GET``: the page for ``token`` (200), or why it cannot answer (410)."""
     from piw.channels.answer import token_wait
-    from piw.channels.store import open_channel_store
+    from piw.store.db.channels import open_channel_store
     from piw.store.db.run_database import open_run_database
 
     try:
@@ -140,7 +140,7 @@ def show(home: Path, token: str) -> tuple[int, str]:
 def answer(home: Path, token: str, body: bytes, client: str) -> tuple[int, str]:
     """``POST``: record the posted answer; the page that says what happened, with its HTTP status."""
     from piw.channels.answer import answer_with_token
-    from piw.channels.store import open_channel_store
+    from piw.store.db.channels import open_channel_store
 
     store = open_channel_store(home)
     row = store.get_token(token)

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx2
 
-from piw.channels.config import AnyChannel, NtfyChannel, TelegramChannel, WebhookChannel
 from piw.channels.message import Waiting, plain
+from piw.config.channels import AnyChannel, NtfyChannel, TelegramChannel, WebhookChannel
 
 SEND_TIMEOUT_S = 10.0
 SIGNATURE_HEADER = "X-Piw-Signature"

@@ -13,7 +13,7 @@ from piw.errors import PiwError
 
 
 def posts_json(home: Path, run_id: str) -> list[dict[str, Any]]:
-    from piw.channels.store import open_channel_store
+    from piw.store.db.channels import open_channel_store
     from piw.store.db.database import database_path
     from piw.store.place import database_place
 

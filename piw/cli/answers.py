@@ -46,7 +46,7 @@ DetachOption = Annotated[
 
 
 def _loaded(home: Path, state: RunState) -> LoadedWorkflow:
-    from piw.run.answering import loaded_workflow
+    from piw.service.answering import loaded_workflow
 
     return loaded_workflow(home, state)
 
@@ -82,8 +82,8 @@ class Answering:
 
 def _continue(answering: Answering, following: Following, detach: bool) -> int:
     """Check, record the answer, then follow its continuation here (``--detach``: leave it queued for a host)."""
-    from piw.run.answering import preflight, record
     from piw.run.runner import continue_run
+    from piw.service.answering import preflight, record
 
     home, claim = answering.home, answering.claim
     preflight(home, answering.state, answering.workflow, claim, following.launch)
@@ -194,7 +194,7 @@ def _queued(receipt: AnswerReceipt, as_json: bool) -> int:
 
 
 def _answer_model(workflow: LoadedWorkflow, wait: Wait) -> Any:
-    from piw.run.answering import answer_model
+    from piw.service.answering import answer_model
 
     return answer_model(workflow, wait)
 

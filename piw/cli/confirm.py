@@ -44,7 +44,7 @@ def threshold(home: Path, flag: str | None) -> float | None:
         raw = {"budget": None}  # the full load below says what is wrong, as a run would
     if "budget" not in raw:
         return None
-    from piw.providers.config import load_config
+    from piw.config.settings import load_config
 
     return load_config(home).budget.confirm_above
 

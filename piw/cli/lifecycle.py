@@ -69,6 +69,7 @@ def host(
 ) -> int:
     """Claim runs queued with 'piw run --detach' and execute them until stopped (Ctrl-C parks what runs)."""
     from piw.agent_steps.factory import agent_executor_factory
+    from piw.channels.duty import ChannelDuty
     from piw.run.continuation import continuation_executors, spec_of
     from piw.run.host import HostOptions, serve
     from piw.run.launch import LaunchOptions
@@ -103,6 +104,7 @@ def host(
             workflows=list(workflows or []),
             executor_factory=executor_for,
             report=report,
+            duties=[ChannelDuty],  # gates announced on their channels, answers read back (docs/channels.md)
         ),
     )
     console.print(f"piw host: {result.claimed} run{'s' if result.claimed != 1 else ''} claimed; stopped.")

@@ -30,10 +30,11 @@ def mcp(
     """Show the configured MCP servers and their tools: 'piw mcp list' starts each server, lists it, stops it."""
     if action != "list":
         raise UsageError(f"Unknown 'piw mcp' action {action!r}; use 'piw mcp list'.")
-    from piw.providers.config import config_path, load_config
+    from piw.config.mcp_servers import check_servers
+    from piw.config.path import config_path
+    from piw.config.settings import load_config
     from piw.redaction import redactor_for
     from piw.store.home import piw_home
-    from piw.toolservers.config import check_servers
 
     home = piw_home()
     config = load_config(home)

@@ -1,7 +1,7 @@
 """``piw export`` and ``piw import``: a run as a standard bundle, out of any mode and into a database.
 
 ``export RUN --otlp URL`` sends the run as OpenTelemetry spans instead (``docs/telemetry.md``; the work is in
-``piw.telemetry.export``).
+``piw.telemetry.otlp``).
 
 ``export`` writes a run as the bundle SQLite mode would have left (``docs/bundle-format.md``): from PostgreSQL's
 rows in database mode, so a run can be archived, attached to a bug report or read with every bundle tool.
@@ -71,17 +71,31 @@ def export_command(
 
 
 def _export_otlp(home: Path, run_id: str, endpoint: str, include_content: bool, as_json: bool) -> int:
-    from piw.telemetry.export import export_otlp
-    from piw.telemetry.otlp import shown_endpoint
+    """The run's spans built after the fact from its bundle, read the way every view reads it (the one fold, from
+    the newest fold checkpoint, and the conversation's entry stream), never by a second parser of the trace. Ids
+    derive from the run and attempt ids, so exporting twice sends the same spans again and a collector keeps one
+    set (``docs/telemetry.md``); ``TelemetryError`` when the collector does not take them."""
+    from piw.redaction import redactor_for
+    from piw.store.place import home_of
+    from piw.telemetry.otlp import export_specs, shown_endpoint, traces_url
+    from piw.telemetry.spans import run_spans
+    from piw.views.source import load_run
 
-    done = export_otlp(home, run_id, endpoint, include_content=include_content)
+    traces_url(endpoint)  # a malformed endpoint is reported before the run is read
+    run = load_run(home, run_id)
+    redactor = redactor_for(home_of(run.bundle.path.parent.parent))
+    specs = run_spans(
+        run.state, run.entries(), redactor, include_content=include_content, resolve=run.bundle.resolve
+    )
+    export_specs(endpoint, specs)
+    trace_id = f"{specs[0].trace_id:032x}" if specs else ""
     shown = shown_endpoint(endpoint)
     if as_json:
-        payload = {"runId": done.run_id, "spans": done.spans, "traceId": done.trace_id, "endpoint": shown}
+        payload = {"runId": run.state.run_id, "spans": len(specs), "traceId": trace_id, "endpoint": shown}
         sys.stdout.write(json_text(payload) + "\n")
     else:
         make_console().print(
-            safe_text(f"Exported run {done.run_id} to {shown}: {done.spans} spans, trace {done.trace_id}."),
+            safe_text(f"Exported run {run.state.run_id} to {shown}: {len(specs)} spans, trace {trace_id}."),
             soft_wrap=True,
         )
     return 0

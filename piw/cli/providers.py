@@ -15,8 +15,8 @@ from piw.store.home import piw_home
 from piw.terminal import json_text, safe_text
 
 if TYPE_CHECKING:
+    from piw.config.settings import PiwConfig
     from piw.providers.check import CheckResult
-    from piw.providers.config import PiwConfig
 
 
 @app.command()
@@ -35,7 +35,8 @@ def providers(
     from rich.table import Table  # loaded by this command only, not by piw --help
 
     from piw.cli.rate_limits import print_rate_limits, rate_limit_json
-    from piw.providers.config import config_path, load_config
+    from piw.config.path import config_path
+    from piw.config.settings import load_config
     from piw.providers.selection import describe_providers
 
     home = command_home(database) if database else piw_home()

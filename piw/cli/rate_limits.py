@@ -15,7 +15,7 @@ from piw.errors import PiwError
 from piw.terminal import safe_text
 
 if TYPE_CHECKING:
-    from piw.providers.config import PiwConfig
+    from piw.config.settings import PiwConfig
 
 
 def rate_limit_json(home: Path, config: PiwConfig, name: str) -> dict[str, Any] | None:

@@ -152,7 +152,7 @@ def _detach(
     ``--confirm-above``: the run waits on its budget instead, with the projection). A live run of the same file
     and input is refused unless ``allow_duplicate`` (``piw.run.duplicates``)."""
     from piw.run.runner import new_origin_session
-    from piw.run.starting import queue_detached
+    from piw.service.starting import queue_detached
     from piw.store.db.idempotency import Adopted
 
     home = piw_home()
@@ -397,7 +397,7 @@ def validate(
         f"OK {loaded.definition.name}: {len(loaded.graph.nodes)} nodes, start {loaded.graph.start_at}, "
         f"digest {loaded.digest[:19]}…"
     )
-    from piw.workflow.script_check import check_scripts, script_nodes
+    from piw.run.script_check import check_scripts, script_nodes
 
     if script_nodes(loaded):
         raw_input = parse_input_option(input)

@@ -273,7 +273,7 @@ def _list(home: Path, as_json: bool) -> int:
 
 
 def _warn(console: Any, rows: list[ScheduleRow]) -> None:
-    from piw.run.schedule_duty import held_line
+    from piw.schedule.warnings import held_line
 
     for row in rows:
         if row.held:

@@ -69,8 +69,14 @@ def _evaluate(node: ComputeNode, node_id: str, input_value: Any, outputs: Mappin
 
     if not callable(node.run):
         return node.run
-    ctx = NodeContext(input=input_value, outputs=dict(outputs), results={}, run_id="plan", node_id=node_id,
-                      attempt_id="plan")  # fmt: skip
+    ctx = NodeContext(
+        input=input_value,
+        outputs=dict(outputs),
+        results={},
+        run_id="plan",
+        node_id=node_id,
+        attempt_id="plan",
+    )
     try:
         return node.run(ctx)
     except Exception:  # needs an output the plan does not have: routed by splitting instead

@@ -116,10 +116,15 @@ def _node_plan(
     visits, unbounded = _visits(reach, past, max_steps, sources, spends=per_visit.requests.high != 0)
     total = per_visit.times(visits)
     if unbounded:
-        total = Figures(*(Span(getattr(total, q).low, getattr(total, q).expected, None) for q in
-                          ("requests", "input", "output", "cost")))  # fmt: skip
-    return NodePlan(gnode.id, node.node_type, visits, per_visit, total, tuple(dict.fromkeys(sources)),
-                    unbounded, children)  # fmt: skip
+        total = Figures(
+            *(
+                Span(getattr(total, q).low, getattr(total, q).expected, None)
+                for q in ("requests", "input", "output", "cost")
+            )
+        )
+    return NodePlan(
+        gnode.id, node.node_type, visits, per_visit, total, tuple(dict.fromkeys(sources)), unbounded, children
+    )
 
 
 def _visits(
@@ -138,8 +143,11 @@ def _visits(
         return Span(low, None, None), reason
     if past is not None:
         sources.append(f"history: {past.runs} runs")
-        return Span(low, min(1.0, past.visits.expected or 0) if reach.cycle is None else past.visits.expected,
-                    1.0 if reach.cycle is None else past.visits.high), None  # fmt: skip
+        return Span(
+            low,
+            min(1.0, past.visits.expected or 0) if reach.cycle is None else past.visits.expected,
+            1.0 if reach.cycle is None else past.visits.high,
+        ), None
     sources.append("graph")
     return Span(low, reach.expected, 1.0), None
 
@@ -213,8 +221,14 @@ def _prompt_tokens(prompt: Any, gnode: GraphNode, input_value: Any, outputs: dic
 def _call(function: Callable[..., Any], gnode: GraphNode, input_value: Any, outputs: dict[str, Any]) -> Any:
     from piw.workflow.context import NodeContext
 
-    ctx = NodeContext(input=input_value, outputs=dict(outputs), results={}, run_id="plan", node_id=gnode.id,
-                      attempt_id="plan")  # fmt: skip
+    ctx = NodeContext(
+        input=input_value,
+        outputs=dict(outputs),
+        results={},
+        run_id="plan",
+        node_id=gnode.id,
+        attempt_id="plan",
+    )
     try:
         return function(ctx)
     except Exception:  # it needs outputs only the run will have
@@ -244,8 +258,12 @@ def _priced(figures: Figures, setting: Setting, sources: list[str], from_tokens:
         cost = figures.cost if not from_tokens else Span(None, None, None)
         return Figures(figures.requests, figures.input, figures.output, cost)
     sources.append("local model: free" if price.local else "prices")
-    cost = Span(*(price.of(getattr(figures.input, side), getattr(figures.output, side))
-                  for side in ("low", "expected", "high")))  # fmt: skip
+    cost = Span(
+        *(
+            price.of(getattr(figures.input, side), getattr(figures.output, side))
+            for side in ("low", "expected", "high")
+        )
+    )
     return Figures(figures.requests, figures.input, figures.output, cost)
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from piw.config.prices import LOCAL_APIS
 from piw.errors import NeedsKey, ProviderError
 from piw.planning.history import read_history
 from piw.planning.project import Price, Setting
-from piw.providers.prices import LOCAL_APIS
 from piw.workflow.loader import LoadedWorkflow, prepare_input
 
 
@@ -22,7 +22,7 @@ def plan_setting(
     script: str | None = None,
 ) -> Setting:
     """Everything ``project`` needs; a bad input or provider is the same error a run would give."""
-    from piw.providers.config import load_config
+    from piw.config.settings import load_config
     from piw.providers.selection import select_provider
 
     config = load_config(home)
@@ -38,8 +38,9 @@ def plan_setting(
             raise  # a named provider or model that does not exist is the error a run would give
         selection = None  # none selected: a plan still counts requests and tokens, without a price
     if selection is None:
-        return Setting(input_value, read_history(home, loaded.definition.name), None,
-                       max_turns=config.agent.max_turns)  # fmt: skip
+        return Setting(
+            input_value, read_history(home, loaded.definition.name), None, max_turns=config.agent.max_turns
+        )
     cost = selection.model_settings.cost if selection.model_settings else None
     price: Price | None
     if cost is not None:

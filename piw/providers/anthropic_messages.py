@@ -14,11 +14,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from piw.config.settings import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.errors import ProviderError
 from piw.providers import guard_base_url
 from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
-from piw.providers.config import ModelConfig, ProviderConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
     final_on_loopback,

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
 from piw.errors import ProviderError
 from piw.providers.messages import AssistantReply, Message, ToolCallBlock, ToolSpec
-from piw.providers.selection import ProviderSelection
+
+if TYPE_CHECKING:  # a name in annotations only: importing it would load the whole config layer (PiwConfig)
+    from piw.providers.selection import ProviderSelection
 
 
 class _Frozen(BaseModel):

@@ -10,13 +10,12 @@ No request leaves the machine.
 from __future__ import annotations
 
 import difflib
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from piw.providers.base import ChatRequest, ProviderEvent, StepRef
+from piw.providers.base import ChatRequest, StepRef
 from piw.providers.messages import AssistantReply
-from piw.providers.recorded import RECORDED_PROVIDER, replies_so_far, retarget, step_prompt, stream_recorded
+from piw.providers.recorded import AnswersFromRecord, replies_so_far, retarget, step_prompt
 
 ATTEMPT_PLACEHOLDER = "<attemptId>"
 
@@ -47,7 +46,7 @@ class ReplayLog:
     exhausted: list[str] = field(default_factory=list)
 
 
-class CaseReplyProvider:
+class CaseReplyProvider(AnswersFromRecord):
     """Answers a case's agent steps from its ``replies.ndjson``.
 
     ``specialize(prompt, step)`` puts this run's paths and ids back into a recorded prompt before comparing.
@@ -56,22 +55,13 @@ class CaseReplyProvider:
     def __init__(
         self, steps: Sequence[ReplayStep], specialize: Callable[[str, StepRef], str] | None = None
     ) -> None:
-        self.name = RECORDED_PROVIDER
-        self.model = "recorded"
-        self.requests: list[ChatRequest] = []
+        super().__init__()
         self.log = ReplayLog()
         self._steps = list(steps)
         self._specialize = specialize or (lambda text, step: text)
-        self._lock = threading.Lock()
         self._assigned: dict[str, int] = {}
         self._used: set[int] = set()
         self._visits: dict[str, int] = {}
-
-    def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
-        with self._lock:
-            self.requests.append(request)
-            reply, problem = self._reply(request)
-        yield from stream_recorded(self.name, request, cancel, reply, problem)
 
     def _reply(self, request: ChatRequest) -> tuple[AssistantReply | None, str | None]:
         step = request.step

@@ -20,15 +20,15 @@ from typing import Any
 
 import httpx2
 
-from piw.errors import PiwError
-from piw.providers import guard_base_url, is_loopback_url
-from piw.providers.config import (
+from piw.config.settings import (
     PiwConfig,
     ProviderConfig,
     provider_secrets,
     resolve_api_key,
     resolve_headers,
 )
+from piw.errors import PiwError
+from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.failures import failed_to_connect, shown_url, status_message
 from piw.providers.redaction import redact
 

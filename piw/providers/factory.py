@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from piw.config.settings import PiwConfig, configured_secrets
 from piw.errors import ProviderError
 from piw.providers.base import Provider
 from piw.providers.cassette import RecordingProvider, ReplayProvider, cassette_mode
-from piw.providers.config import PiwConfig, configured_secrets
 from piw.providers.redaction import RedactingProvider
 from piw.providers.selection import ProviderSelection
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from piw.config.settings import ProviderConfig
 from piw.errors import ProviderError
 from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
-from piw.providers.config import ProviderConfig
 from piw.providers.selection import ProviderSelection
 
 INSTALL_HINT = "pip install 'piw[llamacpp]'"

@@ -1,42 +1,51 @@
-"""The ``openai-completions`` adapter: streamed chat completions through the ``openai`` SDK.
+"""The ``openai-completions`` adapter: streamed chat completions, sent as the ``openai`` SDK sends them.
 
-Works with any OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio, OpenRouter, LiteLLM). SDK
-retries are off (``max_retries=0``): the agent loop owns retries, so it can refuse to repeat a response that
-already streamed text. Failures become a final ``error`` event, never an exception (``docs/design/agent-steps.md`` §4).
+Works with any OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio, OpenRouter, LiteLLM). A plain-HTTP
+server gets the SDK's request over the lean transport (``openai_lean``, no SDK import: a second less before the
+first request); everything else goes through the SDK itself (``openai_sdk``); ``docs/providers.md`` says when and
+why. SDK retries are off: the agent loop owns retries, so it can refuse to repeat a response that already streamed
+text. Failures become a final ``error`` event, never an exception (``docs/design/agent-steps.md`` §4).
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-import httpx2
-import openai
-from openai import Stream
-from openai.types.chat import ChatCompletionChunk
-from openai.types.completion_usage import CompletionUsage
-
+from piw.config.settings import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.base import ChatRequest, ConfiguredProvider, ProviderEvent
 from piw.providers.builder import MessageBuilder
-from piw.providers.config import ModelConfig, resolve_api_key, resolve_headers
 from piw.providers.failures import (
     connection_message,
     final_on_loopback,
     unfinished_stream,
 )
 from piw.providers.messages import StopReason, Usage
+from piw.providers.openai_lean import (
+    Call,
+    LeanAPIError,
+    LeanCall,
+    LeanConnectionError,
+    LeanStatusError,
+    LeanTimeout,
+    Timeouts,
+    applies,
+    request_headers,
+)
 from piw.providers.openai_request import build_body
 from piw.providers.pump import StreamPump
 from piw.providers.selection import ProviderSelection
 
+if TYPE_CHECKING:
+    import httpx2
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_TIMEOUT = httpx2.Timeout(600.0, connect=10.0)
+DEFAULT_TIMEOUT = Timeouts(600.0, connect=10.0)
 """Local models can think for minutes before their first byte, so reads get the SDK's generous default."""
-LOOPBACK_TIMEOUT = httpx2.Timeout(600.0, connect=2.0)
+LOOPBACK_TIMEOUT = Timeouts(600.0, connect=2.0)
 """On this machine a connect is answered at once; one that is not within 2 s will not be (it is not retried)."""
 
 _STOP_REASONS: dict[str, StopReason] = {"stop": "stop", "length": "length", "tool_calls": "toolUse"}
@@ -52,12 +61,14 @@ class OpenAICompatProvider(ConfiguredProvider):
         *,
         http_client: httpx2.Client | None = None,
         env: Mapping[str, str] | None = None,
-        timeout: httpx2.Timeout | None = None,
+        timeout: Timeouts | httpx2.Timeout | None = None,
     ) -> None:
         super().__init__(selection, env=env)
         self.base_url = self.settings.base_url or DEFAULT_BASE_URL
         self._http_client = http_client
-        self.timeout = timeout or (LOOPBACK_TIMEOUT if is_loopback_url(self.base_url) else DEFAULT_TIMEOUT)
+        self.timeout: Any = timeout or (
+            LOOPBACK_TIMEOUT if is_loopback_url(self.base_url) else DEFAULT_TIMEOUT
+        )
         """The HTTP timeouts: a long read for slow local models; a 2 s connect on loopback, 10 s elsewhere."""
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
@@ -74,10 +85,8 @@ class OpenAICompatProvider(ConfiguredProvider):
             yield from builder.abort()
             return
 
-        call = _HttpCall(self._client_factory(key, headers), body, _auth_override(key, headers))
-        pump: StreamPump[ChatCompletionChunk] = StreamPump(
-            call.produce, call.abort, f"piw-{self.name}-stream"
-        )
+        call = self._call(key, headers, body)
+        pump: StreamPump[Any] = StreamPump(call.produce, call.abort, f"piw-{self.name}-stream")
         yield from pump.events(
             cancel,
             builder,
@@ -85,153 +94,71 @@ class OpenAICompatProvider(ConfiguredProvider):
             lambda error, usage: _failure(builder, error, usage, self.base_url),
         )
 
-    def _client_factory(self, key: str, headers: dict[str, str]) -> Callable[[], tuple[openai.OpenAI, bool]]:
-        def make() -> tuple[openai.OpenAI, bool]:
-            own = self._http_client is None
-            http_client = self._http_client or httpx2.Client(timeout=self.timeout, follow_redirects=True)
-            _install_trace_hook(http_client)
-            client = openai.OpenAI(
-                base_url=self.base_url,
-                # The SDK refuses an empty string; a key provider returning "" is its way of saying "no key",
-                # and it never falls back to OPENAI_API_KEY.
-                api_key=key or _no_key,
-                default_headers=headers,
-                max_retries=0,
-                timeout=self.timeout,
-                http_client=http_client,
-            )
-            return client, own
+    def uses_sdk(self) -> bool:
+        """Whether requests go through the ``openai`` SDK rather than the lean transport (``docs/providers.md``)."""
+        return self._http_client is not None or not applies(self.base_url)
 
-        return make
+    def _call(self, key: str, headers: dict[str, str], body: dict[str, Any]) -> Call:
+        def through_sdk() -> Call:
+            from piw.providers.openai_sdk import sdk_call
 
+            return sdk_call(self.base_url, key, headers, body, self.timeout, self._http_client)
 
-def _no_key() -> str:
-    return ""
-
-
-def _auth_override(key: str, headers: Mapping[str, str]) -> dict[str, Any]:
-    """Without a key, omit ``Authorization`` altogether (unless the config sets that header itself)."""
-    if key or any(name.lower() == "authorization" for name in headers):
-        return {}
-    return {"Authorization": openai.omit}
-
-
-# --- the HTTP call, run in the pump's worker thread ---------------------------------------------------------
-
-_CURRENT = threading.local()
-
-
-def _attach_trace(request: httpx2.Request) -> None:
-    """httpx request hook: let the call running in this thread see the sockets its request opens."""
-    call = getattr(_CURRENT, "call", None)
-    if isinstance(call, _HttpCall):
-        request.extensions["trace"] = call.trace
-
-
-def _install_trace_hook(client: httpx2.Client) -> None:
-    hooks = client.event_hooks
-    if _attach_trace not in hooks["request"]:
-        hooks["request"].append(_attach_trace)
-
-
-class _HttpCall:
-    """One streamed request. ``abort`` shuts its socket down, which wakes a read blocked in the worker."""
-
-    def __init__(
-        self,
-        make_client: Callable[[], tuple[openai.OpenAI, bool]],
-        body: dict[str, Any],
-        extra_headers: dict[str, Any],
-    ) -> None:
-        self._make_client = make_client
-        self._body = body
-        self._extra_headers = extra_headers
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._aborted = False
-
-    def produce(self, emit: Callable[[ChatCompletionChunk], None]) -> None:
-        _CURRENT.call = self
-        client, own = self._make_client()
-        try:
-            response: Stream[ChatCompletionChunk] = client.chat.completions.create(
-                **self._body, extra_headers=self._extra_headers
-            )
-            with response:
-                self._adopt(response.response.extensions.get("network_stream"))
-                kind = response.response.headers.get("content-type", "")
-                if "text/event-stream" not in kind.lower():
-                    # An HTML page from a proxy, a JSON body from a server ignoring stream=true: the SDK would
-                    # find no events in it and the stream would look merely cut. Say what came instead.
-                    raise NotAStream(kind)
-                for chunk in response:
-                    emit(chunk)
-        finally:
-            _CURRENT.call = None
-            if own:
-                client.close()
-
-    def trace(self, name: str, info: Mapping[str, Any]) -> None:
-        if name == "connection.connect_tcp.complete":
-            self._adopt(info.get("return_value"))
-
-    def abort(self) -> None:
-        with self._lock:
-            self._aborted = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shutdown(sock)
-
-    def _adopt(self, network_stream: Any) -> None:
-        sock = getattr(network_stream, "get_extra_info", lambda _: None)("socket")
-        if not isinstance(sock, socket.socket):
-            return
-        with self._lock:
-            self._sockets.append(sock)
-            aborted = self._aborted
-        if aborted:  # the abort came while the connection was being made
-            _shutdown(sock)
-
-
-def _shutdown(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
+        if self.uses_sdk():
+            return through_sdk()
+        timeouts = Timeouts(read=float(self.timeout.read), connect=float(self.timeout.connect))
+        sent = request_headers(key, headers, timeouts.read)
+        return LeanCall(self.base_url, sent, body, timeouts, on_redirect=through_sdk)
 
 
 # --- chunks and failures ---------------------------------------------------------------------------------
 
 
+def _get(item: Any, name: str) -> Any:
+    """A field of a chunk: a JSON object from the lean transport, or the SDK's model (extra fields included)."""
+    if isinstance(item, dict):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
 class _Chunks:
-    """Folds streamed chunks into builder events; tool-call fragments are keyed by their ``index``."""
+    """Folds streamed chunks into builder events; tool-call fragments are keyed by their ``index``.
+
+    A chunk is the SDK's ``ChatCompletionChunk`` or the same JSON object from the lean transport; both are read
+    field by field with :func:`_get`, so either transport yields the same events.
+    """
 
     def __init__(self, builder: MessageBuilder, model_settings: ModelConfig | None) -> None:
         self._builder = builder
         self._model_settings = model_settings
-        self._usage: CompletionUsage | None = None
+        self._usage: Any = None
         self.finish_reason: str | None = None
 
-    def feed(self, chunk: ChatCompletionChunk) -> list[ProviderEvent]:
-        if chunk.usage is not None:
-            self._usage = chunk.usage
+    def feed(self, chunk: Any) -> list[ProviderEvent]:
+        usage = _get(chunk, "usage")
+        if usage is not None:
+            self._usage = usage
         events: list[ProviderEvent] = []
-        for choice in chunk.choices[:1]:
-            delta = choice.delta
+        for choice in (_get(chunk, "choices") or [])[:1]:
+            delta = _get(choice, "delta")
             # Ollama, vLLM and OpenRouter stream reasoning in a non-standard field; keep it as thinking.
-            reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+            reasoning = _get(delta, "reasoning_content") or _get(delta, "reasoning")
             if isinstance(reasoning, str):
                 events += self._builder.thinking(reasoning)
-            if delta.content:
-                events += self._builder.text(delta.content)
-            for call in delta.tool_calls or []:
-                function = call.function
+            content = _get(delta, "content")
+            if content:
+                events += self._builder.text(content)
+            for call in _get(delta, "tool_calls") or []:
+                function = _get(call, "function")
                 events += self._builder.tool_call(
-                    call.index,
-                    (function.arguments if function else None) or "",
-                    call_id=call.id,
-                    name=function.name if function else None,
+                    _get(call, "index"),
+                    _get(function, "arguments") or "",
+                    call_id=_get(call, "id"),
+                    name=_get(function, "name"),
                 )
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
+            finish_reason = _get(choice, "finish_reason")
+            if finish_reason:
+                self.finish_reason = finish_reason
         return events
 
     def finish(self) -> list[ProviderEvent]:
@@ -249,16 +176,16 @@ class _Chunks:
         raw = self._usage
         if raw is None:
             return Usage()
-        details = raw.prompt_tokens_details
-        cache_read = (details.cached_tokens if details else None) or 0
-        cache_write = getattr(details, "cache_write_tokens", None) or 0
+        details = _get(raw, "prompt_tokens_details")
+        cache_read = _get(details, "cached_tokens") or 0
+        cache_write = _get(details, "cache_write_tokens") or 0
         usage = Usage(  # some servers leave a count out or send null: count it as 0, never fail the reply
-            input=max(0, (raw.prompt_tokens or 0) - cache_read - cache_write),
-            output=raw.completion_tokens or 0,
+            input=max(0, (_get(raw, "prompt_tokens") or 0) - cache_read - cache_write),
+            output=_get(raw, "completion_tokens") or 0,
             cache_read=cache_read,
             cache_write=cache_write,
         )
-        reported = getattr(raw, "cost", None)
+        reported = _get(raw, "cost")
         if isinstance(reported, int | float) and not isinstance(reported, bool):
             return usage.model_copy(update={"cost": float(reported)})
         cost = self._model_settings.cost if self._model_settings else None
@@ -278,17 +205,37 @@ class NotAStream(Exception):
 def _failure(
     builder: MessageBuilder, error: BaseException, usage: Usage, base_url: str
 ) -> list[ProviderEvent]:
-    """HTTP and network failures become an error result; anything else is a bug and is raised."""
+    """HTTP and network failures become an error result; anything else is a bug and is raised.
+
+    The lean transport's errors are worded as the SDK's are; the SDK's classes are looked up only when the SDK was
+    imported (an error cannot be one of them otherwise), so a lean failure never imports it.
+    """
     if isinstance(error, NotAStream):
         return builder.fail(str(error), usage, transient=True)  # nothing was shown; a gateway may recover
-    if isinstance(error, openai.APIStatusError):
+    if isinstance(error, LeanStatusError):
+        return builder.fail_status(error.status_code, error.detail, error.headers, usage)
+    openai: Any = sys.modules.get("openai")
+    httpx2: Any = sys.modules.get("httpx2")
+    if openai is not None and isinstance(error, openai.APIStatusError):
         return builder.fail_status(error.status_code, _detail(error), error.response.headers, usage)
+    timed_out = isinstance(error, LeanTimeout) or (
+        openai is not None and isinstance(error, openai.APITimeoutError)
+    )
     final = final_on_loopback(base_url, error)
-    if isinstance(error, openai.APITimeoutError) and not final:
+    if timed_out and not final:
         return builder.fail("Request timed out.", usage, transient=True)
-    if isinstance(error, openai.APIConnectionError | httpx2.TransportError | OSError):
-        cause = error.__cause__ if isinstance(error, openai.APIConnectionError) and error.__cause__ else error
-        described = "timed out connecting" if isinstance(error, openai.APITimeoutError) else _describe(cause)
+    wrapper: tuple[type[BaseException], ...] = (LeanConnectionError,)
+    transport: tuple[type[BaseException], ...] = (OSError,)
+    known: tuple[type[BaseException], ...] = (LeanAPIError, ValueError)
+    if openai is not None:
+        wrapper += (openai.APIConnectionError,)
+        known += (openai.APIError,)
+    if httpx2 is not None:
+        transport += (httpx2.TransportError,)
+        known += (httpx2.HTTPError,)
+    if isinstance(error, wrapper + transport):
+        cause = error.__cause__ if isinstance(error, wrapper) and error.__cause__ else error
+        described = "timed out connecting" if timed_out else _describe(cause)
         return builder.fail(
             connection_message(
                 builder.provider, base_url, described, mid_reply=builder.received, final=final
@@ -296,19 +243,19 @@ def _failure(
             usage,
             transient=not final,
         )
-    if isinstance(error, openai.APIError | httpx2.HTTPError | ValueError):
+    if isinstance(error, known):
         return builder.fail(f"Provider error: {_describe(error)}", usage)
     raise error
 
 
-def _detail(error: openai.APIStatusError) -> str:
+def _detail(error: Any) -> str:
     body = error.body
     if isinstance(body, dict):
         inner = body.get("error", body)
         message = inner.get("message") if isinstance(inner, dict) else inner
         if isinstance(message, str) and message:
             return message
-    return error.message
+    return str(error.message)
 
 
 def _describe(error: BaseException) -> str:

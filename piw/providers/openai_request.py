@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from piw.config.settings import CompatConfig, ModelConfig
 from piw.providers.base import WORKFLOW_TOOL, ChatRequest, ToolChoice
-from piw.providers.config import CompatConfig, ModelConfig
 from piw.providers.messages import AssistantReply, CustomMessage, Message, ToolResultMessage, UserMessage
 
 

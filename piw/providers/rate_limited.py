@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from piw.config.rate_limits import RateLimit
 from piw.providers.base import ChatRequest, DoneEvent, ErrorEvent, Provider, ProviderEvent, WrappedProvider
 from piw.providers.messages import AssistantReply
-from piw.providers.rate_bucket import MAX_WAIT_MS, RENEW_MS
-from piw.providers.rate_limit_config import RateLimit
 from piw.store.db.database import now_ms
+from piw.store.db.rate_bucket import MAX_WAIT_MS, RENEW_MS
 
 
 class RateLimits(Protocol):

@@ -69,25 +69,37 @@ def stream_recorded(
     yield from ScriptedProvider([reply], name=name, model=request.model).stream(request, cancel)
 
 
-class RecordedRunProvider:
-    """Serves a parent run's recorded replies to a fork's agent steps (``--provider replay``)."""
+class AnswersFromRecord:
+    """A provider that answers agent steps from a record (``piw fork --provider replay``, ``piw test``): it keeps
+    the requests it was sent and streams what :meth:`_reply` picks, one request at a time."""
 
-    def __init__(self, parent: Bundle) -> None:
+    def __init__(self) -> None:
         self.name = RECORDED_PROVIDER
         self.model = "recorded"
-        self.parent = parent
         self.requests: list[ChatRequest] = []
         self._lock = threading.Lock()
-        self._recordings = recordings(parent)
-        self._assigned: dict[str, Recording] = {}
-        self._used: set[str] = set()
-        self._fork_seq: dict[str, int] = {}
 
     def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[ProviderEvent]:
         with self._lock:
             self.requests.append(request)
             reply, problem = self._reply(request)
         yield from stream_recorded(self.name, request, cancel, reply, problem)
+
+    def _reply(self, request: ChatRequest) -> tuple[AssistantReply | None, str | None]:
+        """The recorded reply for this request, or why there is none (``stream_recorded``'s two cases)."""
+        raise NotImplementedError
+
+
+class RecordedRunProvider(AnswersFromRecord):
+    """Serves a parent run's recorded replies to a fork's agent steps (``--provider replay``)."""
+
+    def __init__(self, parent: Bundle) -> None:
+        super().__init__()
+        self.parent = parent
+        self._recordings = recordings(parent)
+        self._assigned: dict[str, Recording] = {}
+        self._used: set[str] = set()
+        self._fork_seq: dict[str, int] = {}
 
     def _reply(self, request: ChatRequest) -> tuple[AssistantReply | None, str | None]:
         step = request.step

@@ -15,8 +15,9 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from piw.config.settings import ModelConfig, PiwConfig, ProviderConfig
+from piw.env_refs import env_reference
 from piw.errors import ProviderError
-from piw.providers.config import ModelConfig, PiwConfig, ProviderConfig, env_reference
 
 SCRIPTED = "scripted"
 SCRIPTED_SETTINGS = ProviderConfig(api="scripted")

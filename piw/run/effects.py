@@ -75,14 +75,7 @@ def recover_effect(steps: StepLoop, current: CurrentAttempt, resumed: dict[str, 
             return True
         found = output is not None
         payload: dict[str, Any] = {"found": found, **({"output": output} if found else {})}
-        steps.run.writer.append(
-            "node",
-            "effect_reconciled",
-            payload,
-            node_id=current.node_id,
-            attempt_id=current.attempt_id,
-            sync=True,
-        )
+        _record(steps, current, "effect_reconciled", payload)
     else:  # reconciled before a second crash: what the check found then stands (it is asked once)
         found = bool(reconciled.get("found"))
         output = steps.run.resolve(reconciled.get("output"))
@@ -109,14 +102,7 @@ def park_unknown(
         payload["reason"] = reason
     if resumed.get("killedProcessGroup"):
         payload["killedProcessGroup"] = resumed["killedProcessGroup"]
-    steps.run.writer.append(
-        "node",
-        "effect_outcome_unknown",
-        payload,
-        node_id=current.node_id,
-        attempt_id=current.attempt_id,
-        sync=True,
-    )
+    _record(steps, current, "effect_outcome_unknown", payload)
     steps.control.stopped = PARK_REASON  # claimers skip the row until 'piw resolve'
 
 
@@ -137,15 +123,20 @@ def apply_resolution(steps: StepLoop, resolution: dict[str, Any] | None) -> None
     payload: dict[str, Any] = {"resolution": answer}
     if answer == "done" and resolution.get("output") is not None:
         payload["output"] = resolution["output"]
-    writer.append(
-        "node", "effect_resolved", payload, node_id=current.node_id, attempt_id=current.attempt_id, sync=True
-    )
+    _record(steps, current, "effect_resolved", payload)
     resumed: dict[str, Any] = {"replayedSteps": len(state.steps)}
     if answer == "retry":
         _rerun(steps, current, resumed)
         return
     output = resolution.get("output") if answer == "done" else None
     _finish(steps, current, resumed, output, {"resolution": answer})
+
+
+def _record(steps: StepLoop, current: CurrentAttempt, event_type: str, payload: dict[str, Any]) -> None:
+    """A node event of the interrupted attempt, written durably (``sync``) before the run acts on it."""
+    steps.run.writer.append(
+        "node", event_type, payload, node_id=current.node_id, attempt_id=current.attempt_id, sync=True
+    )
 
 
 def _rerun(steps: StepLoop, current: CurrentAttempt, resumed: dict[str, Any]) -> None:
@@ -169,9 +160,7 @@ def _finish(
     started = parse_time(current.started_at)
     duration = max(0, int((parse_time(now_iso()) - started).total_seconds() * 1000))
     payload = {"outcome": "ok", "durationMs": duration, "output": output, "action": action}
-    writer.append(
-        "node", "node_finished", payload, node_id=current.node_id, attempt_id=current.attempt_id, sync=True
-    )
+    _record(steps, current, "node_finished", payload)
     committed = writer.state.results.get(current.node_id)
     decision = steps.route_after(current.node_id, "ok", committed.output if committed else None, None)
     next_node = steps.apply(decision)

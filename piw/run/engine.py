@@ -17,8 +17,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from piw.channels.book import channel_posts
 from piw.errors import ArtifactDamaged, ResumeRefused, RunInterrupted, UsageError
+from piw.run.channel_posts import channel_posts
 from piw.run.continuation import (
     ContinuationSpec,
     blocked_node,

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from piw.channels.duty import ChannelDuty
 from piw.errors import BundleLinked, DatabaseBusy, DatabaseUnavailable, PiwError, StorageFull, StoreBusy
 from piw.run.continuation import ContinuationSpec, pickup_note
 from piw.run.decision_book import open_decision_book
@@ -57,6 +57,17 @@ ExecutorFactory = Callable[[QueueRow], Callable[[LoadedWorkflow], Executor | Non
 Report = Callable[[str], None]
 
 
+class HostDuty(Protocol):
+    """A duty the host ticks after each round of housekeeping, and closes when it stops."""
+
+    def tick(self) -> object: ...
+    def close(self) -> None: ...
+
+
+DutyFactory = Callable[[Path, Report, str], HostDuty]
+"""Makes one duty from the home, the host's report and its runner id."""
+
+
 @dataclass
 class HostOptions:
     once: bool = False
@@ -71,6 +82,9 @@ class HostOptions:
     report: Report = lambda line: None
     workflows: list[Path] = field(default_factory=list)
     """``--workflows`` folders: in database mode the host serves these workflows too (``piw.run.host_presence``)."""
+    duties: list[DutyFactory] = field(default_factory=list)
+    """More duties ticked with the housekeeping, made once per host: ``piw host`` adds the channels duty
+    (``piw.channels.duty``, docs/channels.md), which answers runs and so lives above this module."""
 
 
 @dataclass
@@ -100,7 +114,7 @@ class Host:
         self._full_since: float | None = None
         self._check_database = watch_database(self.queue, home, self._held, options.report)
         self.presence = open_presence(home, self.queue, self.runner, options.concurrency, options.workflows)
-        self.channels = ChannelDuty(home, options.report, self.runner)  # docs/channels.md
+        self._duties = [make(home, options.report, self.runner) for make in options.duties]
         self._fire_schedules = ScheduleDuty(home, self.runner, options.report)  # docs/schedules.md
         self._retention = RetentionDuty(home, options.report)  # [retention], docs/cli.md
 
@@ -138,7 +152,8 @@ class Host:
             self.stop()
         finally:
             self._join_all()
-            self.channels.close()
+            for duty in self._duties:
+                duty.close()
             if self.presence is not None:
                 self.presence.stop()
         return self.result
@@ -201,7 +216,8 @@ class Host:
                 lambda row: report(f"{row.run_id}  ✉ {single_line(row.content)}"),
                 self._delivered,
             )
-            self.channels.tick()  # gates announced on their channels, answers read back (docs/channels.md)
+            for duty in self._duties:
+                duty.tick()  # e.g. gates announced on their channels, answers read back (docs/channels.md)
         except DatabaseBusy:
             raise  # busy past the wait limit: the host stops with exit 75 (docs/detached.md)
         except Exception as exc:  # housekeeping never stops the host (a database out of reach too)

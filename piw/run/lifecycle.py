@@ -114,13 +114,21 @@ def _unfinished_row(
     return row
 
 
-def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResult:
+def _unfinished(
+    home: Path, run_id: str, verb: str, verbed: str
+) -> tuple[Bundle, RunState | None, RunQueue, QueueRow]:
+    """A run whose trace has not ended, with its queue row (see :func:`_unfinished_row`); a finished run is
+    refused with :func:`_finished`'s one line."""
     bundle = open_bundle(home, run_id)
     state = _state(bundle)
     if state is not None and state.is_terminal:
-        raise _finished(run_id, state, "pause")
+        raise _finished(run_id, state, verb)
     queue = open_run_database(home).queue
-    row = _unfinished_row(queue, home, run_id, state, "pause", "paused")
+    return bundle, state, queue, _unfinished_row(queue, home, run_id, state, verb, verbed)
+
+
+def pause_run(home: Path, run_id: str, wait_s: float = WAIT_S) -> LifecycleResult:
+    bundle, state, queue, row = _unfinished(home, run_id, "pause", "paused")
     resume_hint = f"continue it with 'piw resume {run_id}'"
     node = state.current.node_id if state is not None and state.current else None
     where = f" (now in {node})" if node else ""
@@ -256,12 +264,7 @@ def resume_queued(home: Path, run_id: str) -> LifecycleResult:
     """``piw resume`` without a terminal (``POST /api/runs/{run_id}/resume``): clear a pause and queue the run for
     ``piw host``, which continues it from its trace. A live holder's run only loses its pause request; a finished
     run is refused with one line."""
-    bundle = open_bundle(home, run_id)
-    state = _state(bundle)
-    if state is not None and state.is_terminal:
-        raise _finished(run_id, state, "resume")
-    queue = open_run_database(home).queue
-    row = _unfinished_row(queue, home, run_id, state, "resume", "resumed")
+    *_, queue, row = _unfinished(home, run_id, "resume", "resumed")
     if row.has_live_claim(queue.clock()):
         queue.clear_pause(run_id)
         return _result(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from piw.errors import PiwError
+from piw.run.periodic import PeriodicDuty
 from piw.store.db.database import Clock, now_ms
 
 log = logging.getLogger(__name__)
@@ -23,25 +24,19 @@ LOOK_MS = 60_000
 STAMP = "retention.last"
 
 
-class RetentionDuty:
-    """Called from every pass of the host loop."""
+class RetentionDuty(PeriodicDuty):
+    """Called from every pass of the host loop; looks every :data:`LOOK_MS`."""
+
+    every_ms = LOOK_MS
 
     def __init__(self, home: Path, report: Callable[[str], None], clock: Clock = now_ms) -> None:
+        super().__init__(clock)
         self.home = home
         self.report = report
-        self.clock = clock
-        self._looked = 0
-
-    def __call__(self) -> None:
-        now = self.clock()
-        if now - self._looked < LOOK_MS:
-            return
-        self._looked = now
-        self.tick(now)
 
     def tick(self, now: int) -> bool:
         """One pass if one is due; whether it ran."""
-        from piw.providers.config import load_config
+        from piw.config.settings import load_config
 
         try:
             table = load_config(self.home).retention

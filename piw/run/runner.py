@@ -454,7 +454,7 @@ def configured_durability(home: Path, warn: Callable[[str], None] | None = None)
     """
     if not (home / "config.toml").exists():  # (``config_path``): no file, no key, no provider layer to import
         return None
-    from piw.providers.config import load_config
+    from piw.config.settings import load_config
 
     try:
         return load_config(home).durability

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from piw.errors import PiwError
+from piw.run.periodic import PeriodicDuty
 from piw.schedule.book import open_schedules
 from piw.schedule.policy import decide
+from piw.schedule.warnings import held_line
 from piw.store.db.database import Clock, now_ms
 from piw.store.db.holders import holder_is_dead
 from piw.store.db.index import from_ms
@@ -37,22 +39,16 @@ def fire_key(name: str, fire_at: int) -> str:
     return f"schedule:{name}:{fire_at}"
 
 
-class ScheduleDuty:
+class ScheduleDuty(PeriodicDuty):
     """Called from every pass of the host loop; looks at the schedules every :data:`TICK_MS`."""
 
+    every_ms = TICK_MS
+
     def __init__(self, home: Path, runner: str, report: Callable[[str], None], clock: Clock = now_ms) -> None:
+        super().__init__(clock)
         self.home = home
         self.runner = runner
         self.report = report
-        self.clock = clock
-        self._last = 0
-
-    def __call__(self) -> None:
-        now = self.clock()
-        if now - self._last < TICK_MS:
-            return
-        self._last = now
-        self.tick(now)
 
     def tick(self, now: int) -> list[str]:
         """Decide every schedule's due fires and start the ones this host claimed; the run ids started."""
@@ -131,12 +127,3 @@ def _active_run(home: Path, store: SqliteSchedules, fire: FireRow) -> str | None
 
     row = open_run_database(home).queue.get(previous.run_id)
     return previous.run_id if row is not None and not row.is_final else None
-
-
-def held_line(row: ScheduleRow) -> str:
-    """The warning of a schedule held by its backlog (``piw schedule show``, ``piw runs``, the host)."""
-    held = row.held or {}
-    return (
-        f"schedule {row.name} is held: {held.get('count')} missed fires exceed --max-backlog {row.max_backlog}, "
-        f"so none ran (nothing spent); 'piw schedule resume {row.name}' continues from now."
-    )

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from piw.store.db.schedules import ScheduleRow
 
 
 def backlog_warnings(home: Path) -> list[str]:
@@ -16,6 +20,13 @@ def backlog_warnings(home: Path) -> list[str]:
         return []  # a home that cannot be read here lists its runs all the same
     if not any(row.held for row in rows):
         return []
-    from piw.run.schedule_duty import held_line
-
     return [held_line(row) for row in rows if row.held]
+
+
+def held_line(row: ScheduleRow) -> str:
+    """The warning of a schedule held by its backlog (``piw schedule show``, ``piw runs``, the host)."""
+    held = row.held or {}
+    return (
+        f"schedule {row.name} is held: {held.get('count')} missed fires exceed --max-backlog {row.max_backlog}, "
+        f"so none ran (nothing spent); 'piw schedule resume {row.name}' continues from now."
+    )

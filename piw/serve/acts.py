@@ -1,7 +1,7 @@
 """The act routes: answer, decide, pause, resume, cancel, top up a budget, start a run (``docs/serve.md``, "Acting").
 
-Each route calls the function its CLI command calls (``piw.run.answering``, ``piw.run.lifecycle``,
-``piw.run.starting``), so the same checks, idempotency and one-line errors apply; a continuation or a started run
+Each route calls the function its CLI command calls (``piw.service.answering``, ``piw.run.lifecycle``,
+``piw.service.starting``), so the same checks, idempotency and one-line errors apply; a continuation or a started run
 is left queued for ``piw host``, as with ``--detach``. ``answered_by`` is the token's name. A budget top-up spends
 money, so it needs ``operate`` whichever route carries it.
 """
@@ -60,7 +60,7 @@ def _receipt(receipt: Any) -> dict[str, Any]:
     "/runs/{run_id}/answer", summary="Answer a waiting checkpoint (as 'piw answer RUN JSON --detach')."
 )
 def answer(request: Request, run_id: str, body: AnswerBody, token: TokenRow = Answerer) -> dict[str, Any]:
-    from piw.run.answering import answer_detached
+    from piw.service.answering import answer_detached
 
     if isinstance(body.answer, dict) and "topUp" in body.answer and not allows(token.scope, "operate"):
         raise HTTPException(
@@ -72,7 +72,7 @@ def answer(request: Request, run_id: str, body: AnswerBody, token: TokenRow = An
 
 @router.post("/runs/{run_id}/decide", summary="Decide a human gate (as 'piw decide RUN CHOICE --detach').")
 def decide(request: Request, run_id: str, body: DecideBody, token: TokenRow = Answerer) -> dict[str, Any]:
-    from piw.run.answering import decide_detached
+    from piw.service.answering import decide_detached
 
     receipt = decide_detached(
         home_of(request),
@@ -87,7 +87,7 @@ def decide(request: Request, run_id: str, body: DecideBody, token: TokenRow = An
 
 @router.post("/runs/{run_id}/budget", summary="Top up the budget of a run stopped by it.")
 def top_up(request: Request, run_id: str, body: TopUpBody, token: TokenRow = Operator) -> dict[str, Any]:
-    from piw.run.answering import answer_detached
+    from piw.service.answering import answer_detached
 
     home = home_of(request)
     value = {"topUp": body.top_up}
@@ -119,7 +119,7 @@ def cancel(request: Request, run_id: str, _: TokenRow = Operator) -> dict[str, A
     "/runs", summary="Start a run of an installed workflow (as 'piw run NAME --detach').", status_code=201
 )
 def start(request: Request, body: StartBody, _: TokenRow = Operator) -> dict[str, Any]:
-    from piw.run.starting import start_discovered
+    from piw.service.starting import start_discovered
     from piw.store.db.idempotency import Adopted
 
     started = start_discovered(home_of(request), body.workflow, body.input, body.title, body.idempotency_key)

@@ -160,6 +160,6 @@ def run_waiting(request: Request, run_id: str, _: Any = Reader) -> dict[str, Any
 
 @router.get("/workflows", summary="The workflows a run may be started of (as 'piw list').")
 def workflows(request: Request, _: Any = Reader) -> list[dict[str, str]]:
-    from piw.run.starting import startable
+    from piw.service.starting import startable
 
     return [{"id": name, "origin": label} for name, (label, _path) in startable(home_of(request)).items()]

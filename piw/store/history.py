@@ -28,10 +28,6 @@ from piw.store.run_query import RunQuery
 from piw.store.script_phase import current_phase, split_place
 from piw.store.storage import storage_error
 
-RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled", "unknown")
-"""What ``piw runs --status`` takes: the run statuses, with ``waiting`` narrowed to gates that still need an answer
-and ``answered`` for the waiting runs that were answered (and ``cancelled`` taking the cancelled waiting runs)."""
-
 WaitState = Literal["open", "answered", "cancelled"]
 
 

@@ -72,7 +72,7 @@ class GcPlan:
     @classmethod
     def parse(cls, older_than: str | None, status: list[str] | None, keep_last: int | None) -> GcPlan:
         """From ``piw gc``'s options or ``[retention]`` (one ``UsageError`` line for a bad value)."""
-        from piw.store.history import RUN_FILTERS
+        from piw.store.run_query import RUN_FILTERS
 
         statuses = tuple(dict.fromkeys(p.strip() for v in status or () for p in v.split(",") if p.strip()))
         for value in statuses:

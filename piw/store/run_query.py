@@ -20,6 +20,10 @@ from typing import Any
 from piw.errors import UsageError
 from piw.store.db.index import POSITION
 
+RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled", "unknown")
+"""What ``piw runs --status`` takes: the run statuses, with ``waiting`` narrowed to gates that still need an answer
+and ``answered`` for the waiting runs that were answered (and ``cancelled`` taking the cancelled waiting runs)."""
+
 _AGO = re.compile(r"^(\d+)\s*(s|m|h|d|w)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -36,7 +40,7 @@ class RunQuery:
     until_ms: int | None = None
     """Runs started before this instant (epoch ms)."""
     statuses: tuple[str, ...] = ()
-    """Runs with any of these statuses (``piw.store.history.RUN_FILTERS``)."""
+    """Runs with any of these statuses (:data:`RUN_FILTERS`)."""
     search: str | None = None
     """Runs whose title or input contains this text (case-insensitive)."""
     parent: str | None = None
@@ -122,7 +126,6 @@ def query_of(
     """The filter values of ``piw runs`` and ``GET /api/runs`` (``docs/serve.md``), checked: one line, exit 2 (HTTP
     400), for a bad one."""
     from piw.errors import PiwError
-    from piw.store.history import RUN_FILTERS
     from piw.store.runref import resolve_run_id
 
     statuses = tuple(

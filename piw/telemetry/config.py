@@ -39,7 +39,7 @@ def live_settings(home: Path, env: Mapping[str, str] | None = None) -> LiveSetti
         text = ""
     if "telemetry" not in text and not env.get(ENDPOINT_VARIABLE, "").strip():
         return None  # the common case, decided without importing anything
-    from piw.telemetry.table import (
+    from piw.config.telemetry import (
         TelemetryTable,
     )  # pydantic: only for a home whose config.toml has the table
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from piw.config.mcp_servers import McpServerConfig
 from piw.errors import NeedsKey, PiwError
-from piw.toolservers.config import McpServerConfig
 
 STDERR_TAIL_CHARS = 2_000
 """Characters of a server's stderr kept for error messages (its last lines usually say what went wrong)."""

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from piw.config.mcp_servers import McpServerConfig
 from piw.tools.base import Tool, ToolContext, ToolResult
-from piw.toolservers.config import McpServerConfig
 from piw.toolservers.connection import CallReply, McpConnection, McpFailure
 from piw.workflow.tool_refs import McpTools
 

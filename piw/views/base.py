@@ -27,6 +27,7 @@ from piw.wire import is_plain
 
 OUTCOME_MARKS = {
     "ok": "✓",
+    "completed": "✓",
     "failed": "✗",
     "timed_out": "⏱",
     "cancelled": "■",
@@ -49,6 +50,16 @@ STATUS_STYLES = {
     "not taken": "dim",
     "not run": "dim",
 }
+
+
+def marked(status: str) -> str:
+    """A status word after its mark: ``✓ ok``, ``⏸ waiting`` (``·`` for a word without one)."""
+    return f"{OUTCOME_MARKS.get(status, '·')} {status}"
+
+
+def status_style(status: str | None) -> str:
+    """The colour a status word is shown in (none for a word without one)."""
+    return STATUS_STYLES.get(status or "", "")
 
 
 def node_kind(spec: Any) -> str:
@@ -253,6 +264,11 @@ def ms_between(start: str | None, end: datetime | None) -> float | None:
     if began is None or end is None:
         return None
     return (end - began).total_seconds() * 1000
+
+
+def elapsed(start: str | None, end: datetime | None) -> str:
+    """The time from a trace timestamp to an instant, as :func:`fmt_duration` writes it (``—`` when unknown)."""
+    return fmt_duration(ms_between(start, end))
 
 
 @functools.lru_cache(maxsize=4096)

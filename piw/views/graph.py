@@ -23,14 +23,14 @@ from rich.text import Text
 from piw.store.fold import RunState
 from piw.terminal import single_line
 from piw.views.base import (
-    OUTCOME_MARKS,
-    STATUS_STYLES,
     View,
     clip,
     fmt_duration,
+    marked,
     ms_between,
     node_kind,
     node_label,
+    status_style,
 )
 from piw.views.canvas import Canvas
 from piw.views.effects import effect_class_of
@@ -70,7 +70,7 @@ class Card:
     def status_line(self) -> str:
         if self.status is None:
             return ""
-        parts = [f"{OUTCOME_MARKS.get(self.status, '·')} {self.status}"]
+        parts = [marked(self.status)]
         if self.attempts:
             parts.append(f"{self.attempts}×")
         if self.elapsed_ms is not None and self.attempts:
@@ -79,7 +79,7 @@ class Card:
 
     @property
     def style(self) -> str:
-        style = STATUS_STYLES.get(self.status or "", "")
+        style = status_style(self.status)
         style = f"bold {style}".strip() if self.current else style
         return f"reverse {style}".strip() if self.selected else style
 

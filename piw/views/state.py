@@ -16,17 +16,7 @@ from rich.text import Text
 from piw.progress import format_remaining, parse_instant
 from piw.store.fold import RunState
 from piw.store.telemetry_status import telemetry_line
-from piw.views.base import (
-    OUTCOME_MARKS,
-    STATUS_STYLES,
-    View,
-    compact,
-    fmt_duration,
-    ms_between,
-    node_label,
-    plural,
-    safe,
-)
+from piw.views.base import View, compact, elapsed, marked, node_label, plural, safe, status_style
 from piw.views.budget import spent_line
 from piw.views.effects import UNKNOWN_MARK, unresolved_lines
 from piw.views.phases import phase_lines
@@ -41,8 +31,7 @@ def status_line(state: RunState, live: bool | None) -> Text:
     """``✓ completed``, ``⏸ waiting on ask``, ``▶ running · possibly interrupted`` …"""
     if state.status == "unknown":  # parked on an interrupted effect="once" step: a person answers it
         return Text(f"{UNKNOWN_MARK} outcome unknown", style="bold yellow")
-    mark = OUTCOME_MARKS.get("ok" if state.status == "completed" else state.status, "·")
-    line = Text(f"{mark} {state.status}", style=f"bold {STATUS_STYLES.get(state.status, '')}".strip())
+    line = Text(marked(state.status), style=f"bold {status_style(state.status)}".strip())
     if state.status == "waiting" and state.waiting_on:
         line.append(" on ")
         line.append(node_label(state.waiting_on))
@@ -78,7 +67,7 @@ def current_line(state: RunState, now: datetime) -> Text:
         return Text("")
     line = Text(node_label(current.node_id), style="bold")
     line.append(f" ({current.node_type})", style="dim")
-    line.append(f" · {fmt_duration(ms_between(current.started_at, now))}")
+    line.append(f" · {elapsed(current.started_at, now)}")
     detail = waiting_for(state, now)
     if current.status_detail:
         line.append(" · ")
@@ -160,7 +149,7 @@ class StateView(View):
             yield _row("effect" if index == 0 else "", safe(line, "yellow"))
         yield _row("started", safe(state.started_at or ""))
         if state.finished_at:
-            took = fmt_duration(ms_between(state.started_at, parse_instant(state.finished_at)))
+            took = elapsed(state.started_at, parse_instant(state.finished_at))
             yield _row("finished", safe(f"{state.finished_at} (took {took})"))
         if state.status in ("completed", "waiting") or state.final_output is not None:
             yield _row("output", safe(compact(state.final_output, 400)))

@@ -20,13 +20,13 @@ from piw.store.fold import CurrentAttempt, RunState, StepRecord
 from piw.store.session import SessionEntry
 from piw.views.base import (
     OUTCOME_MARKS,
-    STATUS_STYLES,
     View,
     compact,
     fmt_duration,
     node_label,
     safe,
     safe_block,
+    status_style,
 )
 from piw.views.conversation import entry_lines
 from piw.views.phases import Phase, leaf_cards
@@ -96,11 +96,11 @@ class StepDetailView(View):
         step = self.step
         finished = isinstance(step, StepRecord)
         outcome = step.outcome if isinstance(step, StepRecord) else "running"
-        head = Text(f"{OUTCOME_MARKS.get(outcome, '·')} ", style=STATUS_STYLES.get(outcome, ""))
+        head = Text(f"{OUTCOME_MARKS.get(outcome, '·')} ", style=status_style(outcome))
         if self.number is not None:
             head.append(f"#{self.number} ", style="dim")
         head.append(node_label(step.node_id), style="bold")
-        head.append(f"  ({step.node_type})  {outcome}", style=STATUS_STYLES.get(outcome, ""))
+        head.append(f"  ({step.node_type})  {outcome}", style=status_style(outcome))
         if isinstance(step, StepRecord):
             head.append(f"  {fmt_duration(step.duration_ms)}")
         yield head

@@ -19,15 +19,15 @@ from rich.text import Text
 from piw.store.fold import RunState, StepRecord
 from piw.terminal import single_line
 from piw.views.base import (
-    OUTCOME_MARKS,
-    STATUS_STYLES,
     View,
     compact,
+    elapsed,
     fmt_duration,
-    ms_between,
+    marked,
     node_label,
     safe,
     short_id,
+    status_style,
 )
 from piw.views.failure import traceback_lines, where
 from piw.views.phases import leaf_cards, script_phases
@@ -56,11 +56,11 @@ def _columns(rows: int) -> tuple[Column, ...]:
 @functools.lru_cache(maxsize=64)
 def _plain_outcome(outcome: str) -> str:
     """The outcome cell as plain text (remembered: it is one of a handful on every row of a long run)."""
-    return f"{OUTCOME_MARKS.get(outcome, '·')} {outcome}"
+    return marked(outcome)
 
 
 def _outcome(outcome: str) -> Text:
-    return Text(_plain_outcome(outcome), style=STATUS_STYLES.get(outcome, ""))
+    return Text(_plain_outcome(outcome), style=status_style(outcome))
 
 
 def _detail(step: StepRecord) -> Text:
@@ -186,12 +186,11 @@ class StepsView(View):
     def _plain_running(self) -> Iterator[list[str]]:
         current = self.state.current
         if current is not None:
-            elapsed = fmt_duration(ms_between(current.started_at, self.now))
             yield [
                 str(len(self.state.steps) + 1),
                 node_label(current.node_id),
                 _plain_outcome("running"),
-                elapsed,
+                elapsed(current.started_at, self.now),
                 short_id(current.attempt_id),
                 single_line(current.status_detail or ""),
             ]
@@ -249,12 +248,11 @@ class StepsView(View):
         current = self.state.current
         if current is not None:
             detail = safe(current.status_detail or "", "dim")
-            elapsed = fmt_duration(ms_between(current.started_at, self.now))
             yield [
                 str(len(self.state.steps) + 1),
                 Text(node_label(current.node_id)),
                 _outcome("running"),
-                elapsed,
+                elapsed(current.started_at, self.now),
                 short_id(current.attempt_id),
                 detail,
             ]

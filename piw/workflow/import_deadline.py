@@ -187,8 +187,9 @@ def import_setting(home: Path | None) -> DeadlineSetting:
     if raw:
         return DeadlineSetting(_seconds(raw), ENV_VARIABLE)
     if home is not None and (home / "config.toml").exists():
+        from piw.config.path import config_path
+        from piw.config.settings import load_config
         from piw.errors import ProviderError
-        from piw.providers.config import config_path, load_config
 
         try:
             configured = load_config(home).import_timeout_s

@@ -6,7 +6,7 @@ child step under a **structural key** (phase, the function that called it, item 
 ``key=``) so that the same leaf has the same key every time the script runs. A leaf whose key already has a
 committed ``ok`` result in this node visit returns it without a model request (``docs/design/agent-steps.md`` §10);
 plain Python between leaves simply runs again. There is no determinism sandbox: ``piw validate`` runs a script twice
-and compares its keys (``piw.workflow.script_check``).
+and compares its keys (``piw.run.script_check``).
 """
 
 from __future__ import annotations

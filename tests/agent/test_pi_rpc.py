@@ -18,7 +18,7 @@ from piw.agent_steps.attempt import AgentSettings
 from piw.agent_steps.pi_process import PiLaunch
 from piw.agent_steps.pi_rpc import PiRpcExecutor
 from piw.agent_steps.workflow_tool import ASSISTANT_STEP_SUBMIT
-from piw.providers.config import ProviderConfig
+from piw.config.settings import ProviderConfig
 from piw.providers.selection import ProviderSelection
 from piw.run.runner import ForegroundOptions, start_run
 from piw.testing import OpenAIStub, StubReply, openai_stub

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from piw.testing import OpenAIStub, StubReply, replies_responder
 from tests.support.builtin_harness import BUILTINS
 
@@ -112,6 +114,7 @@ def test_orchestrate_over_http_runs_workers_at_once_within_the_bound(cli: Any, p
     assert usage_of(cli, result["runId"])["requests"] == 7
 
 
+@pytest.mark.long
 def test_piw_cancel_during_the_fan_out_aborts_workers_in_flight_and_starts_none(
     cli: Any, piw_home: Path
 ) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -314,3 +316,30 @@ def test_replays_copy_an_empty_run_database_kept_in_the_home_and_remake_a_bad_on
     again = cli.process("test")  # a new process looks the template up again
     assert again.returncode == 0, again.stdout + again.stderr
     assert template.read_bytes().startswith(b"SQLite format 3")
+
+
+MODULES_AFTER = (
+    "import contextlib, io, json, sys\n"
+    "from piw.cli.main import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+    "    main(sys.argv[1:])\n"
+    "print(json.dumps(sorted(sys.modules)))\n"
+)
+
+
+def test_an_offline_replay_does_not_import_the_config_layer(cli: Cli) -> None:
+    """An offline case asks no provider, so ``piw test`` never reads ``config.toml``: the config models (every
+    table of ``PiwConfig``) are not imported (``docs/testing.md``; the time is ``bench/bench_piw_test.py``'s)."""
+    recorded_triage(cli)
+    done = subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER, "test"],
+        cwd=cli.cwd,
+        env=cli.environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    modules = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "piw.cases.suite" in modules and "piw.run.engine" in modules  # the case ran
+    assert not {"piw.config.settings", "piw.providers.selection", "piw.config.channels"} & modules

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from piw.channels.store import open_channel_store
+from piw.store.db.channels import open_channel_store
 from tests.support.channel_setup import GATE, SECRET, SECRET_ENV, webhook_table, write_channels
 from tests.support.channel_stubs import Receiver, serving
 from tests.support.cli import Cli

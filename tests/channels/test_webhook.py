@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from piw.channels.answer import answer_with_token
-from piw.channels.store import open_channel_store
 from piw.errors import AnswerTokenRefused
+from piw.store.db.channels import open_channel_store
 from piw.store.db.run_database import open_run_database
 from tests.support.channel_setup import GATE, SECRET, SECRET_ENV, webhook_table, write_channels
 from tests.support.channel_stubs import Receiver, serving

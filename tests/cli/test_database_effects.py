@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from piw.providers.rate_limit_config import RateLimit
+from piw.config.rate_limits import RateLimit
 from piw.store.db.database import now_ms
 from piw.store.pg.connection import PgDatabase
 from piw.store.pg.rate_limits import PgRateLimits

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from piw.store.pg.setting import DatabaseSetting
 from tests.support.cli import Cli
@@ -87,6 +88,7 @@ workflow = define_workflow(
 """
 
 
+@pytest.mark.long
 def test_a_pause_asked_during_an_action_takes_effect_where_it_ends(
     cli: Cli, tmp_path: Path, pg_setting: DatabaseSetting
 ) -> None:

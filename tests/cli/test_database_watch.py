@@ -28,6 +28,7 @@ def _listeners(server: PgServer) -> int:
 
 
 @pytest.mark.parametrize("kill_listen", [False, True])
+@pytest.mark.long
 def test_a_watcher_on_another_home_renders_each_committed_step_and_exits(
     cli: Cli, tmp_path: Path, pg_server: PgServer, pg_setting: DatabaseSetting, kill_listen: bool
 ) -> None:

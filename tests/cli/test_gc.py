@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import Cli
 from tests.support.generated import plan_runs, write_home
 from tests.support.hosts import wait_for
@@ -101,6 +103,7 @@ def test_rm_asks_for_yes_off_a_terminal_and_removes_whole(
     assert not (piw_home / "runs" / run_id).exists() and cli.json("runs", "--json") == []
 
 
+@pytest.mark.long
 def test_kill_9_during_gc_leaves_no_half_removed_run_and_gc_again_finishes(cli: Cli, piw_home: Path) -> None:
     write_home(piw_home, plan_runs(600))  # whole bundles, all from May 2026
     runs = piw_home / "runs"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from tests.support.cli import Cli
 from tests.support.runs import WorkflowMaker
 
@@ -17,6 +19,7 @@ workflow = define_workflow(name="slow", start_at="nap", nodes={
 """
 
 
+@pytest.mark.long
 def test_a_stopped_host_says_the_next_host_continues_the_run(cli: Cli, make_workflow: WorkflowMaker) -> None:
     queued = cli("run", str(make_workflow("slow", SLOW)), "--detach")
     assert queued.returncode == 0, queued.stderr

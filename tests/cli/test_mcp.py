@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.agent_harness import home, piw_cli, write_workflow
 
 __all__ = ["home"]
@@ -29,6 +31,7 @@ def write_config(home: Path, text: str) -> None:
     (home / "config.toml").write_text(textwrap.dedent(text), encoding="utf-8")
 
 
+@pytest.mark.long
 def test_mcp_list_starts_each_server_lists_its_tools_and_says_why_one_failed(
     home: Path, tmp_path: Path
 ) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from piw.testing import OpenAIStub
-from tests.support.agent_harness import home, piw_cli, write_stub_config
+from tests.support.agent_harness import home, piw_cli, piw_process, write_stub_config
 from tests.support.scripts import LeafStub
 
 __all__ = ["home"]
@@ -73,3 +73,21 @@ def test_a_second_detached_start_of_a_live_run_is_refused_unless_allowed(home: P
         after = piw_cli(home, "run", path, "--input", same, "--detach")
         assert after.returncode == 0, after.stderr  # no live run of it is left
     assert stub.request_count == 0
+
+
+def test_an_interrupted_run_of_the_same_file_and_input_does_not_refuse_a_detached_start(
+    home: Path, tmp_path: Path
+) -> None:
+    """A run killed mid-way is interrupted, not live: nothing runs it until 'piw resume', so a new start goes on."""
+    assert piw_cli(home, "new", "review", "--dynamic", "--dir", str(tmp_path)).returncode == 0
+    path = str(tmp_path / "review.workflow.py")
+    same = '{"items": ["a"]}'
+    with OpenAIStub() as stub:
+        write_stub_config(home, stub)
+        killed = piw_process(home, "run", path, "--input", same, env={"PIW_TEST_KILL_AFTER_APPEND": "2"})
+        assert killed.returncode == -9
+        (row,) = json.loads(piw_cli(home, "runs", "--json").stdout)
+        assert "running (interrupted)" in piw_cli(home, "runs").stdout
+        started = piw_cli(home, "run", path, "--input", same, "--detach", "--json")
+        assert started.returncode == 0, started.stderr
+        assert json.loads(started.stdout)["runId"] != row["runId"]

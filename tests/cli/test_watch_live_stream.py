@@ -93,6 +93,7 @@ def test_a_second_terminal_sees_the_reply_while_it_streams(
     assert state["outputs"]["say"] == REPLY
 
 
+@pytest.mark.long
 def test_a_secret_in_the_stream_never_reaches_the_side_file(
     cli: Cli, stub: OpenAIStub, piw_home: Path
 ) -> None:

@@ -40,6 +40,7 @@ def piw(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.long
 def test_14_only_a_host_with_the_runs_workflow_version_claims_it_at_any_path(
     pg_server: PgServer, pg_setting: object, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from piw.config.settings import ProviderConfig
 from piw.errors import ProviderError
 from piw.providers.anthropic_messages import StreamState as _AnthropicState
 from piw.providers.anthropic_messages import build_body as anthropic_body
@@ -27,7 +28,6 @@ from piw.providers.base import (
     force_tool,
 )
 from piw.providers.builder import MessageBuilder
-from piw.providers.config import ProviderConfig
 from piw.providers.failures import is_transient_status, parse_retry_after, status_message
 from piw.providers.messages import (
     AssistantReply,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from piw.config.settings import parse_config
 from piw.errors import ProviderError, ScriptExhausted
 from piw.providers.base import ChatRequest, ProviderEvent, StepRef, complete
 from piw.providers.cassette import RecordingProvider, ReplayProvider, cassette_mode
-from piw.providers.config import parse_config
 from piw.providers.factory import build_provider
 from piw.providers.messages import UserMessage
 from piw.providers.scripted import ScriptedProvider

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from piw.errors import NeedsKey, ProviderError
-from piw.providers.config import (
+from piw.config.settings import (
     CompatConfig,
     PiwConfig,
     configured_secrets,
@@ -17,6 +16,7 @@ from piw.providers.config import (
     parse_config,
     resolve_value,
 )
+from piw.errors import NeedsKey, ProviderError
 from piw.providers.factory import build_provider
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.redaction import RedactingProvider

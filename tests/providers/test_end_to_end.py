@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from piw.config.settings import ProviderConfig, parse_config
 from piw.errors import NeedsKey, ProviderError, ScriptExhausted
 from piw.providers.base import ChatRequest, StepRef
-from piw.providers.config import ProviderConfig, parse_config
 from piw.providers.messages import UserMessage
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.scripted import ScriptedProvider

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from piw.config.settings import ProviderConfig, parse_config
 from piw.errors import ProviderError
 from piw.providers.base import ChatRequest
-from piw.providers.config import ProviderConfig, parse_config
 from piw.providers.llamacpp import (
     INSTALL_HINT,
     LlamaCppProvider,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from piw.providers.config import PiwConfig
+from piw.config.settings import PiwConfig
 from piw.providers.failures import final_on_loopback
 from piw.providers.openai_compat import OpenAICompatProvider
 from piw.providers.selection import select_provider

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import piw.providers
+from piw.config.settings import ProviderConfig
 from piw.errors import NeedsKey, ProviderError
 from piw.providers import guard_base_url, is_loopback_url
 from piw.providers.base import ChatRequest, ErrorEvent, ProviderEvent, complete, force_tool
-from piw.providers.config import ProviderConfig
 from piw.providers.messages import (
     AssistantReply,
     CustomMessage,

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from piw.testing import OpenAIStub, StubReply
 from tests.support.agent_harness import one_agent, submit_args, write_stub_config
 from tests.support.cli import Cli
@@ -39,6 +41,7 @@ def _run_parallel(cli: Cli, flow: Path, count: int, start_gap: float = 0.0) -> l
     return results
 
 
+@pytest.mark.long
 def test_a_concurrency_limit_of_2_holds_across_3_parallel_runs(cli: Cli, tmp_path: Path) -> None:
     with OpenAIStub() as stub:
         three_at_once = threading.Event()
@@ -64,6 +67,7 @@ def test_a_concurrency_limit_of_2_holds_across_3_parallel_runs(cli: Cli, tmp_pat
     assert "rate limit stub: 2 at once · now 0 in flight" in cli("providers").stdout
 
 
+@pytest.mark.long
 def test_a_429_with_retry_after_pauses_every_caller(cli: Cli, tmp_path: Path) -> None:
     pause_s = 3
     arrivals: list[float] = []

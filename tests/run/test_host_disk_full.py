@@ -32,6 +32,7 @@ def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-unty
 
 
 @pytest.mark.skipif(not CAN_MOUNT, reason="needs root and mount(8) for a small tmpfs")
+@pytest.mark.long
 def test_a_host_parks_a_run_on_a_full_disk_keeps_serving_and_resumes_it(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:

@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import Cli
 from tests.support.runs import WorkflowMaker
 
@@ -62,6 +64,7 @@ def _status(cli: Cli, run_id: str, env: dict[str, str]) -> str:
     return {row["runId"]: row["status"] for row in json.loads(done.stdout or "[]")}.get(run_id, "")
 
 
+@pytest.mark.long
 def test_a_stopped_holder_is_taken_over_within_lease_and_renewal(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:

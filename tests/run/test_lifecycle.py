@@ -305,6 +305,7 @@ def test_cancel_of_a_crashed_run_claims_it_repairs_the_tail_and_appends_run_canc
     assert "cancelled" in listing(cli)
 
 
+@pytest.mark.long
 def test_an_interrupted_run_whose_source_changed_is_parked_and_can_be_cancelled(
     cli: Cli, piw_home: Path, gated: tuple[Path, Path]
 ) -> None:
@@ -362,6 +363,7 @@ def test_cancel_of_a_waiting_run_leaves_its_bundle_untouched(
     assert again.returncode == 2 and "already ended" in one_line(again)
 
 
+@pytest.mark.long
 def test_resume_of_a_run_held_live_elsewhere_is_refused(
     cli: Cli, piw_home: Path, gated: tuple[Path, Path]
 ) -> None:
@@ -379,6 +381,7 @@ def test_resume_of_a_run_held_live_elsewhere_is_refused(
     assert types(piw_home, run_id)[-1] == "run_completed"
 
 
+@pytest.mark.long
 def test_watch_of_a_crashed_run_says_so_and_exits_and_ctrl_c_exits_130(
     cli: Cli, piw_home: Path, gated: tuple[Path, Path]
 ) -> None:
@@ -400,6 +403,7 @@ def test_watch_of_a_crashed_run_says_so_and_exits_and_ctrl_c_exits_130(
     assert types(piw_home, run_id)[-1] != "run_cancelled"  # watching never writes
 
 
+@pytest.mark.long
 def test_a_crash_after_the_terminal_event_only_finalizes_the_queue_row(
     cli: Cli, piw_home: Path, make_workflow: WorkflowMaker
 ) -> None:

@@ -99,6 +99,7 @@ workflow = define_workflow(name="deploy", start_at="cmd", nodes={{"cmd": shell(
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.long
 def test_a_kill_before_the_record_commits_means_the_command_never_runs(
     cli: Cli, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import httpx2
+import pytest
 
 from tests.serve.test_answers import GATE, waiting_run
 from tests.support.cli import Cli
@@ -50,6 +51,7 @@ def test_a_token_is_printed_once_and_only_its_hash_is_kept(cli: Cli, piw_home: P
         assert done.returncode == 2 and done.stderr.startswith(f"Error: {message}"), (args, done.stderr)
 
 
+@pytest.mark.long
 def test_revoked_and_expired_tokens_are_refused_like_any_wrong_token(cli: Cli, piw_home: Path) -> None:
     keep = create_token(cli, "keep", "read")
     gone = create_token(cli, "gone", "read")
@@ -103,6 +105,7 @@ def test_loopback_without_tokens_prints_a_session_token_once(cli: Cli) -> None:
     assert output.count(token) == 1
 
 
+@pytest.mark.long
 def test_cors_is_off_unless_an_origin_is_configured(cli: Cli) -> None:
     token = create_token(cli, "web", "read")
     preflight = {"Origin": "https://dash.example", "Access-Control-Request-Method": "GET"}
@@ -118,6 +121,7 @@ def test_cors_is_off_unless_an_origin_is_configured(cli: Cli) -> None:
     assert "access-control-allow-origin" not in foreign.headers
 
 
+@pytest.mark.long
 def test_a_request_for_another_host_name_is_refused(cli: Cli) -> None:
     token = create_token(cli, "web", "read")
     with served(cli) as api, api.client(token) as client:

@@ -129,6 +129,7 @@ def test_a_checkpoint_is_answered_over_http_and_a_bad_answer_is_one_line(
     assert cli_error.returncode == 2
 
 
+@pytest.mark.long
 def test_ten_http_answers_and_a_cli_answer_give_one_continuation(
     cli: Cli, gate: Path, piw_home: Path
 ) -> None:

@@ -166,6 +166,7 @@ def _act(api: Any, token: str, run_id: str, verb: str) -> Any:
     return api.post(f"/api/runs/{run_id}/{verb}", token)
 
 
+@pytest.mark.long
 def test_pause_resume_cancel_and_start_need_scope_operate(
     cli: Cli, piw_home: Path, make_workflow: WorkflowMaker
 ) -> None:

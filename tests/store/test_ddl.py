@@ -10,7 +10,8 @@ from pathlib import Path
 
 import sqlite_utils
 
-from piw.store.db.database import SCHEMA_INFO, TABLES, open_database
+from piw.store.db.database import open_database
+from piw.store.db.schema import SCHEMA_INFO, TABLES
 
 
 def _schema(conn: sqlite3.Connection) -> list[tuple[str, str, str | None]]:

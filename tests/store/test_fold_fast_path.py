@@ -99,7 +99,7 @@ def _by_handlers(state: RunState, events: Iterable[TraceEvent]) -> RunState:
     return folder.result(last)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(_OPS)
 def test_the_fast_path_folds_every_trace_as_the_handlers_do(ops: list[tuple[Any, ...]]) -> None:
     events = _events(ops)

@@ -122,6 +122,7 @@ def test_a_step_calls_a_stdio_server_and_its_env_secret_reaches_no_record(
     assert shown.returncode == 0 and "stdio-secret-77d1e0" not in shown.stdout + shown.stderr
 
 
+@pytest.mark.long
 def test_kill_9_after_the_call_is_committed_and_resume_never_calls_the_server_again(
     home: Path, tmp_path: Path
 ) -> None:
@@ -170,6 +171,7 @@ def test_kill_9_after_the_call_is_committed_and_resume_never_calls_the_server_ag
     assert "MCP tools changed since this step started" in resumed.stderr + resumed.stdout
 
 
+@pytest.mark.long
 def test_a_slow_call_times_out_and_a_crash_is_a_tool_error_with_stderr_and_a_readable_card(
     home: Path, tmp_path: Path
 ) -> None:

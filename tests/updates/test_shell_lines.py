@@ -53,7 +53,7 @@ def test_byte_at_a_time() -> None:
     assert frame([bytes([b]) for b in SAMPLE]) == frame([SAMPLE])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     data=st.lists(
         st.one_of(

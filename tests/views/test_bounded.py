@@ -105,6 +105,7 @@ def big_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("view", ["progress", "updates", "trace", "state", "steps", "graph"])
+@pytest.mark.long
 def test_long_run_views_keep_memory_bounded(big_home: Path, view: str) -> None:
     trace_size = (big_home / "runs" / RUN_ID / "trace.ndjson").stat().st_size
     assert trace_size > 18_000_000

@@ -83,6 +83,7 @@ def test_a_bad_timeout_setting_is_one_line(cli: Cli, tmp_path: Path) -> None:
     assert "PIW_IMPORT_TIMEOUT" in _one_error_line(done.stderr)
 
 
+@pytest.mark.long
 def test_a_loop_in_c_code_ends_the_process_with_the_file_named(cli: Cli, tmp_path: Path) -> None:
     """``sum(itertools.count())`` never returns to the interpreter: the faulthandler backstop ends piw."""
     path = _write(tmp_path / "flows", "spin", "import itertools\nsum(itertools.count())\n")
@@ -91,6 +92,7 @@ def test_a_loop_in_c_code_ends_the_process_with_the_file_named(cli: Cli, tmp_pat
     assert str(path) in done.stderr
 
 
+@pytest.mark.long
 def test_list_reports_the_file_that_timed_out_and_lists_the_rest(cli: Cli) -> None:
     folder = cli.home / "workflows"
     _write(folder, "good", GOOD)
@@ -106,6 +108,7 @@ def test_list_reports_the_file_that_timed_out_and_lists_the_rest(cli: Cli) -> No
     assert any(row["id"] == "good" and row["description"] is None for row in listed)
 
 
+@pytest.mark.long
 def test_a_host_parks_a_run_whose_import_times_out_with_that_reason(cli: Cli, tmp_path: Path) -> None:
     path = _write(tmp_path / "flows", "flaky", GOOD)
     queued = cli.process("run", str(path), "--detach", env=FAST, timeout=60)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from piw.channels.book import QueuedPost
+from piw.run.channel_posts import QueuedPost
 from piw.run.executors import Attempt, NodeOutcome, describe_exception, evaluate, to_json_output
 from piw.wire import sha256_hex
 from piw.workflow.definition import CheckpointNode
@@ -32,7 +32,7 @@ class DecisionBook(Protocol):
 
 
 class PostBook(Protocol):
-    """Where an opened gate's channel posts are queued (``piw.channels.book``, ``docs/channels.md``)."""
+    """Where an opened gate's channel posts are queued (``piw.run.channel_posts``, ``docs/channels.md``)."""
 
     def queue(
         self, *, run_id: str, node_id: str, workflow_name: str, request: dict[str, Any]

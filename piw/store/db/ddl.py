@@ -1,4 +1,4 @@
-"""``CREATE TABLE`` text for a :class:`~piw.store.db.database.TableSpec`, written without sqlite-utils.
+"""A table's spec (:class:`TableSpec`) and its ``CREATE TABLE`` text, written without sqlite-utils.
 
 Creating a home's ``piw.sqlite`` used to import sqlite-utils (about a fifth of a second of start-up on a loaded
 machine) just to spell these statements, on the way to a new home's first model request
@@ -9,10 +9,27 @@ byte for byte), so a database created either way is the same file schema.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from piw.store.db.database import TableSpec
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table as sqlite-utils creates it: columns (name → Python type), primary key, constraints."""
+
+    columns: dict[str, type]
+    pk: str | tuple[str, ...]
+    not_null: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "columns": [[name, kind.__name__] for name, kind in self.columns.items()],
+            "pk": list(self.pk) if isinstance(self.pk, tuple) else self.pk,
+            "notNull": sorted(self.not_null),
+            "defaults": dict(sorted(self.defaults.items())),
+        }
+
 
 _TYPES: dict[type, str] = {str: "TEXT", int: "INTEGER", float: "REAL", bytes: "BLOB"}
 

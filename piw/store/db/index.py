@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from piw.errors import PiwError
-from piw.store.db.database import INDEXES, TABLES, Database, now_ms, open_database
+from piw.store.db.database import Database, now_ms, open_database
 from piw.store.db.ddl import create_table_sql
 from piw.store.db.notices import notice
+from piw.store.db.schema import INDEXES, TABLES
 from piw.store.home import RUN_ID_PATTERN
 from piw.store.place import runs_home
 from piw.store.script_phase import place_of

@@ -71,6 +71,39 @@ class ClaimCheck:
     cancel_requested: bool
 
 
+def claimable(run_id: str, row: QueueRow | None, now: int) -> QueueRow:
+    """The row ``claim_run`` may take, or the refusal every implementation gives: ``RunNotFound`` without a row,
+    ``RunFinished`` for a final one, ``RunLocked`` while another holder's claim is live."""
+    if row is None:
+        raise RunNotFound(f"Run {run_id} is not in the run queue.")
+    if row.is_final:
+        raise RunFinished(f"Run {run_id} already ended ({row.status} in the run queue).")
+    if row.has_live_claim(now):
+        raise RunLocked(
+            f"Run {run_id} is being run by another piw process ({row.runner_id}); wait for it, or stop "
+            f"it with 'piw cancel {run_id}'."
+        )
+    return row
+
+
+def fenced(claim: Claim, found: tuple[Any, ...] | None, now: int) -> ClaimCheck:
+    """The fence's verdict on what it read of the row (``claim_token, claim_generation, status,
+    claim_expires_at, pause_requested, cancel_requested``; ``None`` without a row): the row's flags while the
+    claim holds, else ``ClaimLost(reason)``."""
+    if found is None:
+        raise ClaimLost("missing")
+    token, generation, status, expires, pause, cancel = found
+    if generation != claim.generation:
+        raise ClaimLost("generation_changed")
+    if token != claim.token:
+        raise ClaimLost("token_changed")
+    if status not in HELD_STATUSES:
+        raise ClaimLost("status_changed")
+    if expires is None or expires <= now:
+        raise ClaimLost("expired")
+    return ClaimCheck(status, bool(pause), bool(cancel))
+
+
 class RunQueue(Protocol):
     """Claims, leases and fencing of runs."""
 
@@ -234,16 +267,7 @@ class SqliteQueue:
     def claim_run(self, run_id: str, runner: str) -> Claim:
         now = self.clock()
         with self.db.transaction() as conn:
-            row = get_row(conn, run_id)
-            if row is None:
-                raise RunNotFound(f"Run {run_id} is not in the run queue.")
-            if row.is_final:
-                raise RunFinished(f"Run {run_id} already ended ({row.status} in the run queue).")
-            if row.has_live_claim(now):
-                raise RunLocked(
-                    f"Run {run_id} is being run by another piw process ({row.runner_id}); wait for it, or stop "
-                    f"it with 'piw cancel {run_id}'."
-                )
+            row = claimable(run_id, get_row(conn, run_id), now)
             return take_claim(conn, run_id, runner, row.claim_generation, now, row.runner_id)
 
     def renew(self, claim: Claim) -> Claim:
@@ -276,18 +300,7 @@ class SqliteQueue:
             )
         except sqlite3.Error as exc:
             raise StoreBusy(f"The run queue could not check run {claim.run_id}'s claim: {exc}") from exc
-        if found is None:
-            raise ClaimLost("missing")
-        token, generation, status, expires, pause, cancel = found
-        if generation != claim.generation:
-            raise ClaimLost("generation_changed")
-        if token != claim.token:
-            raise ClaimLost("token_changed")
-        if status not in HELD_STATUSES:
-            raise ClaimLost("status_changed")
-        if expires is None or expires <= now:
-            raise ClaimLost("expired")
-        return ClaimCheck(status, bool(pause), bool(cancel))
+        return fenced(claim, found, now)
 
     def _held(self, conn: sqlite3.Connection, claim: Claim, sql: str, params: tuple[Any, ...]) -> None:
         """Run an update of the holder's own row, guarded by its token and generation."""

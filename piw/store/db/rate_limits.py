@@ -2,7 +2,7 @@
 
 One ``BEGIN IMMEDIATE`` transaction admits a request (reads the bucket and the live slots, takes a request token,
 inserts a slot) and one releases it (deletes the slot, charges the tokens it used); the arithmetic is
-``piw.providers.rate_bucket``. This connection commits with ``synchronous=NORMAL``: a bucket that loses its last
+``piw.store.db.rate_bucket``. This connection commits with ``synchronous=NORMAL``: a bucket that loses its last
 commits to a power cut only forgets some spend, and a request stays well under a millisecond of overhead
 (``bench/bench_rate_limit.py``). ``docs/rate-limits.md``.
 """
@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from piw.providers.rate_bucket import SLOT_LEASE_MS, Bucket, admit, charged, full, holder, holder_dead
-from piw.providers.rate_limit_config import RateLimit
+from piw.config.rate_limits import RateLimit
 from piw.store.db.database import database_path, now_ms, open_database
+from piw.store.db.rate_bucket import SLOT_LEASE_MS, Bucket, admit, charged, full, holder, holder_dead
 
 
 class SqliteRateLimits:
@@ -65,14 +65,7 @@ class SqliteRateLimits:
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(bucket) DO UPDATE SET requests = excluded.requests, "
             "tokens = excluded.tokens, refilled_at = excluded.refilled_at, paused_until = excluded.paused_until, "
             "pause_reason = excluded.pause_reason",
-            (
-                name,
-                bucket.requests,
-                bucket.tokens,
-                bucket.refilled_at,
-                bucket.paused_until,
-                bucket.pause_reason,
-            ),
+            (name, *bucket.columns()),
         )
 
     @staticmethod
@@ -140,7 +133,7 @@ class SqliteRateLimits:
 
     def snapshot(self, name: str, limit: RateLimit) -> dict[str, Any]:
         """The bucket now, for ``piw providers``: what is left, in flight and any pause (nothing is written)."""
-        from piw.providers.rate_bucket import refilled
+        from piw.store.db.rate_bucket import refilled
 
         conn = self._conn()
         now = now_ms()

@@ -285,26 +285,23 @@ class SqliteSchedules:
 
     def take(self, fire: FireRow, claimer: str, now: int) -> FireRow | None:
         """Take ``fire`` as it was read (compare and swap on its state and holder); ``None`` if it changed."""
-        with self.db.transaction() as conn:
-            changed = conn.execute(
-                self._sql(
-                    "UPDATE schedule_fires SET state = 'claimed', claimer = ?, claim_expires_at = ?, updated_at = ? "
-                    "WHERE schedule_name = ? AND fire_at = ? AND state = ? AND "
-                    "COALESCE(claimer, '') = ? AND COALESCE(claim_expires_at, 0) = ?"
-                ),
-                (
-                    claimer,
-                    now + CLAIM_MS,
-                    now,
-                    fire.schedule_name,
-                    fire.fire_at,
-                    fire.state,
-                    fire.claimer or "",
-                    fire.claim_expires_at or 0,
-                ),
-            )
-            if changed.rowcount != 1:
-                return None
+        swapped = self._swap(
+            "UPDATE schedule_fires SET state = 'claimed', claimer = ?, claim_expires_at = ?, updated_at = ? "
+            "WHERE schedule_name = ? AND fire_at = ? AND state = ? AND "
+            "COALESCE(claimer, '') = ? AND COALESCE(claim_expires_at, 0) = ?",
+            (
+                claimer,
+                now + CLAIM_MS,
+                now,
+                fire.schedule_name,
+                fire.fire_at,
+                fire.state,
+                fire.claimer or "",
+                fire.claim_expires_at or 0,
+            ),
+        )
+        if not swapped:
+            return None
         return FireRow(
             fire.schedule_name,
             fire.fire_at,
@@ -328,37 +325,35 @@ class SqliteSchedules:
     ) -> bool:
         """Record what became of a fire this claimer holds (``started`` with its run, ``skipped``, ``queued``,
         ``failed``); whether the claim was still ours."""
+        return self._swap(
+            "UPDATE schedule_fires SET state = ?, run_id = COALESCE(?, run_id), note = ?, "
+            "claimer = CASE WHEN ? = 'started' THEN claimer ELSE NULL END, claim_expires_at = NULL, "
+            "updated_at = ? WHERE schedule_name = ? AND fire_at = ? AND state = 'claimed' AND claimer = ?",
+            (state, run_id, note, state, now, fire.schedule_name, fire.fire_at, claimer),
+        )
+
+    def _swap(self, sql: str, params: tuple[Any, ...]) -> bool:
+        """One compare-and-swap update of a fire, in its own transaction: whether it changed the row."""
         with self.db.transaction() as conn:
-            changed = conn.execute(
-                self._sql(
-                    "UPDATE schedule_fires SET state = ?, run_id = COALESCE(?, run_id), note = ?, "
-                    "claimer = CASE WHEN ? = 'started' THEN claimer ELSE NULL END, claim_expires_at = NULL, "
-                    "updated_at = ? WHERE schedule_name = ? AND fire_at = ? AND state = 'claimed' AND claimer = ?"
-                ),
-                (state, run_id, note, state, now, fire.schedule_name, fire.fire_at, claimer),
-            )
-            return changed.rowcount == 1
+            return conn.execute(self._sql(sql), params).rowcount == 1
 
     def fires(self, name: str, limit: int = 20) -> list[FireRow]:
         """The newest ``limit`` fires of ``name``, newest first."""
-        with self._reading() as conn:
-            rows = conn.execute(
-                self._sql(
-                    f"SELECT {', '.join(_FIRE_COLUMNS)} FROM schedule_fires WHERE schedule_name = ? "
-                    "ORDER BY fire_at DESC LIMIT ?"
-                ),
-                (name, limit),
-            ).fetchall()
-        return [FireRow.of(values) for values in rows]
+        return self._newest(name, "", (), limit)
 
     def last_started(self, name: str, before: int) -> FireRow | None:
         """The newest fire of ``name`` before ``before`` that started a run (the overlap check)."""
+        found = self._newest(name, " AND fire_at < ? AND run_id IS NOT NULL", (before,), 1)
+        return found[0] if found else None
+
+    def _newest(self, name: str, where: str, params: tuple[Any, ...], limit: int) -> list[FireRow]:
+        """Up to ``limit`` fires of ``name`` that also match ``where`` (`` AND …``), newest first."""
         with self._reading() as conn:
-            found = conn.execute(
+            rows = conn.execute(
                 self._sql(
-                    f"SELECT {', '.join(_FIRE_COLUMNS)} FROM schedule_fires WHERE schedule_name = ? "
-                    "AND fire_at < ? AND run_id IS NOT NULL ORDER BY fire_at DESC LIMIT 1"
+                    f"SELECT {', '.join(_FIRE_COLUMNS)} FROM schedule_fires WHERE schedule_name = ?{where} "
+                    "ORDER BY fire_at DESC LIMIT ?"
                 ),
-                (name, before),
-            ).fetchone()
-        return None if found is None else FireRow.of(found)
+                (name, *params, limit),
+            ).fetchall()
+        return [FireRow.of(values) for values in rows]

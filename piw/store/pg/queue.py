@@ -33,7 +33,6 @@ from piw.errors import (
     ClaimLost,
     DatabaseUnavailable,
     IdempotencyConflict,
-    RunFinished,
     RunLocked,
     RunNotFound,
     StoreBusy,
@@ -43,18 +42,8 @@ from piw.store.db.database import Clock
 from piw.store.db.dialect import POSTGRES, dumps
 from piw.store.db.holders import holder_is_dead
 from piw.store.db.idempotency import Adopted, guard_start
-from piw.store.db.queue import ClaimCheck
-from piw.store.db.rows import (
-    COLUMNS,
-    HELD_STATUSES,
-    LEASE_MS,
-    Claim,
-    FinalStatus,
-    NewRun,
-    ParkReason,
-    QueueRow,
-    QueueStatus,
-)
+from piw.store.db.queue import ClaimCheck, claimable, fenced
+from piw.store.db.rows import COLUMNS, LEASE_MS, Claim, FinalStatus, NewRun, ParkReason, QueueRow, QueueStatus
 from piw.store.pg.clock import ClockedDatabase
 from piw.store.pg.connection import PgDatabase
 
@@ -216,16 +205,7 @@ class PostgresQueue:
         with self._lock_wait(run_id), self.db.timed() as (conn, now):
             found = conn.execute(f"SELECT {COLUMNS} FROM run_queue WHERE run_id = %s FOR UPDATE", (run_id,))
             values = found.fetchone()
-            if values is None:
-                raise RunNotFound(f"Run {run_id} is not in the run queue.")
-            row = shared_rows.decode_row(values)
-            if row.is_final:
-                raise RunFinished(f"Run {run_id} already ended ({row.status} in the run queue).")
-            if row.has_live_claim(now):
-                raise RunLocked(
-                    f"Run {run_id} is being run by another piw process ({row.runner_id}); wait for it, or stop "
-                    f"it with 'piw cancel {run_id}'."
-                )
+            row = claimable(run_id, None if values is None else shared_rows.decode_row(values), now)
             return shared_rows.take_claim(
                 conn, run_id, runner, row.claim_generation, now, row.runner_id, POSTGRES
             )
@@ -263,16 +243,7 @@ class PostgresQueue:
             ).fetchone()
         if found is None:
             raise ClaimLost("missing")
-        token, generation, status, expires, pause, cancel, now = found
-        if generation != claim.generation:
-            raise ClaimLost("generation_changed")
-        if token != claim.token:
-            raise ClaimLost("token_changed")
-        if status not in HELD_STATUSES:
-            raise ClaimLost("status_changed")
-        if expires is None or expires <= now:
-            raise ClaimLost("expired")
-        return ClaimCheck(status, bool(pause), bool(cancel))
+        return fenced(claim, tuple(found[:6]), found[6])  # (the server's clock read in the same statement)
 
     @contextlib.contextmanager
     def _busy(self, claim: Claim, doing: str) -> Iterator[None]:

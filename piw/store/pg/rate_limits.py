@@ -1,6 +1,6 @@
 """Shared provider rate limits in PostgreSQL: one limit for every host of the database (``docs/rate-limits.md``).
 
-The same buckets as ``piw.store.db.rate_limits`` (the arithmetic is ``piw.providers.rate_bucket``), in the tables of
+The same buckets as ``piw.store.db.rate_limits`` (the arithmetic is ``piw.store.db.rate_bucket``), in the tables of
 migration 0002. A caller locks its bucket row with ``FOR UPDATE`` (the first caller inserts it), so admitting a
 request is serialised per bucket across hosts; times are the database clock ``now_ms()``. A slot whose holder died
 on this host is freed at once, one on another host when its lease (renewed while the response streams) runs out.
@@ -11,8 +11,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from piw.config.rate_limits import RateLimit
 from piw.errors import StateSchemaMismatch
-from piw.providers.rate_bucket import (
+from piw.store.db.rate_bucket import (
     SLOT_LEASE_MS,
     Bucket,
     admit,
@@ -21,7 +22,6 @@ from piw.providers.rate_bucket import (
     holder_dead,
     refilled,
 )
-from piw.providers.rate_limit_config import RateLimit
 from piw.store.db.rate_limits import state_of
 
 _BUCKET = (
@@ -35,7 +35,7 @@ _UPSERT = (
     "FROM rate_limit_slots WHERE bucket = %s)"
 )
 _CHARGE = (
-    # piw.providers.rate_bucket.charged, in one statement with the slot's release: refill both buckets to now
+    # piw.store.db.rate_bucket.charged, in one statement with the slot's release: refill both buckets to now
     # (capped at their sizes), then take the tokens the request used
     "WITH gone AS (DELETE FROM rate_limit_slots WHERE slot_id = %(slot)s) UPDATE rate_limits SET "
     "tokens = LEAST(%(tpm)s, tokens + GREATEST(0, now_ms() - refilled_at) * %(tpm)s / 60000.0) - %(used)s, "
@@ -73,14 +73,7 @@ class PgRateLimits:
 
     @staticmethod
     def _store(conn: Any, name: str, bucket: Bucket) -> None:
-        values = (
-            bucket.requests,
-            bucket.tokens,
-            bucket.refilled_at,
-            bucket.paused_until,
-            bucket.pause_reason,
-        )
-        conn.execute(_STORE, (*values, name))
+        conn.execute(_STORE, (*bucket.columns(), name))
 
     @staticmethod
     def _live(conn: Any, slots: list[Any], now: int) -> int:
@@ -94,21 +87,14 @@ class PgRateLimits:
         with self.db.connection() as conn:
             bucket, now, slots = self._locked(conn, name, limit)
             bucket, wait = admit(bucket, self._live(conn, slots, now), limit, now)
-            values = (
-                bucket.requests,
-                bucket.tokens,
-                bucket.refilled_at,
-                bucket.paused_until,
-                bucket.pause_reason,
-            )
             if wait:
-                conn.execute(_STORE, (*values, name))
+                self._store(conn, name, bucket)
                 return None, wait
             slot = secrets.token_hex(8)
             conn.execute(  # the bucket and the new slot in one round trip
                 f"WITH stored AS ({_STORE}) INSERT INTO rate_limit_slots "
                 "(slot_id, bucket, holder, acquired_at, expires_at) VALUES (%s, %s, %s, %s, %s)",
-                (*values, name, slot, name, self._holder, now, now + SLOT_LEASE_MS),
+                (*bucket.columns(), name, slot, name, self._holder, now, now + SLOT_LEASE_MS),
             )
             return slot, 0
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+from piw.env_refs import ENV_REFERENCE
 from piw.errors import NeedsKey, UsageError
 
 DEFAULT_SCHEMA = "piw"
 DATABASE_ENV = "PIW_DATABASE"
 _SCHEMES = ("postgresql", "postgres")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _TABLE_KEYS = ("url", "password", "schema")
 REDACTED = "***"
 
@@ -146,7 +146,7 @@ def resolve_database(
             raise UsageError(
                 f'The [database] password in {path} must be a string such as "$PIW_DB_PASSWORD".'
             )
-        match = _ENV_REFERENCE.match(password)
+        match = ENV_REFERENCE.match(password)
         if match is None:
             secret = password
             if warn is not None:

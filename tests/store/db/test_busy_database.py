@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import Cli
 
 HOLD = """
@@ -41,6 +43,7 @@ def _busy_line(cli: Cli, line: str) -> bool:
     )
 
 
+@pytest.mark.long
 def test_a_run_waits_while_the_database_is_busy_then_goes_on(cli: Cli) -> None:
     cli.process("runs")  # the database exists
     with locked(cli.home / "piw.sqlite", 120) as holder:
@@ -55,6 +58,7 @@ def test_a_run_waits_while_the_database_is_busy_then_goes_on(cli: Cli) -> None:
     assert "Traceback" not in stderr
 
 
+@pytest.mark.long
 def test_run_and_host_give_up_with_one_error_and_exit_75(cli: Cli) -> None:
     cli.process("runs")
     env = {"PIW_DB_BUSY_WAIT_S": "2"}

@@ -77,7 +77,7 @@ def test_bad_settings_are_one_line_errors_without_the_password(piw_home: Path) -
 
 
 def test_the_provider_config_accepts_the_database_table(piw_home: Path) -> None:
-    from piw.providers.config import load_config
+    from piw.config.settings import load_config
 
     _config(piw_home, '[database]\nurl = "postgresql://ada@db/piw"\npassword = "$PW"\nschema = "x"\n')
     assert load_config(piw_home).database is not None

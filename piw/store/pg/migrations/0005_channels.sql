@@ -1,6 +1,6 @@
 -- kind: expand
 -- Channels (issue 31, docs/channels.md), shared by every host of the database: the same columns as SQLite mode's
--- (piw.channels.store), so the statements are shared. (decision_id, channel) is the key that makes each wait post
+-- (piw.store.db.channels), so the statements are shared. (decision_id, channel) is the key that makes each wait post
 -- once on each channel, whichever host queues it; answer tokens are stored as SHA-256 hashes only.
 CREATE TABLE channel_posts (
   post_id text PRIMARY KEY,

@@ -17,7 +17,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from piw.providers.rate_limit_config import RateLimit
+from piw.config.rate_limits import RateLimit
 
 SLOT_LEASE_MS = 2 * 60 * 1000
 """A slot's backstop expiry, renewed every :data:`RENEW_MS` while its response streams: a holder that died on
@@ -36,6 +36,11 @@ class Bucket:
     refilled_at: int
     paused_until: int = 0
     pause_reason: str | None = None
+
+    def columns(self) -> tuple[float, float, int, int, str | None]:
+        """The row's values in the order both stores write (and read) the columns: ``requests, tokens,
+        refilled_at, paused_until, pause_reason``."""
+        return (self.requests, self.tokens, self.refilled_at, self.paused_until, self.pause_reason)
 
 
 def full(limit: RateLimit, now: int) -> Bucket:

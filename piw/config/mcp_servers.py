@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from piw.env_refs import resolve_value
+
 DEFAULT_CALL_TIMEOUT_S = 60.0
 """Seconds one tool call may take unless the table sets ``timeout_s`` (the step's own deadline still applies)."""
 DEFAULT_START_TIMEOUT_S = 20.0
@@ -86,14 +88,10 @@ class McpServerConfig(BaseModel):
 
     def resolved_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """``env`` with ``$NAME`` references read (``NeedsKey`` when one is unset)."""
-        from piw.providers.config import resolve_value  # that module imports this one
-
         return {name: resolve_value(value, env) for name, value in self.env.items()}
 
     def resolved_headers(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """``headers`` with ``$NAME`` references read (``NeedsKey`` when one is unset)."""
-        from piw.providers.config import resolve_value
-
         return {name: resolve_value(value, env) for name, value in self.headers.items()}
 
 

@@ -12,7 +12,8 @@
 - **Poll cursors**: a Telegram bot answers ``getUpdates`` for one poller at a time, so hosts take a lease on the
   bot's cursor row and only the holder polls.
 
-The SQL is written once for both dialects (SQLite here, PostgreSQL through ``PgChannelStore``).
+The SQL is written once for both dialects: :func:`open_channel_store` gives SQLite's, or in database mode
+PostgreSQL's with the database clock (tables: migration ``0005_channels.sql``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from piw.store.db.database import Clock, Database, now_ms
-from piw.store.db.dialect import SQLITE, Dialect
+from piw.store.db.dialect import POSTGRES, SQLITE, Dialect
 from piw.wire import sha256_hex
 
 POST_LEASE_MS = 60_000
@@ -107,11 +108,10 @@ _TOKENS = f"SELECT {', '.join(_TOKEN_COLUMNS)} FROM answer_tokens"
 class ChannelStore:
     """The ``channel_posts``, ``answer_tokens`` and ``channel_cursors`` tables."""
 
-    dialect: ClassVar[Dialect] = SQLITE
-
-    def __init__(self, db: Database, clock: Clock = now_ms) -> None:
+    def __init__(self, db: Database, clock: Clock = now_ms, dialect: Dialect = SQLITE) -> None:
         self.db = db
         self.clock = clock
+        self.dialect = dialect
 
     # ---- posts --------------------------------------------------------------------------------------------
 
@@ -329,10 +329,11 @@ def open_channel_store(home: Any, clock: Clock | None = None) -> ChannelStore:
 
     place = database_place(home)
     if place is not None:
-        from piw.store.pg.channels import PgChannelStore
         from piw.store.pg.clock import ClockedDatabase
 
-        return PgChannelStore(ClockedDatabase(place.db, clock))
+        database = ClockedDatabase(place.db, clock)
+        # ClockedDatabase's transaction() and connection() are shaped like SQLite's Database.
+        return ChannelStore(database, database.clock, POSTGRES)  # type: ignore[arg-type]
     from piw.store.db.database import open_database
 
     return ChannelStore(open_database(home), clock or now_ms)

@@ -115,7 +115,7 @@ def _compare(node_id: str, first: list[dict[str, Any]], second: list[dict[str, A
 def _dry_run(path: Path, run_input: Any, seed: str) -> dict[str, list[dict[str, Any]]]:
     env = {**os.environ, "PYTHONHASHSEED": seed}
     done = subprocess.run(
-        [sys.executable, "-m", "piw.workflow.script_check", str(path), json.dumps(run_input)],
+        [sys.executable, "-m", "piw.run.script_check", str(path), json.dumps(run_input)],
         capture_output=True,
         text=True,
         env=env,

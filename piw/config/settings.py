@@ -12,19 +12,20 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from piw.channels.config import ChannelTable
-from piw.errors import NeedsKey, ProviderError
-from piw.providers.messages import Usage
-from piw.providers.prices import ModelPrice, unknown_price_model
-from piw.providers.rate_limit_config import RateLimit
-from piw.store.retention_config import RetentionTable
-from piw.telemetry.table import TelemetryTable
-from piw.toolservers.config import McpServerConfig, check_server_names
-from piw.workflow.budget_table import BudgetTable
+from piw.config.budget import BudgetTable
+from piw.config.channels import ChannelTable
+from piw.config.mcp_servers import McpServerConfig, check_server_names
+from piw.config.path import config_path
+from piw.config.prices import ModelPrice, unknown_price_model
+from piw.config.rate_limits import RateLimit
+from piw.config.retention import RetentionTable
+from piw.config.telemetry import TelemetryTable
+from piw.env_refs import env_reference, resolve_value
+from piw.errors import ProviderError
 
 TOP_LEVEL_KEYS = (
     "default",
@@ -39,13 +40,25 @@ TOP_LEVEL_KEYS = (
     "retention",
     "budget",
 )
-_ENV_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TokenCounts(Protocol):
+    """The token counts of a reply (``piw.providers.messages.Usage`` has them)."""
+
+    @property
+    def input(self) -> int: ...
+    @property
+    def output(self) -> int: ...
+    @property
+    def cache_read(self) -> int: ...
+    @property
+    def cache_write(self) -> int: ...
 
 
 class ModelCost(_Strict):
@@ -56,7 +69,7 @@ class ModelCost(_Strict):
     cache_read: float | None = Field(default=None, ge=0)
     cache_write: float | None = Field(default=None, ge=0)
 
-    def price(self, usage: Usage) -> float:
+    def price(self, usage: TokenCounts) -> float:
         """USD for the tokens in ``usage``."""
         cache_read = self.input if self.cache_read is None else self.cache_read
         cache_write = self.input if self.cache_write is None else self.cache_write
@@ -108,7 +121,7 @@ class ProviderConfig(_Strict):
     price_per_mtok_out: float | None = Field(default=None, ge=0)
     """USD per million output tokens (with ``price_per_mtok_in``)."""
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
-    """``[providers.NAME.prices]``: per model input/output/cached USD per million tokens (``piw.providers.prices``)."""
+    """``[providers.NAME.prices]``: per model input/output/cached USD per million tokens (``piw.config.prices``)."""
 
     @model_validator(mode="after")
     def _prices_together(self) -> ProviderConfig:
@@ -209,10 +222,10 @@ class PiwConfig(_Strict):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     database: DatabaseTable | None = None
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
-    """``[mcp.NAME]``: MCP tool servers agent steps may name (``piw.toolservers.config``, ``docs/tools-mcp.md``)."""
+    """``[mcp.NAME]``: MCP tool servers agent steps may name (``piw.config.mcp_servers``, ``docs/tools-mcp.md``)."""
     telemetry: TelemetryTable = Field(default_factory=TelemetryTable)
     channels: ChannelTable = Field(default_factory=dict)  # docs/channels.md
-    retention: RetentionTable | None = None  # piw.store.retention_config (issue 33)
+    retention: RetentionTable | None = None  # piw.config.retention (issue 33)
     budget: BudgetTable = Field(default_factory=BudgetTable)
     source: str | None = Field(default=None, exclude=True)
     """Where it was read from, for error messages; never a key in the file."""
@@ -233,10 +246,6 @@ class PiwConfig(_Strict):
     @classmethod
     def _mcp_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
         return check_server_names(value)
-
-
-def config_path(piw_home: Path) -> Path:
-    return piw_home / "config.toml"
 
 
 def load_config(piw_home: Path) -> PiwConfig:
@@ -277,23 +286,6 @@ def _one_line(exc: ValidationError) -> str:
 
 
 # --- secrets -----------------------------------------------------------------------------------------
-
-
-def env_reference(value: str) -> str | None:
-    """The variable name when ``value`` is a ``$NAME`` reference, else ``None`` (a literal)."""
-    match = _ENV_REFERENCE.match(value)
-    return match.group(1) if match else None
-
-
-def resolve_value(value: str, env: Mapping[str, str] | None = None) -> str:
-    """Resolve ``$NAME`` from the environment (``NeedsKey`` when unset); return a literal unchanged."""
-    name = env_reference(value)
-    if name is None:
-        return value
-    resolved = (os.environ if env is None else env).get(name)
-    if resolved is None:
-        raise NeedsKey(name)
-    return resolved
 
 
 def resolve_api_key(settings: ProviderConfig, env: Mapping[str, str] | None = None) -> str:
