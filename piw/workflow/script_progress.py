@@ -5,10 +5,10 @@ Each phase's update carries ``{phase, order, status, done, total, running, start
 reached so far plus those a running ``parallel``/``pipeline`` has announced (items × stages) and not reached yet,
 so it is known from the start of a fan-out and the estimator can give an ETA (``piw.views.phases``). Updates are
 durable trace events the views read back through the fold; this module only decides when one is worth writing:
-at most one per phase every :data:`INTERVAL_S` while leaves come and go (a resume that finds 1,000 committed
-leaves writes a handful, not 1,000), and always when a phase starts, ends or a fan-out is announced. A frame the
-run's update rate limit refuses, or one held back, is written later by a timer, so the last state of a phase is
-never lost.
+written by a timer of the board at most every :data:`INTERVAL_S` (one frame per changed phase; a resume that finds
+1,000 committed leaves writes a handful, not 1,000), off the threads that ask leaves, and all at once when ``main``
+returns. A frame the run's update rate limit refuses is written again at the next tick, so the last state of a
+phase is not lost.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 INTERVAL_S = 0.25
-"""Least time between two ``script.phase`` updates of one phase, unless a phase starts, ends or fans out."""
+"""How long a change waits for the board's timer, which writes every phase changed meanwhile."""
+
+FINAL_TRIES = 10
+"""How often ``finish`` writes the last frames before it gives up on one the rate limit keeps refusing."""
 
 Report = Callable[[str, dict[str, Any]], bool]
 """Publishes one phase's data under its key; ``False`` when the update was refused (a full rate bucket)."""
@@ -72,16 +75,14 @@ class PhaseBoard:
         now: Callable[[], str] | None = None,
         *,
         interval_s: float = INTERVAL_S,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._report = report
         self._now = now
         self._interval = interval_s
-        self._monotonic = monotonic
         self._lock = threading.Lock()
         self.phases: dict[str, PhaseCount] = {}
         self._keys: dict[str, str] = {}
-        self._last: dict[str, float] = {}
+        self._writing = threading.Lock()
         self._dirty: set[str] = set()
         self._timer: threading.Timer | None = None
         self._closed = False
@@ -102,21 +103,21 @@ class PhaseBoard:
             counts = self._count(name)
             counts.open += 1
             counts.ended = False
-        self._changed(name, force=False)
+        self._changed(name)
 
     def exit(self, name: str) -> None:
         with self._lock:
             counts = self._count(name)
             counts.open -= 1
             counts.ended = counts.open == 0
-        self._changed(name, force=True)
+        self._changed(name)
 
     def announce(self, name: str, key: str, leaves: int) -> Fan:
         """A fan-out of ``leaves`` (items × stages) starts in phase ``name``."""
         with self._lock:
             self._keys.setdefault(name, key)
             self._count(name).pending += leaves
-        self._changed(name, force=True)
+        self._changed(name)
         return Fan(name, leaves)
 
     def settle(self, fan: Fan) -> None:
@@ -125,7 +126,7 @@ class PhaseBoard:
             counts = self._count(fan.phase)
             counts.pending -= fan.remaining
             fan.remaining = 0
-        self._changed(fan.phase, force=True)
+        self._changed(fan.phase)
 
     def reached(self, name: str, key: str, fan: Fan | None) -> None:
         """A leaf of phase ``name`` was reached (committed or about to be asked)."""
@@ -142,7 +143,7 @@ class PhaseBoard:
             counts = self._count(name)
             counts.done += done
             counts.running += running
-        self._changed(name, force=False)
+        self._changed(name)
 
     def finish(self) -> None:
         """``main`` returned: every phase is complete; the last frames are written now."""
@@ -153,33 +154,37 @@ class PhaseBoard:
             timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
-        self.flush(force=True)
+        for _ in range(FINAL_TRIES):  # a frame the rate limit refused is tried again (20 tokens a second)
+            self.flush()
+            with self._lock:
+                if not self._dirty:
+                    return
+            time.sleep(self._interval / 5)
 
     # ---- publishing -------------------------------------------------------------------------------------
 
-    def _changed(self, name: str, *, force: bool) -> None:
+    def _changed(self, name: str) -> None:
+        """Mark a phase changed; the board's timer writes it (never the leaf's own thread, which goes on to its
+        request: a resume over 1,000 committed leaves asks its first new leaf without waiting for an fsync)."""
         with self._lock:
             self._dirty.add(name)
-        self.flush(force=force, only=name)
+        self._schedule()
 
-    def flush(self, *, force: bool = False, only: str | None = None) -> None:
-        """Write the phases that changed (``only`` one), each unless it was written under ``interval_s`` ago."""
+    def flush(self) -> None:
+        """Write every phase changed since the last write. One flush at a time (``_writing``): a tick that read
+        the counters before ``finish`` must not write its older frame after ``finish``'s."""
         if self._report is None:
             return
-        now = self._monotonic()
-        with self._lock:
-            if self._closed:
-                return
-            names = [only] if only is not None and only in self._dirty else sorted(self._dirty)
-            due = [n for n in names if force or now - self._last.get(n, -1e9) >= self._interval]
-            frames = [(n, self._keys.get(n, n), self.phases[n].data(n)) for n in due if n in self.phases]
-            for name in due:
-                self._dirty.discard(name)
-                self._last[name] = now
-        for name, key, data in frames:
-            if not self._report(key, data):
-                with self._lock:
-                    self._dirty.add(name)
+        with self._writing:
+            with self._lock:
+                if self._closed:
+                    return
+                frames = [(n, self._keys.get(n, n), self.phases[n].data(n)) for n in sorted(self._dirty)]
+                self._dirty.clear()
+            for name, key, data in frames:
+                if not self._report(key, data):
+                    with self._lock:
+                        self._dirty.add(name)
         self._schedule()
 
     def close(self) -> None:
