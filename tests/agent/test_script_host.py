@@ -2,9 +2,9 @@
 the run and restarted, it ends with a final output byte-identical to an uninterrupted run's, no committed leaf is
 asked again, and a second host started alongside a live one sends no request at all.
 
-The gate kills once, mid-parallel. ``PIW_SCRIPT_KILLS=full`` runs the whole matrix (mid-pipeline, mid-parallel,
-mid-synthesis, and two and three kills in one run); ``.ci/run`` runs it in a phase of its own:
-``PIW_SCRIPT_KILLS=full python -m pytest -q -n 2 -p no:randomly tests/agent/test_script_host.py``.
+The gate kills once, mid-parallel, with 2 items (7 leaves). The whole matrix (mid-pipeline, mid-parallel,
+mid-synthesis, and two and three kills in one run, 4 items: 13 leaves) is marked ``long``: ``.ci/run``'s long
+phase runs it (``PIW_LONG=1 python -m pytest -q -m long tests/agent/test_script_host.py`` runs it alone).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from tests.support.scripts import LeafStub, three_phase_workflow
 
 __all__ = ["home"]
 
-FULL = os.environ.get("PIW_SCRIPT_KILLS") == "full"
-N = 4 if FULL else 2
-"""Items of the three-phase script: 2 in the gate (7 leaves), 4 in the full matrix (13 leaves)."""
+N = 2
+"""Items of the three-phase script in the gate's tests (7 leaves); the long matrix runs 4."""
 
 Point = Callable[[LeafStub, str], bool]
 POINTS: dict[str, Point] = {
@@ -41,7 +40,10 @@ POINTS: dict[str, Point] = {
 }
 SINGLE = [("mid-pipeline",), ("mid-parallel",), ("mid-synthesis",)]
 SEVERAL = [("mid-parallel", "mid-synthesis"), ("mid-pipeline", "mid-parallel", "mid-synthesis")]
-MATRIX = [*SINGLE, *SEVERAL] if FULL else [("mid-parallel",)]
+MATRIX = [
+    pytest.param(("mid-parallel",), N, id="gate-mid-parallel"),
+    *(pytest.param(kills, 4, id="+".join(kills), marks=pytest.mark.long) for kills in [*SINGLE, *SEVERAL]),
+]
 
 
 def _asked(leaves: LeafStub, prefix: str) -> int:
@@ -78,26 +80,26 @@ def final_output_bytes(run_dir: Path) -> bytes | None:
     return None
 
 
-def uninterrupted_bytes(tmp_path: Path, workflow: Path) -> bytes:
+def uninterrupted_bytes(tmp_path: Path, workflow: Path, n: int) -> bytes:
     """The final output bytes of the same script run in one go (its own home, the same file and input)."""
     reference = tmp_path / "reference-home"
     reference.mkdir()
     with OpenAIStub() as stub:
         stub.respond = LeafStub()
         write_stub_config(reference, stub)
-        ran = piw_cli(reference, "run", str(workflow), "--input", json.dumps({"n": N}), "--json")
+        ran = piw_cli(reference, "run", str(workflow), "--input", json.dumps({"n": n}), "--json")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     found = final_output_bytes(only_run(reference).bundle)
     assert found is not None
     return found
 
 
-@pytest.mark.parametrize("kills", MATRIX, ids="+".join)
+@pytest.mark.parametrize(("kills", "n"), MATRIX)
 def test_a_script_killed_and_restarted_ends_with_the_same_output_bytes(
-    home: Path, tmp_path: Path, kills: tuple[str, ...]
+    home: Path, tmp_path: Path, kills: tuple[str, ...], n: int
 ) -> None:
     workflow = three_phase_workflow(tmp_path / "wf")
-    reference = uninterrupted_bytes(tmp_path, workflow)
+    reference = uninterrupted_bytes(tmp_path, workflow, n)
     hosts: list[HostProcess] = []
     pending = list(kills)
     lock = threading.Lock()
@@ -112,7 +114,7 @@ def test_a_script_killed_and_restarted_ends_with_the_same_output_bytes(
     with OpenAIStub() as stub:
         stub.respond = leaves
         write_stub_config(home, stub)
-        queued = piw_cli(home, "run", str(workflow), "--detach", "--input", json.dumps({"n": N}), "--json")
+        queued = piw_cli(home, "run", str(workflow), "--detach", "--input", json.dumps({"n": n}), "--json")
         assert queued.returncode == 0, queued.stderr
         run_dir = only_run(home).bundle
         snapshots: list[tuple[set[str], dict[str, int]]] = []
@@ -131,7 +133,7 @@ def test_a_script_killed_and_restarted_ends_with_the_same_output_bytes(
                 host.kill()
     assert not pending, f"kill points not reached: {pending}"
     assert final == reference
-    assert json.loads(final) == expected_final(N)
+    assert json.loads(final) == expected_final(n)
     for committed, asked_then in snapshots:
         assert committed, "the kill came after some leaves were committed"
         for prompt in committed:
