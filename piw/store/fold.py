@@ -34,7 +34,7 @@ from piw.store.state_json import (
     step_to_json,
     update_to_json,
 )
-from piw.store.trace import TraceEvent, paused_gc
+from piw.store.trace import RUN_TERMINAL_TYPES, TraceEvent, paused_gc
 from piw.store.trace_typed import NodeFailedLine, NodeFinishedLine, NodeStartedLine
 
 __all__ = [
@@ -411,17 +411,7 @@ _HANDLERS = {
     "effect_resolved": _Folder.effect_resolved,
     "node_finished": _Folder.node_terminal,
     "node_failed": _Folder.node_terminal,
-    **{
-        name: _Folder.run_terminal
-        for name in (
-            "run_completed",
-            "run_waiting",
-            "run_failed",
-            "run_timed_out",
-            "run_cancelled",
-            "run_interrupted",
-        )
-    },
+    **dict.fromkeys(sorted(RUN_TERMINAL_TYPES), _Folder.run_terminal),
 }
 
 
