@@ -15,10 +15,9 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
-from rich.live import Live
 from rich.text import Text
 
 from piw.cli.stdout_guard import reader_gone
@@ -37,8 +36,12 @@ from piw.store.trace import TraceEvent
 from piw.terminal import single_line
 from piw.views.base import Lines, node_kinds
 from piw.views.failure import where
-from piw.views.frame import FrameModel, FrameView
 from piw.views.source import Tail, session_tail, trace_stream
+
+if TYPE_CHECKING:  # a terminal's frame only: a run off a terminal (a pipe, CI) never imports them
+    from rich.live import Live
+
+    from piw.views.frame import FrameModel, FrameView
 
 _MARKS = {
     "ok": ("✓", "green"),
@@ -313,6 +316,10 @@ class LiveDisplay:
             self._steps.kinds = node_kinds(snapshot)
             if not self.interactive:
                 return
+            from rich.live import Live
+
+            from piw.views.frame import FrameModel
+
             model = FrameModel(snapshot, state)
             model.tracks.feed(trace_stream(bundle.trace_path, limit=event.seq - 1))
         except PiwError:
