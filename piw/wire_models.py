@@ -17,7 +17,7 @@ from piw.wire import RUN_BUNDLE_SCHEMA, SESSION_ENTRY_SCHEMA, TRACE_EVENT_SCHEMA
 class WireModel(BaseModel):
     """Base of persisted models: camelCase aliases, unknown keys ignored, ``None`` omitted unless nullable."""
 
-    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
     nullable_fields: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")

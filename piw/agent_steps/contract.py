@@ -19,7 +19,7 @@ from piw.workflow.definition import AssistantMessage
 class AgentStepContract(BaseModel):
     """Binds one delivery to its run, node and attempt; stored with the attempt and carried by each step message."""
 
-    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
     run_id: str
     workflow_name: str

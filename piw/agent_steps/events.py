@@ -11,7 +11,7 @@ from piw.providers.messages import AssistantReply, ToolResultMessage
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(defer_build=True, frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
 
 class AgentStart(_Event):

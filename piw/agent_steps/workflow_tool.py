@@ -102,7 +102,7 @@ GENERIC_WORKFLOW_SPEC = ToolSpec(
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid")
+    model_config = ConfigDict(extra="forbid")
 
 
 class SubmitCall(_Strict):

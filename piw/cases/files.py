@@ -30,7 +30,7 @@ Mode = Literal["exact", "schema", "ignore", "check"]
 
 
 class _Shape(BaseModel):
-    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
 class WorkflowRef(_Shape):

@@ -7,6 +7,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class BudgetTable(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     confirm_above: float | None = Field(default=None, ge=0, allow_inf_nan=False)

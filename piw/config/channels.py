@@ -35,7 +35,7 @@ def duration_s(value: str | float | int) -> float:
 
 
 class _Channel(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     audiences: list[str] = Field(default_factory=list)
     """Gate audiences this channel announces (``"*"`` for every gate)."""

@@ -30,7 +30,7 @@ _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class McpServerConfig(BaseModel):
     """One ``[mcp.NAME]`` table: a stdio ``command`` or a streamable-HTTP ``url``, never both."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     command: list[str] | None = Field(default=None, min_length=1)
     """The program and its arguments (no shell); started in its own process group."""

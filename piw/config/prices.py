@@ -21,7 +21,7 @@ LOCAL_APIS = ("llamacpp", "scripted")
 class ModelPrice(BaseModel):
     """USD per million tokens of one model: input, output and cached input (``cached`` defaults to ``input``)."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     input: float = Field(ge=0, allow_inf_nan=False)
     output: float = Field(ge=0, allow_inf_nan=False)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class RetentionTable(BaseModel):
     """``[retention]``: the options of one ``piw gc`` pass, applied by ``piw host`` once a day."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     older_than: str | None = Field(default=None, pattern=r"^\s*\d+\s*[smhdw]\s*$")
     status: list[str] | None = None

@@ -45,7 +45,7 @@ _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TokenCounts(Protocol):

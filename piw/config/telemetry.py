@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class TelemetryTable(BaseModel):
     """``[telemetry]``: where live spans go and how much may wait for the collector."""
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     otlp_endpoint: str | None = None
     """The collector's OTLP/HTTP base URL (``/v1/traces`` is appended), e.g. ``http://127.0.0.1:4318``."""

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # a name in annotations only: importing it would load the who
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 
 
 class StepRef(_Frozen):

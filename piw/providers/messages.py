@@ -18,7 +18,7 @@ StopReason = Literal["stop", "length", "toolUse", "error", "aborted"]
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore")
 
 
 class TextBlock(_Wire):

@@ -118,7 +118,7 @@ def _listing(kind: str, names: list[str], config: PiwConfig) -> str:
 
 
 class _View(BaseModel):
-    model_config = ConfigDict(defer_build=True, alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
 
 
 class ModelSummary(_View):

@@ -22,12 +22,12 @@ router = APIRouter(prefix="/api")
 
 
 class AnswerBody(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid")
+    model_config = ConfigDict(extra="forbid")
     answer: Any = Field(description="The answer as JSON, as 'piw answer RUN JSON' takes it.")
 
 
 class DecideBody(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     choice: str = Field(description="One of the decision's choice ids.")
     text: str | dict[str, str] | None = Field(
         None, description="The text the choice takes, or its text fields by name."
@@ -38,14 +38,14 @@ class DecideBody(BaseModel):
 
 
 class TopUpBody(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     top_up: dict[str, Any] = Field(
         alias="topUp", description='What to add to the budget, e.g. {"costUsd": 1.0, "modelRequests": 10}.'
     )
 
 
 class StartBody(BaseModel):
-    model_config = ConfigDict(defer_build=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
     workflow: str = Field(description="A workflow id that 'piw list' (GET /api/workflows) shows.")
     input: Any = Field(default_factory=dict, description="The run input (a JSON object).")
     title: str | None = None

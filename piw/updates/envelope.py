@@ -65,7 +65,7 @@ class UpdateInput(BaseModel):
     that builds a bad update still fails with the exact rejection message, not a pydantic error.
     """
 
-    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     type: str
     key: str
