@@ -96,3 +96,30 @@ def test_an_unreadable_file_is_ignored(tmp_path: Path) -> None:
     namespace: dict[str, object] = {}
     exec(cache.code_for("value = 41 + 1"), namespace)
     assert namespace["value"] == 42
+
+
+def test_a_full_file_keeps_the_texts_this_process_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every start reads the whole file, so it stays bounded: over the bound, what this process used wins."""
+    import marshal
+
+    import piw.dataclass_code as kept_code
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(kept_code, "MAX_ENTRIES", 5)
+    path = tmp_path / "kept.marshal"
+    filler = _Cache(path)
+    for n in range(5):
+        filler.code_for(f"old_{n} = {n}")
+    filler.save()
+    assert len(marshal.loads(path.read_bytes())) == 5
+    later = _Cache(path)
+    later.load()
+    later.code_for("old_3 = 3")  # used again
+    for n in range(3):
+        later.code_for(f"new_{n} = {n}")
+    later.save()
+    kept = marshal.loads(path.read_bytes())
+    assert len(kept) == 5
+    assert {"old_3 = 3", "new_0 = 0", "new_1 = 1", "new_2 = 2"} <= kept.keys()
