@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from piw import dataclass_code
+from piw import dataclass_code, pydantic_plugins
 
 dataclass_code.install()  # before any dataclass is defined: see piw/dataclass_code.py
+pydantic_plugins.install()  # before pydantic builds a model: see piw/pydantic_plugins.py
 
 from piw.errors import (  # noqa: E402
     AttemptInactive,
