@@ -3,17 +3,18 @@
 The first pydantic model a process builds makes pydantic look for plugins: it reads the entry points of every
 installed package (``importlib.metadata.entry_points(group="pydantic")``). In piw's development environment that
 scan was 22 M of the 1,161 M instructions from ``piw run`` to its first model request (2 %), for plugins piw does not
-use. :func:`install` lets pydantic import its plugin loader as usual, then marks the plugins as already loaded
-(none), so the scan never runs. It changes nothing where ``PYDANTIC_DISABLE_PLUGINS`` is set, to any value
-(``PYDANTIC_DISABLE_PLUGINS=`` empty lets pydantic load every plugin, as it does by default): pydantic's own rules
-apply then. The environment of the processes piw starts is not touched. Should pydantic rename what it keeps, the
-mark is not made and pydantic scans as before.
+use, and importing ``importlib.metadata`` for it another 16 M. :func:`install` serves pydantic, in place of its plugin
+loader, a module that answers ``get_plugins()`` with none (anything else asked of it comes from the real loader,
+loaded then), so neither the import nor the scan happens. It changes nothing where ``PYDANTIC_DISABLE_PLUGINS`` is
+set, to any value (``PYDANTIC_DISABLE_PLUGINS=`` empty lets pydantic load every plugin, as it does by default):
+pydantic's own rules apply then. The environment of the processes piw starts is not touched.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ LOADER_MODULE = "pydantic.plugin._loader"
 
 
 class _MarkLoaded(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: on the import of pydantic's plugin loader it wraps the real loader's ``exec_module``."""
+    """Finds nothing itself: on the import of pydantic's plugin loader it serves :class:`_NoPlugins` in its place."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -35,18 +36,46 @@ class _MarkLoaded(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return spec
-        real = spec.loader
+        return importlib.machinery.ModuleSpec(fullname, _NoPlugins(spec), origin=spec.origin)
 
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-                return real.create_module(spec)
 
-            def exec_module(self, module: ModuleType) -> None:
-                real.exec_module(module)
-                mark_no_plugins(module)
+class _NoPlugins(importlib.abc.Loader):
+    """pydantic's plugin loader without its import of ``importlib.metadata`` (17 ms, the scan's own cost aside).
 
-        spec.loader = _Loader()
-        return spec
+    pydantic 2 asks the module for ``get_plugins()`` only; the module served here answers it with none, and anything
+    else asked of it is taken from the real module, loaded then (PEP 562 ``__getattr__``)."""
+
+    def __init__(self, real: importlib.machinery.ModuleSpec) -> None:
+        self.real = real
+        self.loaded: ModuleType | None = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__dict__.update(
+            PYDANTIC_ENTRY_POINT_GROUP="pydantic",
+            _plugins={},
+            _loading_plugins=False,
+            get_plugins=no_plugins,
+            __getattr__=self.real_attribute,
+        )
+
+    def real_attribute(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self.loaded is None:
+            loaded = importlib.util.module_from_spec(self.real)
+            assert self.real.loader is not None
+            self.real.loader.exec_module(loaded)
+            mark_no_plugins(loaded)
+            self.loaded = loaded
+        return getattr(self.loaded, name)
+
+
+def no_plugins() -> tuple[()]:
+    """``get_plugins()`` of the module served in place of pydantic's loader: no plugin."""
+    return ()
 
 
 def mark_no_plugins(loader_module: Any) -> None:

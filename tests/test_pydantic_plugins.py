@@ -60,3 +60,23 @@ def test_a_piw_process_loads_no_pydantic_plugin(tmp_path: Path) -> None:
 def test_the_variable_set_gives_pydantic_its_own_rules(tmp_path: Path) -> None:
     assert _run(tmp_path, PYDANTIC_DISABLE_PLUGINS="") is True  # empty: every plugin loads, as in pydantic
     assert _run(tmp_path, PYDANTIC_DISABLE_PLUGINS="__all__") is False
+
+
+def test_the_loader_piw_serves_answers_what_pydantic_asks_of_it() -> None:
+    """The stand-in answers ``get_plugins()`` with none without importing ``importlib.metadata``; any other name is
+    taken from pydantic's real loader, loaded then."""
+    probe = (
+        "import sys, piw\n"
+        "from pydantic import BaseModel\n"
+        "class Shape(BaseModel):\n"
+        "    x: int\n"
+        "Shape(x=1)\n"
+        "from pydantic.plugin._loader import get_plugins\n"
+        "print(list(get_plugins()), 'importlib.metadata' in sys.modules)\n"
+        "from pydantic.plugin._loader import entry_points\n"
+        "print(entry_points.__module__)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYDANTIC_DISABLE_PLUGINS"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[] False", "importlib.metadata"]
