@@ -12,20 +12,24 @@ pydantic's own rules apply then. The environment of the processes piw starts is 
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 LOADER_MODULE = "pydantic.plugin._loader"
 
 
-class _MarkLoaded(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: on the import of pydantic's plugin loader it serves :class:`_NoPlugins` in its place."""
+class _MarkLoaded:
+    """Finds nothing itself: on the import of pydantic's plugin loader it serves :class:`_NoPlugins` in its place.
+
+    A finder and loader by their methods, not ``importlib.abc``'s classes: importing ``importlib.abc`` costs 5 ms
+    (it brings ``importlib.resources``, ``tempfile``, ``shutil``) on every start, ``piw --help`` too."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -36,10 +40,10 @@ class _MarkLoaded(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return spec
-        return importlib.machinery.ModuleSpec(fullname, _NoPlugins(spec), origin=spec.origin)
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", _NoPlugins(spec)), origin=spec.origin)
 
 
-class _NoPlugins(importlib.abc.Loader):
+class _NoPlugins:
     """pydantic's plugin loader without its import of ``importlib.metadata`` (17 ms, the scan's own cost aside).
 
     pydantic 2 asks the module for ``get_plugins()`` only; the module served here answers it with none, and anything
@@ -65,6 +69,8 @@ class _NoPlugins(importlib.abc.Loader):
         if name.startswith("__"):
             raise AttributeError(name)
         if self.loaded is None:
+            import importlib.util
+
             loaded = importlib.util.module_from_spec(self.real)
             assert self.real.loader is not None
             self.real.loader.exec_module(loaded)
