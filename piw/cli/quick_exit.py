@@ -54,4 +54,13 @@ def end_process(code: int) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         return
+    run_pending_writes()
     os._exit(code)
+
+
+def run_pending_writes() -> None:
+    """Start the cache writes a read left to a detached process (``piw.store.detached``), once the answer is
+    flushed: the entry point calls this on its way out, whether or not it ends the process at once."""
+    detached = sys.modules.get("piw.store.detached")  # (not imported: nothing was left)
+    if detached is not None:
+        detached.run_pending()
