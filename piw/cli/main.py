@@ -81,4 +81,16 @@ def _command(args: list[str], whole_process: bool) -> None:
     code = result if isinstance(result, int) else 0
     if whole_process and quick_exit.requested():
         quick_exit.end_process(code)
+    if whole_process:
+        _flush_then_leave_caches()
     sys.exit(code)
+
+
+def _flush_then_leave_caches() -> None:
+    """The answer first, then the detached cache writes (``piw.cli.quick_exit.run_pending_writes``)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # (the ordinary exit reports it)
+    quick_exit.run_pending_writes()

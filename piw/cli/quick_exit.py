@@ -13,6 +13,7 @@ whole process, may leave their cache writes to a detached process (:func:`allow_
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -36,8 +37,14 @@ def allow_detached_writes() -> None:
 
 
 def keep_until_exit(*objects: object) -> None:
-    """Hold ``objects`` until the process ends, and ask the entry point to end it without freeing them."""
+    """Hold ``objects`` until the process ends, and ask the entry point to end it without freeing them.
+
+    In the whole process, every object alive now is also moved out of the cyclic collector's sight (``gc.freeze``):
+    a long replay builds its state with the collector paused, so its first collection afterwards would otherwise
+    walk every dict of that state (once, in the middle of the answer) although none of them is ever freed."""
     _kept.extend(objects)
+    if _whole_process:
+        gc.freeze()
 
 
 def requested() -> bool:
@@ -54,4 +61,13 @@ def end_process(code: int) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         return
+    run_pending_writes()
     os._exit(code)
+
+
+def run_pending_writes() -> None:
+    """Start the cache writes a read left to a detached process (``piw.store.detached``), once the answer is
+    flushed: the entry point calls this on its way out, whether or not it ends the process at once."""
+    detached = sys.modules.get("piw.store.detached")  # (not imported: nothing was left)
+    if detached is not None:
+        detached.run_pending()

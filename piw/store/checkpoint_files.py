@@ -59,6 +59,12 @@ ARTIFACT_KEY = b'"$artifact"'
 """How every artifact ref is spelled in a trace line (a byte search finds them)."""
 
 
+def may_hold_ref(data: bytes) -> bool:
+    """Whether ``data`` holds :data:`ARTIFACT_KEY`: a search for its ``$`` first (a ``memchr``, 0.5 us a 32 KB
+    chunk), as most traces hold none; the whole key's search costs 10 us there (a ``"`` on every few bytes)."""
+    return b"$" in data and ARTIFACT_KEY in data
+
+
 class CheckpointHeader(msgspec.Struct, frozen=True, rename="camel"):
     """The first line of a checkpoint file (JSON)."""
 
@@ -445,7 +451,7 @@ class Extension:
         """Trace bytes that follow those fed before (the next lines after the last checkpoint)."""
         self.segment.update(data)
         self.position += len(data)
-        if not self.artifact_refs and ARTIFACT_KEY in data:
+        if not self.artifact_refs and may_hold_ref(data):
             self.artifact_refs = True
 
     def catch_up(self, handle: BinaryIO, end: int) -> bool:

@@ -4,8 +4,10 @@ A first read of a long run leaves fold checkpoints (``piw.store.foldcache``, ``d
 one's state encoded, checked and written once the fold has passed it, a fifth of a cold ``piw inspect`` of 500,000
 events spent on files the person does not wait for. A command that ends right after its answer (``piw inspect``,
 ``piw watch --once``) calls :func:`allow`, and :func:`run_detached` then hands such work to a grandchild process:
-forked once the fold is done (it has the sealed states in its copy of memory), in a session of its own (Ctrl-C in
-the terminal does not cut it short), its standard streams on ``/dev/null`` and every other descriptor closed (no
+forked once the command's answer is written and flushed (:func:`run_pending`, from the entry point: it has the
+sealed states in its copy of memory, and the answer is not encoded while two processes share that memory, where
+every object the encoder touches would copy its page), in a session of its own (Ctrl-C in the terminal does not cut
+it short), its standard streams on ``/dev/null`` and every other descriptor closed (no
 pipe reader, no lock waits for it), reparented at once (the child between exits at once: no zombie). It only
 writes caches, atomically, that every reader checks before trusting: a reader that comes before it is done finds
 fewer checkpoints and folds a little more, with the same result.
@@ -35,12 +37,38 @@ def allowed() -> bool:
     return _allowed and hasattr(os, "fork") and threading.active_count() == 1
 
 
+_pending: list[Callable[[], None]] = []
+
+
 def run_detached(work: Callable[[], None]) -> None:
-    """Run ``work`` (cache writes only: it must not print or need a descriptor open now) in a detached
-    grandchild when :func:`allowed`, else here."""
+    """Run ``work`` (cache writes only: it must not print or need a descriptor open then) in a detached
+    grandchild once the answer is out (:func:`run_pending`) when :func:`allowed`, else here and now."""
     if not allowed():
         work()
         return
+    _pending.append(work)
+
+
+def run_pending() -> None:
+    """Hand the work :func:`run_detached` kept to one detached grandchild (here, when forking is no longer
+    allowed: a thread started since). The entry point calls this after flushing the command's output."""
+    if not _pending:
+        return
+    works = list(_pending)
+    _pending.clear()
+
+    def work() -> None:
+        for one in works:
+            one()
+
+    if allowed():
+        _fork(work)
+    else:
+        work()
+
+
+def _fork(work: Callable[[], None]) -> None:
+    """Run ``work`` in a detached grandchild (here when the fork fails)."""
     try:
         sys.stdout.flush()  # (nothing buffered is written twice)
         sys.stderr.flush()

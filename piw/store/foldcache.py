@@ -11,6 +11,7 @@ state as a full replay.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import msgspec
 
+from piw.store import detached
 from piw.store.checkpoint_files import (
-    ARTIFACT_KEY,
     DECODE_ERRORS,
     READ_CHUNK,
     Extension,
@@ -27,6 +28,7 @@ from piw.store.checkpoint_files import (
     Sealed,
     checkpoint_dir,
     headers,
+    may_hold_ref,
     record_verified,
     restore,
     trace_identity,
@@ -119,7 +121,7 @@ def _read(
                 data = rest + chunk
                 cut = data.rfind(b"\n") + 1
                 body, rest = data[:cut], data[cut:]
-                if not outcome.artifact_refs and ARTIFACT_KEY in body:
+                if not outcome.artifact_refs and may_hold_ref(body):
                     outcome.artifact_refs = True
                 batch = (
                     None
@@ -230,10 +232,21 @@ def _replay_from(
     extension = Extension(base, refs_before)
     trace = bundle_path / "trace.ndjson"
     stamp = trace_identity(trace) if write else None
-    stream, found = _read(trace, offset, (base.seq if base else 0) + 1, at, extension.feed if write else None)
+    # A long read of a command that ends at its answer hashes nothing while it folds: the detached writer hashes
+    # the same bytes after the answer is out (``_seal_later``)
+    later = (
+        write
+        and not bounded
+        and stamp is not None
+        and stamp[2] - offset >= _LATER_FROM
+        and detached.allowed()
+    )
+    feed = extension.feed if write and not later else None
+    stream, found = _read(trace, offset, (base.seq if base else 0) + 1, at, feed)
     position = offset
     batch: list[TraceEvent] = []
     sealed: list[Sealed] = []
+    marks: list[tuple[int, RunState]] = []
     with paused_gc():
         for end, events in stream:
             position = end
@@ -245,11 +258,15 @@ def _replay_from(
                 batch = []
             if boundary and bounded:
                 state = _written(bundle_path, extension.seal(state))
+            elif boundary and later:
+                marks.append((end, state))
             elif boundary:  # the extension was fed exactly the bytes of the events folded so far
                 sealed.append(extension.seal(state))
         state = fold_more(state, batch)
     if sealed:
         _leave(bundle_path, sealed, stamp)
+    if marks and stamp is not None:
+        run_detached(functools.partial(_seal_later, bundle_path, extension, marks, stamp))
     return Replay(
         state,
         position,
@@ -311,6 +328,44 @@ def _leave(bundle_path: Path, sealed: list[Sealed], stamp: list[int] | None) -> 
         run_detached(work)
     else:
         work()
+
+
+_LATER_FROM = 8 << 20
+"""Bytes left to read from which a read that may leave its checkpoints to a detached writer leaves it the hashing
+too (``piw.store.detached``): below that, hashing them as they are read costs less than a fork."""
+
+
+def _seal_later(
+    bundle_path: Path, extension: Extension, marks: list[tuple[int, RunState]], stamp: list[int]
+) -> None:
+    """Seal and write the checkpoints of ``marks`` (``(offset, state)`` at each boundary a read folded past) in the
+    detached writer, hashing the trace bytes the read folded by reading them again.
+
+    They are the bytes it folded when the file is the very one it read: the same device, inode, size and
+    modification time (``stamp``, taken before the read) before and after they are hashed, the identity
+    ``verified.json`` trusts (``docs/bundle-format.md`` §7.1). A trace that changed since (a live run's appends)
+    gets no checkpoint from this read: its writer leaves its own (:class:`CheckpointTrail`), and the next read
+    folds again with the same result.
+    """
+    trace = bundle_path / "trace.ndjson"
+    if trace_identity(trace) != stamp:
+        return
+    sealed = []
+    try:
+        with trace.open("rb") as handle:
+            for offset, state in marks:
+                if not extension.catch_up(handle, offset):
+                    return
+                sealed.append(extension.seal(state))
+    except OSError:
+        return
+    if trace_identity(trace) != stamp:
+        return
+    for one in sealed:
+        one.write(bundle_path)
+    last = sealed[-1]
+    if (checkpoint_dir(bundle_path) / f"seq-{last.state.trace_seq}.ckpt").is_file():
+        record_verified(bundle_path, stamp, last.state.trace_seq, last.where["prefix_sha256"])
 
 
 def events_of_type(trace: Path, kind: str, end: int) -> Iterator[TraceEvent]:
