@@ -89,9 +89,10 @@ _UNSAFE_IN_JSON_BYTES = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\
 def safe_json_bytes(chunk: bytes) -> bytes:
     """:func:`json_text`'s escaping for a piece of UTF-8 JSON: DEL, C1 and bidi controls become ``\\uXXXX``.
 
-    Pieces must hold whole characters (an encoder's output for whole values does); most are plain ASCII and
-    pass through without a regex scan.
+    Pieces must hold whole characters (an encoder's output for whole values does); most hold none of the three
+    bytes every match starts with (DEL, and the lead bytes of C1 and of the bidi controls) and pass through
+    without a regex scan.
     """
-    if chunk.isascii() and b"\x7f" not in chunk:  # DEL is ASCII, and as unsafe as the rest
+    if b"\x7f" not in chunk and b"\xc2" not in chunk and b"\xe2" not in chunk:  # (each match starts so)
         return chunk
     return _UNSAFE_IN_JSON_BYTES.sub(lambda m: f"\\u{ord(m.group(0).decode('utf-8')):04x}".encode(), chunk)

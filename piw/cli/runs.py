@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from piw.store.history import RunSummary
+    from piw.store.run_query import RunQuery
     from piw.workflow.budget import Budget
     from piw.workflow.import_deadline import DeadlineSetting
 
@@ -256,6 +257,8 @@ def runs(
 
     home = command_home(database)
     query = query_of(home, status, workflow, since, until, search, parent, schedule, limit)
+    if as_json and not size:
+        return _print_json(home, query)
     rows = find_runs(home, query)
     if size:
         rows = _with_sizes(home, rows)
@@ -292,6 +295,20 @@ def runs(
     for row in rows:
         if row.damage is not None:  # in full: the table clips its notice column
             console.print(f"⚠ {row.run_id} is damaged: {row.damage.notice} See 'piw inspect {row.run_id}'.")
+    return 0
+
+
+def _print_json(home: Path, query: RunQuery) -> int:
+    """``piw runs --json``: the same text as ``json_text([row.to_json() for row in find_runs(...)])``, encoded from
+    the index rows without a summary object per run (``piw.store.history.listing_json``)."""
+    from piw.store.history import listing_json
+    from piw.terminal import safe_json_bytes
+
+    text = safe_json_bytes(listing_json(home, query)).decode()
+    warnings = _schedule_warnings(home)
+    sys.stdout.write(text + "\n")
+    for line in warnings:
+        sys.stderr.write(f"Warning: {line}\n")
     return 0
 
 
