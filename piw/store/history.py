@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from piw.errors import PiwError, TraceCorrupt
 from piw.store.damage import Damage, line_damage
 from piw.store.db.database import now_ms
-from piw.store.db.index import POSITION, IndexRow, decode_row, from_ms, iter_values, to_ms, usage_cost
+from piw.store.db.index import At, IndexRow, decode_row, from_ms, iter_values, to_ms, usage_cost
 from piw.store.place import refresh_mirrors
 from piw.store.run_query import RunQuery
 from piw.store.script_phase import current_phase, split_place
@@ -254,15 +254,17 @@ def _pick(home: Path, query: RunQuery, unread: frozenset[str]) -> _Picked | list
                 break
             if not query.keeps(values):
                 continue
-            status = values[_STATUS]
+            status = values[At.STATUS]
             wait = None
             if status == "waiting":
                 database = database or _run_database(home)
-                wait = wait_summary(database, values[_RUN_ID], now)
+                wait = wait_summary(database, values[At.RUN_ID], now)
             if not query.statuses or any(_listed(wanted, status, wait) for wanted in query.statuses):
                 rows.append((values, wait))
         running = [
-            values[_RUN_ID] for values, _ in rows if values[_STATUS] == "running" and values[_DAMAGE] is None
+            values[At.RUN_ID]
+            for values, _ in rows
+            if values[At.STATUS] == "running" and values[At.DAMAGE] is None
         ]
         queue_rows = (database or _run_database(home)).queue.rows(running) if running else {}
         unserved = _unserved(
@@ -280,9 +282,6 @@ _UNSHOWN = frozenset({"updated_at", "trace_seq", "trace_stamp", "search_text"})
 """The index columns no summary shows: not fetched (``search_text`` is, for a ``--search`` query's own check)."""
 _UNSHOWN_IN_JSON = _UNSHOWN | {"paused", "notice", "cost"}
 """... nor these, which ``--json`` leaves out (``paused`` only tells a running run's ``detail``)."""
-_RUN_ID = POSITION["run_id"]
-_STATUS = POSITION["status"]
-_DAMAGE = POSITION["damage_line"]
 
 
 def listing_json(home: Path, query: RunQuery) -> bytes:
@@ -328,24 +327,24 @@ def _json_of(
     values: tuple[Any, ...], wait: WaitSummary | None, usage_of: Callable[[str], Any]
 ) -> dict[str, Any]:
     """``RunSummary.to_json()`` of a raw row, as :func:`find_runs` would build it (``sizeBytes``: never asked)."""
-    node, phase = split_place(values[_PLACE])
-    line = values[_DAMAGE]
-    usage = values[_USAGE]
-    schedule = values[_SCHEDULE]
+    node, phase = split_place(values[At.PLACE])
+    line = values[At.DAMAGE]
+    usage = values[At.USAGE]
+    schedule = values[At.SCHEDULE]
     return {
-        "runId": values[_RUN_ID],
-        "workflowName": values[_WORKFLOW],
-        "runTitle": values[_TITLE],
-        "status": values[_STATUS],
-        "startedAt": from_ms(values[_STARTED]),
-        "finishedAt": from_ms(values[_FINISHED]),
+        "runId": values[At.RUN_ID],
+        "workflowName": values[At.WORKFLOW],
+        "runTitle": values[At.TITLE],
+        "status": values[At.STATUS],
+        "startedAt": from_ms(values[At.STARTED]),
+        "finishedAt": from_ms(values[At.FINISHED]),
         "currentNode": node,
         "currentPhase": phase,
         "damage": line_damage("trace.ndjson", line).to_json() if line is not None else None,
         "usage": usage_of(usage) if usage else None,
         "wait": wait.to_json() if wait is not None else None,
-        "parentRunId": values[_PARENT],
-        "schedule": {"name": schedule, "fireAt": from_ms(values[_FIRE_AT])} if schedule else None,
+        "parentRunId": values[At.PARENT],
+        "schedule": {"name": schedule, "fireAt": from_ms(values[At.FIRE_AT])} if schedule else None,
         "sizeBytes": None,
     }
 
@@ -365,17 +364,6 @@ def _raw_usage(text: str) -> Any:
 
         return msgspec.Raw(json.dumps(json.loads(text), ensure_ascii=False).encode())
     return msgspec.Raw(text.encode())
-
-
-_WORKFLOW = POSITION["workflow_name"]
-_TITLE = POSITION["run_title"]
-_PARENT = POSITION["parent_run_id"]
-_STARTED = POSITION["started_at"]
-_FINISHED = POSITION["finished_at"]
-_PLACE = POSITION["current_node"]
-_USAGE = POSITION["usage_json"]
-_SCHEDULE = POSITION["schedule_name"]
-_FIRE_AT = POSITION["fire_at"]
 
 
 def _run_database(home: Path) -> RunDatabase:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from piw.errors import UsageError
-from piw.store.db.index import CONTAINS_FOLDED, POSITION, RowFilter
+from piw.store.db.index import CONTAINS_FOLDED, At, RowFilter
 
 RUN_FILTERS = ("running", "waiting", "answered", "completed", "failed", "timed_out", "cancelled", "unknown")
 """What ``piw runs --status`` takes: the run statuses, with ``waiting`` narrowed to gates that still need an answer
@@ -89,33 +89,24 @@ class RunQuery:
 
     def keeps(self, values: tuple[Any, ...]) -> bool:
         """Whether a raw index row passes every filter (the status one as far as the row's own status tells)."""
-        if self.statuses and values[_STATUS] not in self._run_statuses:
+        if self.statuses and values[At.STATUS] not in self._run_statuses:
             return False
-        if self.workflow is not None and values[_WORKFLOW] != self.workflow:
+        if self.workflow is not None and values[At.WORKFLOW] != self.workflow:
             return False
-        if self.parent is not None and values[_PARENT] != self.parent:
+        if self.parent is not None and values[At.PARENT] != self.parent:
             return False
-        if self.schedule is not None and values[_SCHEDULE] != self.schedule:
+        if self.schedule is not None and values[At.SCHEDULE] != self.schedule:
             return False
-        started = values[_STARTED]
+        started = values[At.STARTED]
         if self.since_ms is not None and (started is None or started < self.since_ms):
             return False
         if self.until_ms is not None and (started is None or started >= self.until_ms):
             return False
         if self.search:
-            text = values[_SEARCH] if values[_SEARCH] is not None else (values[_TITLE] or "")
+            text = values[At.SEARCH] if values[At.SEARCH] is not None else (values[At.TITLE] or "")
             if self.search.casefold() not in text.casefold():
                 return False
         return True
-
-
-_STATUS = POSITION["status"]
-_WORKFLOW = POSITION["workflow_name"]
-_TITLE = POSITION["run_title"]
-_PARENT = POSITION["parent_run_id"]
-_SCHEDULE = POSITION["schedule_name"]
-_STARTED = POSITION["started_at"]
-_SEARCH = POSITION["search_text"]
 
 
 def parse_instant(text: str, option: str, now: datetime, *, end_of_day: bool = False) -> int:

@@ -134,6 +134,27 @@ COLUMN_NAMES = (
 )
 """The ``runs`` columns in the order of a raw row (:func:`indexed_values`); filters read them by position."""
 POSITION = {name: index for index, name in enumerate(COLUMN_NAMES)}
+
+
+class At:
+    """Where a column stands in a raw row of :data:`COLUMN_NAMES`: the readers that test or encode rows without
+    decoding them (``piw.store.run_query.RunQuery.keeps``, ``piw.store.history.listing_json``) index by these."""
+
+    RUN_ID = POSITION["run_id"]
+    WORKFLOW = POSITION["workflow_name"]
+    TITLE = POSITION["run_title"]
+    STATUS = POSITION["status"]
+    PARENT = POSITION["parent_run_id"]
+    STARTED = POSITION["started_at"]
+    FINISHED = POSITION["finished_at"]
+    PLACE = POSITION["current_node"]
+    DAMAGE = POSITION["damage_line"]
+    USAGE = POSITION["usage_json"]
+    SEARCH = POSITION["search_text"]
+    SCHEDULE = POSITION["schedule_name"]
+    FIRE_AT = POSITION["fire_at"]
+
+
 _COLUMNS = ", ".join(COLUMN_NAMES)
 _MARKS = ", ".join("?" * len(COLUMN_NAMES))
 _STAMP = POSITION["trace_stamp"]
