@@ -6,8 +6,9 @@ Importing a ``*.workflow.py`` runs its top-level code, and ``piw list`` imports 
 
 * in the main thread, ``signal.setitimer`` delivers ``SIGALRM`` and its handler raises :class:`DeadlinePassed`:
   this also interrupts a ``time.sleep`` or a blocking read;
-* in another thread (a host runs each run in a worker thread), a timer thread raises :class:`DeadlinePassed` in
-  the importing thread with ``PyThreadState_SetAsyncExc``: that stops any loop that runs Python bytecode;
+* in another thread (a host runs each run in a worker thread), one shared alarm thread raises
+  :class:`DeadlinePassed` in the importing thread with ``PyThreadState_SetAsyncExc``: that stops any loop that
+  runs Python bytecode;
 * a loop that never returns to the interpreter (``sum(itertools.count())``) cannot be interrupted from Python:
   ``faulthandler.dump_traceback_later(exit=True)`` ends the process :data:`BACKSTOP_GRACE_S` after the deadline,
   printing the stack, which names the workflow file and line.
@@ -72,6 +73,47 @@ class _Watches:
 _watches = _Watches()
 
 
+class _ThreadAlarms:
+    """One daemon thread raises :class:`DeadlinePassed` into every importing thread whose deadline passed.
+
+    A host imports the workflow file for each run it claims, in that run's thread; a ``threading.Timer`` per import
+    was one more thread started (and scheduled, among the host's busy run threads) for every run. This thread is
+    started on the first import off the main thread (again after a fork, where it does not survive) and sleeps
+    until the earliest deadline, or for good while none is armed.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._due: dict[ImportDeadline, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def arm(self, deadline: ImportDeadline, ends: float) -> None:
+        with self._changed:
+            self._due[deadline] = ends
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._watch, name="piw-import-deadlines", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def disarm(self, deadline: ImportDeadline) -> None:
+        with self._changed:
+            self._due.pop(deadline, None)
+
+    def _watch(self) -> None:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                passed = [deadline for deadline, ends in self._due.items() if ends <= now]
+                for deadline in passed:
+                    del self._due[deadline]
+                    deadline._raise_in_thread()  # takes only the deadline's own guard, never this condition
+                if not passed:
+                    self._changed.wait(min(self._due.values()) - now if self._due else None)
+
+
+_alarms = _ThreadAlarms()
+
+
 def _backstop_stream() -> Any:
     """The real standard error, when it is a file descriptor faulthandler can write to."""
     stream = sys.__stderr__
@@ -94,7 +136,7 @@ class ImportDeadline:
         self._armed = False
         self._active = False
         self._guard = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._in_thread = False
         self._previous_handler: Any = None
         self._previous_timer: tuple[float, float] = (0.0, 0.0)
         self._started = 0.0
@@ -108,9 +150,8 @@ class ImportDeadline:
         if threading.current_thread() is threading.main_thread():
             self._arm_signal(self.seconds)
         else:
-            self._timer = threading.Timer(self.seconds, self._raise_in_thread)
-            self._timer.daemon = True
-            self._timer.start()
+            self._in_thread = True
+            _alarms.arm(self, self._started + self.seconds)
         return self
 
     def __exit__(
@@ -128,10 +169,10 @@ class ImportDeadline:
             return
         with self._guard:
             self._active = False
-        if self._timer is not None:
+        if self._in_thread:
             import ctypes  # only off the main thread; a main-thread import (piw run) never loads it
 
-            self._timer.cancel()
+            _alarms.disarm(self)
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self._thread), None
             )  # one not yet raised

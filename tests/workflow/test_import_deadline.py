@@ -121,3 +121,50 @@ def test_a_host_parks_a_run_whose_import_times_out_with_that_reason(cli: Cli, tm
     assert reasons == ["import_timeout"]
     runs = cli.process("runs", timeout=60).stdout
     assert "import timeout" in runs and "source changed" not in runs
+
+
+def test_imports_in_worker_threads_share_one_alarm_thread_and_a_loop_still_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host imports a workflow file in each run's thread: the deadlines of many such imports are kept by one
+    alarm thread (no thread started per import), and a looping import among them is still stopped in time."""
+    import threading
+    import time
+
+    from piw.workflow.import_deadline import DeadlinePassed, ImportDeadline
+
+    outcomes: list[str] = []
+
+    def quick() -> None:
+        with ImportDeadline(5.0):
+            sum(range(1000))
+        outcomes.append("quick")
+
+    def looping() -> None:
+        try:
+            with ImportDeadline(0.3):
+                while True:
+                    time.sleep(0.001)
+        except DeadlinePassed:
+            outcomes.append("stopped")
+
+    others: list[str] = []
+    real_start = threading.Thread.start
+
+    def counted_start(thread: threading.Thread) -> None:
+        if not thread.name.startswith("worker-"):
+            others.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted_start)
+    for number in range(20):
+        worker = threading.Thread(target=quick, name=f"worker-{number}")
+        worker.start()
+        worker.join()
+    started = time.monotonic()
+    worker = threading.Thread(target=looping, name="worker-looping")
+    worker.start()
+    worker.join(timeout=10)
+    assert outcomes == ["quick"] * 20 + ["stopped"]
+    assert time.monotonic() - started < 5, "the looping import is stopped near its 0.3 s deadline"
+    assert len(others) <= 1 and all(name == "piw-import-deadlines" for name in others), others
