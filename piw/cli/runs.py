@@ -257,17 +257,12 @@ def runs(
 
     home = command_home(database)
     query = query_of(home, status, workflow, since, until, search, parent, schedule, limit)
-    if as_json and not size:
-        return _print_json(home, query)
+    if as_json:
+        return _print_json(home, query, size)
     rows = find_runs(home, query)
     if size:
         rows = _with_sizes(home, rows)
     warnings = _schedule_warnings(home)
-    if as_json:
-        sys.stdout.write(json_text([row.to_json() for row in rows]) + "\n")
-        for line in warnings:
-            sys.stderr.write(f"Warning: {line}\n")
-        return 0
     from piw.cli.runs_table import print_runs  # (rich's console: not needed for --json)
 
     console = make_console()
@@ -298,13 +293,17 @@ def runs(
     return 0
 
 
-def _print_json(home: Path, query: RunQuery) -> int:
-    """``piw runs --json``: the same text as ``json_text([row.to_json() for row in find_runs(...)])``, encoded from
-    the index rows without a summary object per run (``piw.store.history.listing_json``)."""
-    from piw.store.history import listing_json
-    from piw.terminal import safe_json_bytes
+def _print_json(home: Path, query: RunQuery, size: bool) -> int:
+    """``piw runs --json``: the summaries' JSON; without ``--size``, that same text encoded from the index rows
+    without a summary object per run (``piw.store.history.listing_json``). Warnings go to stderr."""
+    from piw.store.history import find_runs, listing_json
 
-    text = safe_json_bytes(listing_json(home, query)).decode()
+    if size:
+        text = json_text([row.to_json() for row in _with_sizes(home, find_runs(home, query))])
+    else:
+        from piw.terminal import safe_json_bytes
+
+        text = safe_json_bytes(listing_json(home, query)).decode()
     warnings = _schedule_warnings(home)
     sys.stdout.write(text + "\n")
     for line in warnings:

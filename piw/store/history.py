@@ -214,7 +214,7 @@ def find_runs(home: Path, query: RunQuery) -> list[RunSummary]:
     A home whose index cannot be opened or created (a read-only ``PIW_HOME``) is listed by folding its bundles,
     so ``piw runs`` works wherever the bundles can be read.
     """
-    picked = _pick(home, query, _UNSHOWN if query.search is None else _UNSHOWN - {"search_text"})
+    picked = _pick(home, query, _UNSHOWN)
     if isinstance(picked, list):
         return picked
     found = []
@@ -242,7 +242,10 @@ class _Picked:
 
 def _pick(home: Path, query: RunQuery, unread: frozenset[str]) -> _Picked | list[RunSummary]:
     """:func:`find_runs` up to the rows it keeps, undecoded (the ``unread`` columns left ``None``); a home without a
-    usable index gives its folded summaries (a list) instead."""
+    usable index gives its folded summaries (a list) instead. ``search_text`` is read whenever the query searches:
+    its own check needs it."""
+    if query.search is not None:
+        unread = unread - {"search_text"}
     now = now_ms()
     limit = query.limit
     try:
@@ -279,7 +282,8 @@ def _pick(home: Path, query: RunQuery, unread: frozenset[str]) -> _Picked | list
 
 
 _UNSHOWN = frozenset({"updated_at", "trace_seq", "trace_stamp", "search_text"})
-"""The index columns no summary shows: not fetched (``search_text`` is, for a ``--search`` query's own check)."""
+"""The index columns no summary shows: not fetched (``search_text`` is, for a ``--search`` query's own check:
+:func:`_pick`)."""
 _UNSHOWN_IN_JSON = _UNSHOWN | {"paused", "notice", "cost"}
 """... nor these, which ``--json`` leaves out (``paused`` only tells a running run's ``detail``)."""
 
@@ -299,9 +303,7 @@ def listing_json(home: Path, query: RunQuery) -> bytes:
     sends the whole list to ``json``, as fewer rows go: the text :func:`find_runs` gives, or the error it raises."""
     import json
 
-    picked = _pick(
-        home, query, _UNSHOWN_IN_JSON if query.search is None else _UNSHOWN_IN_JSON - {"search_text"}
-    )
+    picked = _pick(home, query, _UNSHOWN_IN_JSON)
     if isinstance(picked, list):
         return json.dumps([row.to_json() for row in picked], ensure_ascii=False).encode()
     if len(picked.rows) >= MSGSPEC_FROM:
