@@ -13,10 +13,14 @@ from piw.cli.args import protect_run_refs
 from piw.cli.commands import command_group
 from piw.cli.stdout_guard import StdoutGuard, guard_stdout
 from piw.errors import PiwError
+from piw.stop_signal import clear_stop_request, request_stop
 from piw.terminal import sanitize_terminal_text
 
 
-def _sigterm(signum: int, frame: FrameType | None) -> None:
+def _stop_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM and Ctrl-C unwind the command as ``KeyboardInterrupt``; the request is also remembered, for the
+    time the exception lands where Python swallows it (``piw.stop_signal``)."""
+    request_stop()
     raise KeyboardInterrupt
 
 
@@ -31,7 +35,10 @@ def main(argv: list[str] | None = None) -> None:
 
     Called without ``argv`` it is the process's entry point: a command that built a large state ends the process
     without freeing it (``piw.cli.quick_exit``)."""
-    signal.signal(signal.SIGTERM, _sigterm)
+    clear_stop_request()
+    signal.signal(signal.SIGTERM, _stop_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _stop_signal)
     args = list(sys.argv[1:] if argv is None else argv)
     unguarded = sys.stdout
     if not isinstance(unguarded, StdoutGuard):

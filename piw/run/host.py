@@ -34,6 +34,7 @@ from piw.run.retention_duty import RetentionDuty
 from piw.run.runner import configured_durability, load_park_reason, tools_known, workflow_path_of
 from piw.run.schedule_duty import ScheduleDuty
 from piw.run.sweeper import sweep_timeouts
+from piw.stop_signal import stop_requested
 from piw.store.bundle import load_state, open_bundle
 from piw.store.db.database import now_ms
 from piw.store.db.deadline import holder_clock
@@ -142,6 +143,9 @@ class Host:
             )
         try:
             while not self._stop.is_set():
+                if stop_requested():  # a signal whose KeyboardInterrupt was swallowed (piw.stop_signal)
+                    self.stop()
+                    break
                 self._reap()
                 limit_reached = options.max_runs is not None and self.result.claimed >= options.max_runs
                 if self._pass(limit_reached):
@@ -235,7 +239,10 @@ class Host:
                 return
             for thread in threads:
                 try:
-                    thread.join()
+                    while thread.is_alive():
+                        if stop_requested() and not self._stop.is_set():
+                            self.stop()  # asked for while waiting, its KeyboardInterrupt swallowed
+                        thread.join(self.options.poll_s)
                 except KeyboardInterrupt:
                     self.stop()
             self._reap()
