@@ -24,6 +24,9 @@ class RunControl:
         self.stopped: Stop | None = None
         """Why the loop stopped short of a terminal event (a pause, a park reason, ...)."""
         self.park_requested = False
+        self.interrupted = False
+        """Ctrl-C or SIGTERM reached a foreground run: kept here too, since Python drops the ``KeyboardInterrupt``
+        when the signal lands in a garbage collector callback (``piw.stop_signal``)."""
 
     def abort_active(self) -> None:
         """Cancel requested or claim lost: abort the active node (its model request closed, its shell group
@@ -37,7 +40,12 @@ class RunControl:
         self.park_requested = True
         self.abort_active()
 
+    def request_interrupt(self) -> None:
+        """Ctrl-C or SIGTERM in a foreground run: abort the active node; the loop unwinds as interrupted."""
+        self.interrupted = True
+        self.abort_active()
+
     @property
     def halted(self) -> bool:
         """A cancel, a lost claim or a park was asked for: an attempt about to start is cancelled at once."""
-        return self.claim.cancel_requested or self.claim.lost or self.park_requested
+        return self.claim.cancel_requested or self.claim.lost or self.park_requested or self.interrupted

@@ -371,7 +371,7 @@ class Engine:
             return
 
         def interrupt(signum: int, frame: FrameType | None) -> None:
-            self.control.abort_active()
+            self.control.request_interrupt()
             raise KeyboardInterrupt
 
         previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}

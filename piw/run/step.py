@@ -146,6 +146,8 @@ class StepLoop:
         beside that step's fsync), between compute steps at most every few milliseconds. So a pause asked for
         while a step runs stops the run where that step ends."""
         control = self.control
+        if control.interrupted:
+            raise KeyboardInterrupt  # its own was swallowed (RunControl.interrupted)
         if control.park_requested:
             raise Parked
         control.claim.current_flags(always=after_effect)
@@ -273,6 +275,8 @@ class StepLoop:
         if not self.options.session_visible and self.is_assistant(node_id) and self.origin_id() is None:
             failure = NO_ORIGIN_SESSION  # fails before prompting: no request, routes like any failure
         outcome = self._outcome(attempt, node, failure)
+        if self.control.interrupted:
+            raise KeyboardInterrupt  # aborted by Ctrl-C or SIGTERM whose own exception was swallowed
         if self.control.park_requested:
             raise Parked  # aborted for a park: no terminal event, the node reruns on resume (§8 step 5)
         stop = run.budget.stop
