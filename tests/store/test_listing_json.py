@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from piw.store import history
 from piw.store.db.database import open_database
 from piw.store.db.index import COLUMN_NAMES, decode_row
-from piw.store.history import _json_of, _raw_usage, _summary, find_runs, listing_json
+from piw.store.history import _json_of, _NotForMsgspec, _raw_usage, _summary, find_runs, listing_json
 from piw.store.run_query import RunQuery
 from piw.terminal import json_text
 from tests.support.cli import Cli
@@ -193,6 +193,10 @@ def test_one_row_encodes_alike(
     }
     values = tuple(stored[column] for column in COLUMN_NAMES)
     expected = json.dumps([_summary(decode_row(values), None, False, None).to_json()], ensure_ascii=False)
-    by_msgspec = msgspec.json.format(msgspec.json.encode([_json_of(values, None, _raw_usage)]), indent=0)
-    assert by_msgspec.decode() == expected
+    try:
+        by_msgspec = msgspec.json.format(msgspec.json.encode([_json_of(values, None, _raw_usage)]), indent=0)
+    except _NotForMsgspec:  # listing_json then encodes the whole list with json (checked below)
+        assert usage and any(word in _usage_text(usage) for word in ("NaN", "Infinity"))
+    else:
+        assert by_msgspec.decode() == expected
     assert json.dumps([_json_of(values, None, json.loads)], ensure_ascii=False) == expected
