@@ -71,6 +71,28 @@ def queue_row(home: Path, run_id: str) -> dict[str, Any]:
         conn.close()
 
 
+def gated_flow(make_workflow: WorkflowMaker, gate: Path) -> Path:
+    """A run whose one action writes ``<gate>.started`` and waits until ``gate`` exists."""
+    return make_workflow(
+        "gated",
+        textwrap.dedent(
+            f"""
+            from pathlib import Path
+            from piw import action, compute, define_workflow, edge
+
+            def wait(ctx):
+                Path({str(gate)!r} + ".started").write_text("x")
+                while not Path({str(gate)!r}).exists():
+                    ctx.sleep(0.05)
+                return {{"ok": True}}
+
+            workflow = define_workflow(name="gated", start_at="wait",
+                nodes={{"wait": action(wait), "done": compute(lambda ctx: 1)}}, edges=[edge("wait", "done")])
+            """
+        ),
+    )
+
+
 def host_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "PIW_"))}
     env.update(PIW_HOME=str(home), NO_COLOR="1", COLUMNS="200")
@@ -229,24 +251,7 @@ def test_stopping_a_host_parks_the_run_in_flight_for_the_next_host(
     cli: Cli, piw_home: Path, make_workflow: WorkflowMaker, tmp_path: Path
 ) -> None:
     gate = tmp_path / "gate"
-    flow = make_workflow(
-        "gated",
-        textwrap.dedent(
-            f"""
-            from pathlib import Path
-            from piw import action, compute, define_workflow, edge
-
-            def wait(ctx):
-                Path({str(gate)!r} + ".started").write_text("x")
-                while not Path({str(gate)!r}).exists():
-                    ctx.sleep(0.05)
-                return {{"ok": True}}
-
-            workflow = define_workflow(name="gated", start_at="wait",
-                nodes={{"wait": action(wait), "done": compute(lambda ctx: 1)}}, edges=[edge("wait", "done")])
-            """
-        ),
-    )
+    flow = gated_flow(make_workflow, gate)
     run_id = queue_run(str(flow), piw_home, {}, None, ForegroundOptions(record_origin=False)).run_id
     host = cli.popen("host")
     deadline = time.monotonic() + 60

@@ -7,7 +7,6 @@ exception, which is what these tests make, from another thread, while the host w
 
 from __future__ import annotations
 
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import pytest
 from piw.run.host import Host, HostOptions
 from piw.run.runner import ForegroundOptions, queue_run
 from piw.stop_signal import clear_stop_request, request_stop
-from tests.run.test_host import queue_row
+from tests.run.test_host import gated_flow, queue_row
 from tests.support.runs import WorkflowMaker, trace_lines
 
 
@@ -27,27 +26,6 @@ def _no_request_left_behind() -> Iterator[None]:
     clear_stop_request()
     yield
     clear_stop_request()
-
-
-def gated_flow(make_workflow: WorkflowMaker, gate: Path) -> Path:
-    return make_workflow(
-        "gated",
-        textwrap.dedent(
-            f"""
-            from pathlib import Path
-            from piw import action, compute, define_workflow, edge
-
-            def wait(ctx):
-                Path({str(gate)!r} + ".started").write_text("x")
-                while not Path({str(gate)!r}).exists():
-                    ctx.sleep(0.05)
-                return {{"ok": True}}
-
-            workflow = define_workflow(name="gated", start_at="wait",
-                nodes={{"wait": action(wait), "done": compute(lambda ctx: 1)}}, edges=[edge("wait", "done")])
-            """
-        ),
-    )
 
 
 def signal_swallowed_once_started(gate: Path, host_returned: threading.Event) -> threading.Thread:
