@@ -39,10 +39,9 @@ def serve(
     """Serve an HTTP API over the runs: read them, answer gates, pause, resume, cancel, start runs."""
     if not 0 <= port < 65536:
         raise UsageError(f"--port {port} is not a port number (0-65535).")
-    names = tuple(name.strip() for name in allow_host or ())
-    for name in names:
-        if not name or any(char.isspace() or char in "/?#@," for char in name):
-            raise UsageError(f"--allow-host {name!r} is not a host name or address.")
+    from piw.web.guard import allowed_host_names
+
+    names = allowed_host_names(allow_host)
     origins = tuple(origin.strip().rstrip("/") for origin in cors_origin or ())
     for origin in origins:
         if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:

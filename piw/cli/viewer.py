@@ -54,15 +54,13 @@ def view(
     if serve:
         from piw.app.serve import serve as serve_app
         from piw.web.access import is_loopback, require_tokens_off_loopback
+        from piw.web.guard import allowed_host_names
 
         if not 0 < port < 65536:
             raise UsageError(f"--port {port} is not a port number (1–65535).")
         if max_sessions < 1:
             raise UsageError(f"--max-sessions {max_sessions} must be at least 1.")
-        names = tuple(name.strip() for name in allow_host or ())
-        for name in names:
-            if not name or any(char.isspace() or char in "/?#@," for char in name):
-                raise UsageError(f"--allow-host {name!r} is not a host name or address.")
+        names = allowed_host_names(allow_host)
         if message:
             raise UsageError(message)
         require_tokens_off_loopback(home, host, "piw view --serve")

@@ -27,9 +27,10 @@ import hmac
 import ipaddress
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from piw.errors import UsageError
 from piw.web.access import RATE_LIMITED, FailureLimiter
 
 TOKEN_PARAM = "token"
@@ -62,6 +63,18 @@ def host_with_port(name: str, port: int) -> str:
     if name.count(":") > 1:  # a bare IPv6 address
         return f"[{name}]:{port}"
     return name if ":" in name else f"{name}:{port}"
+
+
+def allowed_host_names(given: Sequence[str] | None) -> tuple[str, ...]:
+    """The ``--allow-host`` names of ``piw serve`` and ``piw view --serve``, stripped, for
+    :attr:`WebGuard.allowed_hosts`. One that is empty or holds white space or URL punctuation could never be a
+    ``Host`` header's name, so it is refused (``UsageError``) before the server starts rather than matching nothing.
+    """
+    names = tuple(name.strip() for name in given or ())
+    for name in names:
+        if not name or any(char.isspace() or char in "/?#@," for char in name):
+            raise UsageError(f"--allow-host {name!r} is not a host name or address.")
+    return names
 
 
 def split_host(host: str) -> tuple[str, str | None]:
