@@ -13,7 +13,7 @@ from piw.cli.args import protect_run_refs
 from piw.cli.commands import command_group
 from piw.cli.stdout_guard import StdoutGuard, guard_stdout
 from piw.errors import PiwError
-from piw.stop_signal import clear_stop_request, request_stop
+from piw.stop_signal import clear_stop_request, request_stop, stop_requested
 from piw.terminal import sanitize_terminal_text
 
 
@@ -22,6 +22,10 @@ def _stop_signal(signum: int, frame: FrameType | None) -> None:
     time the exception lands where Python swallows it (``piw.stop_signal``)."""
     request_stop()
     raise KeyboardInterrupt
+
+
+_INTERRUPTED = 130
+"""The exit code of a command stopped by Ctrl-C or SIGTERM (``docs/cli.md``, exit codes)."""
 
 
 def _one_line(message: str) -> str:
@@ -62,7 +66,7 @@ def _command(args: list[str], whole_process: bool) -> None:
         sys.exit(exc.exit_code)
     except typer.Abort:
         print("Error: aborted.", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(_INTERRUPTED)
     except typer.TyperException as exc:
         # typer vendors its own click (typer._click), whose exceptions all derive from TyperException; the click
         # package is not imported at all (30 ms of start-up).
@@ -74,7 +78,7 @@ def _command(args: list[str], whole_process: bool) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         print("Error: interrupted.", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(_INTERRUPTED)
     except Exception as exc:
         # A read-only PIW_HOME or a full disk, met outside a run (creating a bundle, the database): one line.
         from piw.store.bundle import home_path
@@ -86,6 +90,9 @@ def _command(args: list[str], whole_process: bool) -> None:
         print(f"Error: {_one_line(str(storage))}", file=sys.stderr)
         sys.exit(storage.exit_code)
     code = result if isinstance(result, int) else 0
+    if code == _INTERRUPTED and stop_requested():
+        # typer (0.2x) turns a KeyboardInterrupt into a returned 130 before the handler above can see it.
+        print("Error: interrupted.", file=sys.stderr)
     if whole_process and quick_exit.requested():
         quick_exit.end_process(code)
     if whole_process:

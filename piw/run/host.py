@@ -136,12 +136,12 @@ class Host:
 
     def serve(self) -> HostResult:
         options = self.options
-        if self.presence is not None:
-            self.presence.start()
-            options.report(
-                f"piw host: serving {len(self.presence.serve_keys)} workflow versions as {self.runner}"
-            )
-        try:
+        try:  # (the start-up too: a stop while the served workflows load ends the host cleanly)
+            if self.presence is not None:
+                self.presence.start()
+                options.report(
+                    f"piw host: serving {len(self.presence.serve_keys)} workflow versions as {self.runner}"
+                )
             while not self._stop.is_set():
                 if stop_requested():  # a signal whose KeyboardInterrupt was swallowed (piw.stop_signal)
                     self.stop()
@@ -403,7 +403,10 @@ def _has_run_started(home: Path, run_id: str) -> bool:
 
 def serve(home: Path, options: HostOptions) -> HostResult:
     """Run a host until it stops; Ctrl-C or SIGTERM (as ``KeyboardInterrupt``) parks what is in flight."""
-    host = Host(home, options)
+    try:
+        host = Host(home, options)
+    except KeyboardInterrupt:
+        return HostResult()  # stopped while opening the database: nothing was claimed, so nothing to park
     started = time.monotonic()
     result = host.serve()
     log.info("host served %d runs in %.1fs", result.claimed, time.monotonic() - started)

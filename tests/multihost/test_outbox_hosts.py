@@ -56,7 +56,7 @@ def test_13_two_hosts_show_each_untargeted_notification_once(
         for host in hosts:
             host.signal(signal.SIGTERM)
             code, out, err = host.finish()
-            assert code == 0, err
+            assert code == 0, f"{err!r} OUT {out!r}"
             outputs.append(out)
     shown = Counter(line.split("✉ ", 1)[1] for out in outputs for line in out.splitlines() if "✉ " in line)
     assert shown == Counter(
