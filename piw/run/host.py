@@ -69,6 +69,12 @@ DutyFactory = Callable[[Path, Report, str], HostDuty]
 """Makes one duty from the home, the host's report and its runner id."""
 
 
+HOUSEKEEPING_INTERVAL_S = 0.05
+"""While runs are in flight, housekeeping (decision timeouts, untargeted notifications, schedules, retention,
+duties) runs at most this often: a burst of claims, one per finished run, would otherwise repeat it before every
+claim, on the one thread that claims. A host with nothing in flight does it on every pass, as before."""
+
+
 @dataclass
 class HostOptions:
     once: bool = False
@@ -115,6 +121,7 @@ class Host:
         self._delivered: set[str] = set()
         self._leases: dict[str, Lease] = {}
         self._full_since: float | None = None
+        self._housekeeping_due = 0.0
         self._check_database = watch_database(self.queue, home, self._held, options.report)
         self.presence = open_presence(home, self.queue, self.runner, options.concurrency, options.workflows)
         self._duties = [make(home, options.report, self.runner) for make in options.duties]
@@ -165,10 +172,14 @@ class Host:
         return self.result
 
     def _pass(self, limit_reached: bool) -> bool:
-        """Housekeeping, then claim one run if there is room; whether one was claimed. A full disk (piw.sqlite
-        cannot be written) is waited out: the host says so, backs off and tries again (``docs/detached.md``)."""
+        """Housekeeping (:data:`HOUSEKEEPING_INTERVAL_S`), then claim one run if there is room; whether one was
+        claimed. A full disk (piw.sqlite cannot be written) is waited out: the host says so, backs off and tries
+        again (``docs/detached.md``)."""
         try:
-            self._housekeeping()
+            now = time.monotonic()
+            if not self._threads or now >= self._housekeeping_due:
+                self._housekeeping()
+                self._housekeeping_due = now + HOUSEKEEPING_INTERVAL_S
             if limit_reached or len(self._threads) >= max(1, self.options.concurrency):
                 return False
             sent = holder_clock()  # the claimed lease's local deadline starts before the request
@@ -262,7 +273,9 @@ class Host:
 
     def _launch(self, claim: Claim, sent_at: float | None = None) -> None:
         self.result.claimed += 1
-        lease = Lease(self.queue, claim, sent_at=sent_at).start()
+        lease = Lease(
+            self.queue, claim, sent_at=sent_at
+        )  # started by the run's thread: one thread start here
         thread = threading.Thread(
             target=self._execute, args=(lease,), name=f"run-{claim.run_id}", daemon=True
         )
@@ -275,6 +288,7 @@ class Host:
 
     def _execute(self, lease: Lease) -> None:
         try:
+            lease.start()
             self._execute_run(lease)
         finally:
             with self._lock:

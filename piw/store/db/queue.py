@@ -182,6 +182,27 @@ class RunQueue(Protocol):
 # ---- SQLite -------------------------------------------------------------------------------------------
 
 
+_CANDIDATE_COLUMNS = (
+    "run_id, status, claim_generation, claim_expires_at, runner_id, "
+    "CASE WHEN affinity_runner_id = ? THEN 0 ELSE 1 END, created_at"
+)
+_CLAIM_ORDER = "ORDER BY 6, created_at, run_id"
+"""Claim order: rows with affinity to the claiming runner first, then the oldest (``created_at``, then ``run_id``)."""
+
+
+def _claim_order_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """:data:`_CLAIM_ORDER` in Python, SQLite's way: a NULL ``created_at`` sorts first."""
+    return (row[5], row[6] is not None, row[6] or 0, row[0])
+
+
+def _live(row: tuple[Any, ...], runner: str, now: int) -> bool:
+    """A held row's claim is live; the claimer's own unexpired claims without a look at ``/proc`` (it runs)."""
+    _run_id, status, _generation, expires, holder, *_ = row
+    if holder == runner and isinstance(expires, int) and expires > now and status in HELD_STATUSES:
+        return True
+    return claim_is_live(status, expires, holder, now)
+
+
 class SqliteQueue:
     """:class:`RunQueue` over ``piw.sqlite``: every mutation one ``BEGIN IMMEDIATE`` transaction."""
 
@@ -248,21 +269,28 @@ class SqliteQueue:
     # ---- claims -------------------------------------------------------------------------------------
 
     def claim_next(self, runner: str) -> Claim | None:
+        # Two small reads instead of every candidate row: the first waiting row in claim order (SQLite sorts, one
+        # row comes back), and the held rows (a few per host), of which only expired or dead-held ones compete.
+        # The winner is the first of those in the same order, as one ordered scan of both kinds would find.
         now = self.clock()
         with self.db.transaction() as conn:
-            candidates = conn.execute(
-                "SELECT run_id, status, claim_generation, claim_expires_at, runner_id FROM run_queue "
-                "WHERE (status IN ('queued', 'parked') AND available_at <= ? AND pause_requested = 0 "
-                "       AND cancel_requested = 0 AND (park_reason IS NULL OR park_reason = 'disk_full')) "
-                "   OR (status IN ('starting', 'running') AND pause_requested = 0 AND cancel_requested = 0) "
-                "ORDER BY CASE WHEN affinity_runner_id = ? THEN 0 ELSE 1 END, created_at, run_id",
-                (now, runner),
+            waiting = conn.execute(
+                f"SELECT {_CANDIDATE_COLUMNS} FROM run_queue WHERE status IN ('queued', 'parked') "
+                "AND available_at <= ? AND pause_requested = 0 AND cancel_requested = 0 "
+                f"AND (park_reason IS NULL OR park_reason = 'disk_full') {_CLAIM_ORDER} LIMIT 1",
+                (runner, now),
             ).fetchall()
-            for run_id, status, generation, expires, holder in candidates:
-                if claim_is_live(status, expires, holder, now):
-                    continue  # a live lease
-                return take_claim(conn, run_id, runner, int(generation or 0), now, holder)
-        return None
+            held = conn.execute(
+                f"SELECT {_CANDIDATE_COLUMNS} FROM run_queue WHERE status IN ('starting', 'running') "
+                "AND pause_requested = 0 AND cancel_requested = 0",
+                (runner,),
+            ).fetchall()
+            free = [row for row in held if not _live(row, runner, now)]
+            candidates = waiting + free
+            if not candidates:
+                return None
+            run_id, _status, generation, _expires, holder, *_ = min(candidates, key=_claim_order_key)
+            return take_claim(conn, run_id, runner, int(generation or 0), now, holder)
 
     def claim_run(self, run_id: str, runner: str) -> Claim:
         now = self.clock()

@@ -19,7 +19,7 @@ import pytest
 from piw.errors import ClaimLost, RunFinished, RunLocked, RunNotFound
 from piw.store.db.holders import holder_is_dead, runner_id
 from piw.store.db.lease import Lease
-from piw.store.db.queue import RENEW_MS, RunQueue
+from piw.store.db.queue import RENEW_MS, RunQueue, SqliteQueue
 from piw.store.db.rows import LEASE_MS, NewRun
 from tests.support.run_databases import QUEUE_IMPLEMENTATIONS, FakeClock, run_database_factory
 
@@ -107,6 +107,27 @@ def test_a_live_lease_blocks_claims_until_it_expires(make_queue: MakeQueue) -> N
     clock.advance(LEASE_MS)
     taken = queue.claim_run("r1", "b")
     assert taken.generation == claim.generation + 1
+
+
+def test_expired_claims_and_queued_rows_are_claimed_in_one_order(make_queue: MakeQueue) -> None:
+    """A live claim, even the claimer's own, is never handed out again; once expired, held rows are claimed again
+    in each queue's order: by age among queued rows on SQLite (one machine), ahead of them on PostgreSQL
+    (recovery first, ``piw.store.pg.queue``)."""
+    queue, clock = make_queue(), make_queue.clock  # type: ignore[attr-defined]
+    elsewhere = "elsewhere.example:1:123"  # another host: only expiry frees its claims
+    for run_id in ("old", "mid", "young"):
+        queue.enqueue(new_run(run_id))
+        clock.advance(1)
+    held = [queue.claim_next(elsewhere) for _ in range(3)]
+    assert [claim and claim.run_id for claim in held] == ["old", "mid", "young"]
+    queue.park(held[1])  # type: ignore[arg-type]
+    mine = queue.claim_next("a")
+    assert mine is not None and mine.run_id == "mid"
+    assert queue.claim_next("a") is None  # its own live claim and the other host's
+    queue.park(mine)
+    clock.advance(LEASE_MS)  # old and young expire; mid waits, queued
+    order = [claim.run_id for claim in iter(lambda: queue.claim_next("b"), None)]
+    assert order == (["old", "mid", "young"] if isinstance(queue, SqliteQueue) else ["old", "young", "mid"])
 
 
 def test_renewal_extends_a_live_lease_and_an_expired_claim_never_renews(make_queue: MakeQueue) -> None:
